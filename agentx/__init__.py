@@ -1,0 +1,1 @@
+"""agentx: replay agentic LLM workloads against OpenAI-compatible inference servers."""

@@ -1,0 +1,14 @@
+"""Bailian / Qwen JSONL (placeholder until implemented)."""
+
+from __future__ import annotations
+
+import os
+
+from agentx.trace.errors import Findings
+from agentx.trace.model import Trace
+
+
+def read_bailian(
+    path: str | os.PathLike[str], *, block_size: int | None = None, findings: Findings | None = None
+) -> Trace:
+    raise NotImplementedError

@@ -1,0 +1,118 @@
+"""Loading and saving traces in any supported format, detected from the content."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from agentx.trace import arrow, bailian, mooncake, weka
+from agentx.trace.errors import Findings, TraceError
+from agentx.trace.model import Trace
+
+Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
+FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")
+_SUFFIXES: dict[str, Format] = {".arrow": "arrow", ".ipc": "arrow", ".feather": "arrow", ".parquet": "parquet"}
+
+
+def detect_format(path: str | os.PathLike[str]) -> Format:
+    """The format of a trace file or directory, from its first bytes (not its name)."""
+    path = Path(path)
+    if path.is_dir():
+        return "weka"
+    try:
+        with open(path, "rb") as probe:
+            head = probe.read(8)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as stream:
+                first_line = stream.readline(1 << 16)
+        else:
+            with open(path, "rb") as stream:
+                first_line = stream.readline(1 << 16)
+    except OSError as exc:
+        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+    if head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff":
+        return "arrow"
+    if head[:4] == b"PAR1":
+        return "parquet"
+    text = first_line.strip()
+    if text.startswith(b"{") and text.endswith(b"}"):
+        try:
+            obj = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            if weka.is_weka_object(obj):
+                return "weka"
+            if "chat_id" in obj:
+                return "bailian"
+            if "input_length" in obj or "hash_ids" in obj or "session_id" in obj:
+                return "mooncake"
+    if text.startswith(b"{"):
+        return "weka"  # a pretty-printed single trace: its first line is just "{"
+    if not text:
+        raise TraceError.at("the file is empty", file=str(path))
+    raise TraceError.at(
+        "unrecognised trace format (expected Arrow, Parquet, Weka JSON/JSONL, Mooncake or Bailian JSONL); "
+        "pass format= (--format) to force one",
+        file=str(path),
+    )
+
+
+def load_trace(
+    path: str | os.PathLike[str],
+    *,
+    format: Format | None = None,
+    block_size: int | None = None,
+    findings: Findings | None = None,
+) -> Trace:
+    """Read a trace; `format` forces a reader, `block_size` overrides the file's.
+
+    Raises TraceError (one paragraph naming file, session and request) for unusable input;
+    warnings are added to `findings` when given.
+    """
+    if not Path(path).exists():
+        raise TraceError.at("no such file or directory", file=str(path))
+    fmt = format or detect_format(path)
+    if fmt in ("arrow", "parquet"):
+        trace = arrow.read_arrow(path, findings=findings)
+        if block_size:
+            trace.block_size = block_size
+        return trace
+    if fmt == "weka":
+        return weka.read_weka(path, block_size=block_size, findings=findings)
+    if fmt == "mooncake":
+        return mooncake.read_mooncake(path, block_size=block_size, findings=findings)
+    if fmt == "bailian":
+        return bailian.read_bailian(path, block_size=block_size, findings=findings)
+    raise TraceError.at(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", file=str(path))
+
+
+def format_for_path(path: str | os.PathLike[str]) -> Format:
+    """The output format a file name asks for: .arrow/.parquet by suffix, else Weka JSONL."""
+    suffixes = Path(path).suffixes
+    for suffix in reversed(suffixes):
+        if suffix in _SUFFIXES:
+            return _SUFFIXES[suffix]
+    name = Path(path).name
+    if "mooncake" in name:
+        return "mooncake"
+    return "weka"
+
+
+def save_trace(trace: Trace, path: str | os.PathLike[str], *, format: Format | None = None) -> None:
+    """Write a trace; the format defaults to what the file name says (see format_for_path)."""
+    fmt = format or format_for_path(path)
+    if fmt == "arrow":
+        arrow.write_arrow(trace, path)
+    elif fmt == "parquet":
+        arrow.write_parquet(trace, path)
+    elif fmt == "weka":
+        weka.write_weka(trace, path)
+    elif fmt == "mooncake":
+        mooncake.write_mooncake(trace, path)
+    else:
+        raise ValueError(f"no writer for format {fmt!r}; writers: arrow, parquet, weka, mooncake")

@@ -1,0 +1,390 @@
+"""Weka / AgentX trace JSON: one trace per file, a directory of files, or JSONL (one per line).
+
+Every field of semantics §1 is read. Beyond the reference we accept nested subagents,
+`hash_id_scope: "global"`, and unknown keys (dropped with a warning; the reference fails on
+them). Legacy subagents whose inner `t` is relative to the spawn are stored with absolute times
+and written back in their original form.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from agentx.trace.errors import Findings, TraceError
+from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
+from agentx.trace.validate import check_session
+
+DEFAULT_BLOCK_SIZE = 64
+_LEGACY_EPSILON_S = 1e-6
+
+
+class _Call(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="type"):
+    t: float
+    model: str
+    in_tokens: int | None = msgspec.field(default=None, name="in")
+    out_tokens: int | None = msgspec.field(default=None, name="out")
+    input_length: int | None = None
+    output_length: int | None = None
+    hash_ids: list[int] = []
+    input_types: list[str] = []
+    output_types: list[str] = []
+    stop: str | None = ""
+    api_time: float | None = None
+    ttft: float | None = None
+    think_time: float | None = None
+
+
+class _Plain(_Call, tag="n"):
+    pass
+
+
+class _Streamed(_Call, tag="s"):
+    pass
+
+
+class _Subagent(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag="subagent", tag_field="type"
+):
+    t: float
+    agent_id: str
+    subagent_type: str = ""
+    duration_ms: int | None = None
+    total_tokens: int | None = None
+    tool_use_count: int | None = None
+    status: str = ""
+    requests: list[_Plain | _Streamed | _Subagent] = []
+    models: list[str] = []
+    tool_tokens: int = 0
+    system_tokens: int = 0
+
+
+class _WekaTrace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    id: str
+    models: list[str]
+    block_size: int
+    hash_id_scope: str
+    tool_tokens: int = 0
+    system_tokens: int = 0
+    requests: list[_Plain | _Streamed | _Subagent]
+    totals: dict[str, Any] | None = None
+
+
+_DECODER = msgspec.json.Decoder(_WekaTrace)
+_ENCODER = msgspec.json.Encoder()
+_KNOWN_KEYS = {
+    "trace": {f.encode_name for f in msgspec.structs.fields(_WekaTrace)},
+    "request": {f.encode_name for f in msgspec.structs.fields(_Call)} | {"type"},
+    "subagent": {f.encode_name for f in msgspec.structs.fields(_Subagent)} | {"type"},
+}
+_ID_PATTERN = re.compile(rb'"id"\s*:\s*"([^"]{1,200})"')
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def is_weka_object(obj: object) -> bool:
+    """Whether a decoded JSON object looks like a Weka trace."""
+    return isinstance(obj, dict) and "requests" in obj and ("block_size" in obj or "hash_id_scope" in obj)
+
+
+def read_weka(
+    path: str | os.PathLike[str], *, block_size: int | None = None, findings: Findings | None = None
+) -> Trace:
+    """Read a Weka JSON file, a JSONL file of traces, or a directory of either.
+
+    `block_size` overrides the files' own (the reference's precedence: user > file > 64).
+    Warnings go to `findings`; errors raise one TraceError after the whole input was read.
+    """
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".gz")) if path.is_dir() else [path]
+    if not files:
+        raise TraceError.at("the directory holds no .json or .jsonl files", file=str(path))
+    sink = findings if findings is not None else Findings()
+    sessions: list[Session] = []
+    block_sizes: dict[int, str] = {}
+    scopes: dict[str, str] = {}
+    for file in files:
+        sink.file = str(file)
+        for line, text in _documents(file):
+            wire = _decode(text, line, sink)
+            if wire is None:
+                continue
+            where = f"{file}:{line}"
+            block_sizes.setdefault(wire.block_size, where)
+            scope = _scope_of(wire, line, sink)
+            if scope:
+                scopes.setdefault(scope, where)
+            session = _session_from_wire(wire, line, sink)
+            check_session(session, block_size or wire.block_size, sink, line_of=_constant(line))
+            sessions.append(session)
+    sink.file = str(path)
+    if len(block_sizes) > 1 and block_size is None:
+        listed = ", ".join(f"{size} ({where})" for size, where in block_sizes.items())
+        sink.error(f"traces disagree on block_size: {listed}; pass a block size to override")
+    if len(scopes) > 1:
+        sink.error(f"traces mix hash-id scopes: {', '.join(f'{s} ({w})' for s, w in scopes.items())}")
+    _check_unique_ids(sessions, sink)
+    sink.raise_if_errors()
+    return Trace(
+        sessions=sessions,
+        block_size=block_size or next(iter(block_sizes), DEFAULT_BLOCK_SIZE),
+        hash_id_scope="global" if "global" in scopes else "session",
+        provenance=Provenance(source_format="weka", source_path=str(path)),
+    )
+
+
+def _constant(line: int) -> Callable[[Agent, int], int | None]:
+    # A JSONL line holds a whole session: every request in it is on that line.
+    return lambda _agent, _index: line
+
+
+def _check_unique_ids(sessions: list[Session], sink: Findings) -> None:
+    seen: set[str] = set()
+    for session in sessions:
+        if session.session_id in seen:
+            sink.error(f'session id "{session.session_id}" appears twice', session=session.session_id)
+        seen.add(session.session_id)
+
+
+def _open(file: Path) -> IO[bytes]:
+    with open(file, "rb") as probe:
+        magic = probe.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(file, "rb")  # type: ignore[return-value]
+    return open(file, "rb")
+
+
+def _documents(file: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line, JSON text) for each trace: the whole file, or each line of a JSONL file."""
+    try:
+        yield from _documents_unchecked(file)
+    except OSError as exc:
+        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(file)) from None
+
+
+def _documents_unchecked(file: Path) -> Iterator[tuple[int, bytes]]:
+    with _open(file) as stream:
+        first = stream.readline()
+        stripped = first.strip()
+        if stripped.startswith(b"{") and stripped.endswith(b"}"):
+            if stripped:
+                yield 1, first
+            for number, line in enumerate(stream, start=2):
+                if line.strip():
+                    yield number, line
+        else:
+            yield 1, first + stream.read()
+
+
+def _scope_of(wire: _WekaTrace, line: int, sink: Findings) -> str | None:
+    if wire.hash_id_scope in ("local", "session"):
+        return "session"
+    if wire.hash_id_scope == "global":
+        return "global"
+    sink.error(f'hash_id_scope "{wire.hash_id_scope}" is not "local" (or "global")', line=line, session=wire.id)
+    return None
+
+
+def _decode(text: bytes, line: int, sink: Findings) -> _WekaTrace | None:
+    try:
+        return _DECODER.decode(text)
+    except msgspec.ValidationError as exc:
+        if "unknown field" not in str(exc):
+            sink.error(_describe(exc), line=line, session=_guess_id(text))
+            return None
+    except msgspec.DecodeError as exc:
+        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        return None
+    # Slow path, only for files with keys the reference would reject: drop them with a warning.
+    generic = msgspec.json.decode(text)
+    unknown: dict[str, int] = {}
+    _strip_unknown(generic, "trace", unknown)
+    for key, count in sorted(unknown.items()):
+        sink.warning(f"unknown key {key} ignored ({count}×)", line=line, session=_guess_id(text))
+    try:
+        return msgspec.convert(generic, _WekaTrace)
+    except msgspec.ValidationError as exc:
+        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        return None
+
+
+def _strip_unknown(obj: Any, level: str, unknown: dict[str, int]) -> None:
+    if not isinstance(obj, dict):
+        return
+    known = _KNOWN_KEYS[level]
+    for key in [k for k in obj if k not in known]:
+        name = f'"{key}"' if level == "trace" else f'"{key}" in a {level}'
+        unknown[name] = unknown.get(name, 0) + 1
+        del obj[key]
+    for entry in obj.get("requests", []) if isinstance(obj.get("requests"), list) else []:
+        if isinstance(entry, dict):
+            _strip_unknown(entry, "subagent" if entry.get("type") == "subagent" else "request", unknown)
+
+
+def _describe(exc: Exception) -> str:
+    message = str(exc)
+    if "truncated" in message:
+        return f"the JSON ends early (truncated file?): {message}"
+    return message.replace(" - at `$", " at `$")
+
+
+def _guess_id(text: bytes) -> str | None:
+    match = _ID_PATTERN.search(text[:4096])
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def _session_from_wire(wire: _WekaTrace, line: int, sink: Findings) -> Session:
+    root = Agent(agent_id="", tool_tokens=wire.tool_tokens, system_tokens=wire.system_tokens)
+    _fill_agent(
+        root, wire.requests, None, lambda message, **where: sink.error(message, line=line, session=wire.id, **where)
+    )
+    return Session(session_id=wire.id, root=root, models=list(wire.models), totals=wire.totals)
+
+
+def _fill_agent(
+    agent: Agent, entries: Iterable[_Plain | _Streamed | _Subagent], spawn_t: float | None, error: Callable[..., None]
+) -> None:
+    previous_ids: list[int] = []
+    for entry in entries:
+        if isinstance(entry, _Subagent):
+            sub = Agent(
+                agent_id=entry.agent_id,
+                spawn_after=len(agent.requests),
+                t=entry.t,
+                subagent_type=entry.subagent_type,
+                status=entry.status,
+                duration_ms=entry.duration_ms,
+                total_tokens=entry.total_tokens,
+                tool_use_count=entry.tool_use_count,
+                models=list(entry.models),
+                tool_tokens=entry.tool_tokens,
+                system_tokens=entry.system_tokens,
+            )
+            _fill_agent(sub, entry.requests, entry.t, error)
+            agent.subagents.append(sub)
+            continue
+        t = entry.t
+        if spawn_t is not None and t < spawn_t - _LEGACY_EPSILON_S:
+            t = spawn_t + t
+            agent.relative_times = True
+        kept, added = delta_encode(previous_ids, entry.hash_ids)
+        previous_ids = entry.hash_ids
+        in_tokens = entry.in_tokens if entry.in_tokens is not None else entry.input_length
+        out_tokens = entry.out_tokens if entry.out_tokens is not None else entry.output_length
+        if in_tokens is None or out_tokens is None:
+            missing = " and ".join(k for k, v in (("in", in_tokens), ("out", out_tokens)) if v is None)
+            error(
+                f"request lacks {missing} (or input_length/output_length)",
+                agent=agent.agent_id,
+                request=len(agent.requests),
+            )
+        agent.requests.append(
+            Request(
+                t=t,
+                model=entry.model,
+                in_tokens=0 if in_tokens is None else in_tokens,
+                out_tokens=0 if out_tokens is None else out_tokens,
+                hash_ids_kept=kept,
+                hash_ids_added=added,
+                think_time=entry.think_time,
+                api_time=entry.api_time,
+                ttft=entry.ttft,
+                type="s" if isinstance(entry, _Streamed) else "n",
+                input_types=tuple(entry.input_types),
+                output_types=tuple(entry.output_types),
+                stop=entry.stop or "",
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def write_weka(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write one trace per line (JSONL); a `.json` path with a single session gets one object.
+
+    Written keys are the reference's own, so AIPerf loads the file, except that a global-scope
+    trace says `hash_id_scope: "global"`. Dropped: `Session.start_s`, `acceptance_length`.
+    """
+    path = Path(path)
+    single = path.suffix == ".json" and len(trace.sessions) == 1
+    with open(path, "wb") as out:
+        for session in trace.sessions:
+            out.write(_ENCODER.encode(weka_object(session, trace)))
+            if not single:
+                out.write(b"\n")
+
+
+def weka_object(session: Session, trace: Trace) -> _WekaTrace:
+    """The Weka wire form of one session."""
+    root = session.root
+    return _WekaTrace(
+        id=session.session_id,
+        models=list(session.models),
+        block_size=trace.block_size,
+        hash_id_scope="global" if trace.hash_id_scope == "global" else "local",
+        tool_tokens=root.tool_tokens,
+        system_tokens=root.system_tokens,
+        requests=_wire_entries(root),
+        totals=session.totals,
+    )
+
+
+def _wire_entries(agent: Agent) -> list[_Plain | _Streamed | _Subagent]:
+    calls: list[_Plain | _Streamed | _Subagent] = []
+    offset = agent.t if agent.relative_times and agent.t is not None else None
+    for request, ids in zip(agent.requests, agent.iter_hash_ids(), strict=True):
+        kind = _Streamed if request.type == "s" else _Plain
+        calls.append(
+            kind(
+                t=request.t if offset is None else round(request.t - offset, 9),
+                model=request.model,
+                in_tokens=request.in_tokens,
+                out_tokens=request.out_tokens,
+                hash_ids=list(ids),
+                input_types=list(request.input_types),
+                output_types=list(request.output_types),
+                stop=request.stop,
+                api_time=request.api_time,
+                ttft=request.ttft,
+                think_time=request.think_time,
+            )
+        )
+    entries: list[_Plain | _Streamed | _Subagent] = []
+    subagents = iter(agent.subagents)
+    pending = next(subagents, None)
+    for index in range(len(calls) + 1):
+        while pending is not None and pending.spawn_after == index:
+            entries.append(_wire_subagent(pending))
+            pending = next(subagents, None)
+        if index < len(calls):
+            entries.append(calls[index])
+    while pending is not None:  # spawn_after out of range: keep it rather than lose it
+        entries.append(_wire_subagent(pending))
+        pending = next(subagents, None)
+    return entries
+
+
+def _wire_subagent(agent: Agent) -> _Subagent:
+    return _Subagent(
+        t=agent.t if agent.t is not None else (agent.requests[0].t if agent.requests else 0.0),
+        agent_id=agent.agent_id,
+        subagent_type=agent.subagent_type,
+        duration_ms=agent.duration_ms,
+        total_tokens=agent.total_tokens,
+        tool_use_count=agent.tool_use_count,
+        status=agent.status,
+        requests=_wire_entries(agent),
+        models=list(agent.models),
+        tool_tokens=agent.tool_tokens,
+        system_tokens=agent.system_tokens,
+    )
