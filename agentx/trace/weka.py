@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -19,13 +20,13 @@ import msgspec
 
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.validate import check_session
+from agentx.trace.validate import MAX_BLOCK_SIZE, check_session
 
 DEFAULT_BLOCK_SIZE = 64
 _LEGACY_EPSILON_S = 1e-6
 
 
-class _Call(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="type"):
+class WekaCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="type"):
     t: float
     model: str
     in_tokens: int | None = msgspec.field(default=None, name="in")
@@ -41,15 +42,15 @@ class _Call(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defau
     think_time: float | None = None
 
 
-class _Plain(_Call, tag="n"):
+class WekaRequest(WekaCall, tag="n"):
     pass
 
 
-class _Streamed(_Call, tag="s"):
+class WekaStreamedRequest(WekaCall, tag="s"):
     pass
 
 
-class _Subagent(
+class WekaSubagent(
     msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag="subagent", tag_field="type"
 ):
     t: float
@@ -59,29 +60,29 @@ class _Subagent(
     total_tokens: int | None = None
     tool_use_count: int | None = None
     status: str = ""
-    requests: list[_Plain | _Streamed | _Subagent] = []
+    requests: list[WekaRequest | WekaStreamedRequest | WekaSubagent] = []
     models: list[str] = []
     tool_tokens: int = 0
     system_tokens: int = 0
 
 
-class _WekaTrace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+class WekaTrace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     id: str
     models: list[str]
     block_size: int
     hash_id_scope: str
     tool_tokens: int = 0
     system_tokens: int = 0
-    requests: list[_Plain | _Streamed | _Subagent]
+    requests: list[WekaRequest | WekaStreamedRequest | WekaSubagent]
     totals: dict[str, Any] | None = None
 
 
-_DECODER = msgspec.json.Decoder(_WekaTrace)
+_DECODER = msgspec.json.Decoder(WekaTrace)
 _ENCODER = msgspec.json.Encoder()
 _KNOWN_KEYS = {
-    "trace": {f.encode_name for f in msgspec.structs.fields(_WekaTrace)},
-    "request": {f.encode_name for f in msgspec.structs.fields(_Call)} | {"type"},
-    "subagent": {f.encode_name for f in msgspec.structs.fields(_Subagent)} | {"type"},
+    "trace": {f.encode_name for f in msgspec.structs.fields(WekaTrace)},
+    "request": {f.encode_name for f in msgspec.structs.fields(WekaCall)} | {"type"},
+    "subagent": {f.encode_name for f in msgspec.structs.fields(WekaSubagent)} | {"type"},
 }
 _ID_PATTERN = re.compile(rb'"id"\s*:\s*"([^"]{1,200})"')
 
@@ -108,7 +109,12 @@ def read_weka(
     if not files:
         raise TraceError.at("the directory holds no .json or .jsonl files", file=str(path))
     sink = findings if findings is not None else Findings()
+    if block_size is not None and not 0 < block_size <= MAX_BLOCK_SIZE:
+        sink.file = str(path)
+        sink.error(f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]")
+        sink.raise_if_errors()
     sessions: list[Session] = []
+    first_seen: dict[str, str] = {}
     block_sizes: dict[int, str] = {}
     scopes: dict[str, str] = {}
     for file in files:
@@ -118,7 +124,14 @@ def read_weka(
             if wire is None:
                 continue
             where = f"{file}:{line}"
+            if not 0 < wire.block_size <= MAX_BLOCK_SIZE:
+                sink.error(f"block_size={wire.block_size} must be in [1, {MAX_BLOCK_SIZE}]", line=line, session=wire.id)
             block_sizes.setdefault(wire.block_size, where)
+            if wire.id in first_seen:
+                sink.error(
+                    f'session id "{wire.id}" appears twice (first at {first_seen[wire.id]})', line=line, session=wire.id
+                )
+            first_seen.setdefault(wire.id, where)
             scope = _scope_of(wire, line, sink)
             if scope:
                 scopes.setdefault(scope, where)
@@ -131,7 +144,6 @@ def read_weka(
         sink.error(f"traces disagree on block_size: {listed}; pass a block size to override")
     if len(scopes) > 1:
         sink.error(f"traces mix hash-id scopes: {', '.join(f'{s} ({w})' for s, w in scopes.items())}")
-    _check_unique_ids(sessions, sink)
     sink.raise_if_errors()
     return Trace(
         sessions=sessions,
@@ -144,14 +156,6 @@ def read_weka(
 def _constant(line: int) -> Callable[[Agent, int], int | None]:
     # A JSONL line holds a whole session: every request in it is on that line.
     return lambda _agent, _index: line
-
-
-def _check_unique_ids(sessions: list[Session], sink: Findings) -> None:
-    seen: set[str] = set()
-    for session in sessions:
-        if session.session_id in seen:
-            sink.error(f'session id "{session.session_id}" appears twice', session=session.session_id)
-        seen.add(session.session_id)
 
 
 def _open(file: Path) -> IO[bytes]:
@@ -168,6 +172,8 @@ def _documents(file: Path) -> Iterator[tuple[int, bytes]]:
         yield from _documents_unchecked(file)
     except OSError as exc:
         raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(file)) from None
+    except (EOFError, zlib.error) as exc:  # a truncated or corrupt gzip stream
+        raise TraceError.at(f"cannot read the gzip data (truncated or corrupt file?): {exc}", file=str(file)) from None
 
 
 def _documents_unchecked(file: Path) -> Iterator[tuple[int, bytes]]:
@@ -184,7 +190,7 @@ def _documents_unchecked(file: Path) -> Iterator[tuple[int, bytes]]:
             yield 1, first + stream.read()
 
 
-def _scope_of(wire: _WekaTrace, line: int, sink: Findings) -> str | None:
+def _scope_of(wire: WekaTrace, line: int, sink: Findings) -> str | None:
     if wire.hash_id_scope in ("local", "session"):
         return "session"
     if wire.hash_id_scope == "global":
@@ -193,7 +199,7 @@ def _scope_of(wire: _WekaTrace, line: int, sink: Findings) -> str | None:
     return None
 
 
-def _decode(text: bytes, line: int, sink: Findings) -> _WekaTrace | None:
+def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
     try:
         return _DECODER.decode(text)
     except msgspec.ValidationError as exc:
@@ -204,13 +210,17 @@ def _decode(text: bytes, line: int, sink: Findings) -> _WekaTrace | None:
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
     # Slow path, only for files with keys the reference would reject: drop them with a warning.
-    generic = msgspec.json.decode(text)
+    try:
+        generic = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:  # a syntax error after the first unknown key
+        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        return None
     unknown: dict[str, int] = {}
     _strip_unknown(generic, "trace", unknown)
     for key, count in sorted(unknown.items()):
         sink.warning(f"unknown key {key} ignored ({count}×)", line=line, session=_guess_id(text))
     try:
-        return msgspec.convert(generic, _WekaTrace)
+        return msgspec.convert(generic, WekaTrace)
     except msgspec.ValidationError as exc:
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
@@ -241,7 +251,7 @@ def _guess_id(text: bytes) -> str | None:
     return match.group(1).decode("utf-8", "replace") if match else None
 
 
-def _session_from_wire(wire: _WekaTrace, line: int, sink: Findings) -> Session:
+def _session_from_wire(wire: WekaTrace, line: int, sink: Findings) -> Session:
     root = Agent(agent_id="", tool_tokens=wire.tool_tokens, system_tokens=wire.system_tokens)
     _fill_agent(
         root, wire.requests, None, lambda message, **where: sink.error(message, line=line, session=wire.id, **where)
@@ -250,11 +260,14 @@ def _session_from_wire(wire: _WekaTrace, line: int, sink: Findings) -> Session:
 
 
 def _fill_agent(
-    agent: Agent, entries: Iterable[_Plain | _Streamed | _Subagent], spawn_t: float | None, error: Callable[..., None]
+    agent: Agent,
+    entries: Iterable[WekaRequest | WekaStreamedRequest | WekaSubagent],
+    spawn_t: float | None,
+    error: Callable[..., None],
 ) -> None:
     previous_ids: list[int] = []
     for entry in entries:
-        if isinstance(entry, _Subagent):
+        if isinstance(entry, WekaSubagent):
             sub = Agent(
                 agent_id=entry.agent_id,
                 spawn_after=len(agent.requests),
@@ -297,7 +310,7 @@ def _fill_agent(
                 think_time=entry.think_time,
                 api_time=entry.api_time,
                 ttft=entry.ttft,
-                type="s" if isinstance(entry, _Streamed) else "n",
+                type="s" if isinstance(entry, WekaStreamedRequest) else "n",
                 input_types=tuple(entry.input_types),
                 output_types=tuple(entry.output_types),
                 stop=entry.stop or "",
@@ -324,10 +337,10 @@ def write_weka(trace: Trace, path: str | os.PathLike[str]) -> None:
                 out.write(b"\n")
 
 
-def weka_object(session: Session, trace: Trace) -> _WekaTrace:
+def weka_object(session: Session, trace: Trace) -> WekaTrace:
     """The Weka wire form of one session."""
     root = session.root
-    return _WekaTrace(
+    return WekaTrace(
         id=session.session_id,
         models=list(session.models),
         block_size=trace.block_size,
@@ -339,11 +352,11 @@ def weka_object(session: Session, trace: Trace) -> _WekaTrace:
     )
 
 
-def _wire_entries(agent: Agent) -> list[_Plain | _Streamed | _Subagent]:
-    calls: list[_Plain | _Streamed | _Subagent] = []
+def _wire_entries(agent: Agent) -> list[WekaRequest | WekaStreamedRequest | WekaSubagent]:
+    calls: list[WekaRequest | WekaStreamedRequest | WekaSubagent] = []
     offset = agent.t if agent.relative_times and agent.t is not None else None
     for request, ids in zip(agent.requests, agent.iter_hash_ids(), strict=True):
-        kind = _Streamed if request.type == "s" else _Plain
+        kind = WekaStreamedRequest if request.type == "s" else WekaRequest
         calls.append(
             kind(
                 t=request.t if offset is None else round(request.t - offset, 9),
@@ -359,7 +372,7 @@ def _wire_entries(agent: Agent) -> list[_Plain | _Streamed | _Subagent]:
                 think_time=request.think_time,
             )
         )
-    entries: list[_Plain | _Streamed | _Subagent] = []
+    entries: list[WekaRequest | WekaStreamedRequest | WekaSubagent] = []
     subagents = iter(agent.subagents)
     pending = next(subagents, None)
     for index in range(len(calls) + 1):
@@ -374,8 +387,8 @@ def _wire_entries(agent: Agent) -> list[_Plain | _Streamed | _Subagent]:
     return entries
 
 
-def _wire_subagent(agent: Agent) -> _Subagent:
-    return _Subagent(
+def _wire_subagent(agent: Agent) -> WekaSubagent:
+    return WekaSubagent(
         t=agent.t if agent.t is not None else (agent.requests[0].t if agent.requests else 0.0),
         agent_id=agent.agent_id,
         subagent_type=agent.subagent_type,
@@ -388,3 +401,14 @@ def _wire_subagent(agent: Agent) -> _Subagent:
         tool_tokens=agent.tool_tokens,
         system_tokens=agent.system_tokens,
     )
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of one Weka trace object as the reference defines it (the source of
+    `schemas/weka-trace.schema.json`). Our reader is laxer: unknown keys only warn."""
+    schema = msgspec.json.schema(WekaTrace)
+    schema["title"] = "Weka / AgentX trace (one session)"
+    schema["description"] = (
+        "One object per trace file, or one per line of a JSONL corpus. Generated from agentx/trace/weka.py."
+    )
+    return schema

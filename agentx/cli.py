@@ -1,0 +1,152 @@
+"""The `agentx` command line: parse, call the library, print."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import msgspec
+from rich.console import Console
+
+from agentx.tables import stats_tables
+from agentx.trace.errors import Finding, Findings, TraceError
+from agentx.trace.io import FORMATS, Format, load_trace, save_trace
+from agentx.trace.stats import parse_token_counts, trace_stats
+
+EXIT_BAD_INPUT = 2
+
+_stdout = Console(highlight=False, soft_wrap=True)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str) -> NoReturn:
+    _stderr.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _print_findings(findings: list[Finding], limit: int) -> None:
+    shown = findings if limit <= 0 else findings[:limit]
+    for finding in shown:
+        style = "red" if finding.severity == "error" else "yellow"
+        _stderr.print(f"[{style}]{finding.severity}:[/] ", end="", markup=True)
+        _stderr.print(str(finding), markup=False)
+    if len(shown) < len(findings):
+        _stderr.print(f"… and {len(findings) - len(shown)} more (use --max-findings 0 to see all)", markup=False)
+
+
+_format_option = click.option(
+    "--format", "input_format", type=click.Choice(FORMATS), help="Input format (default: detected from content)."
+)
+_block_size_option = click.option(
+    "--block-size", type=click.IntRange(min=1), help="Tokens per hash id, overriding the file's."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="agentx")
+def main() -> None:
+    """Replay agentic LLM workloads against OpenAI-compatible inference servers."""
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@_format_option
+@_block_size_option
+@click.option("--max-findings", default=50, show_default=True, help="Print at most this many findings (0: all).")
+def validate(trace: Path, input_format: Format | None, block_size: int | None, max_findings: int) -> None:
+    """Check TRACE; print each error and warning with its file, line, session and request.
+
+    Exit status 0 when there are no errors (warnings allowed), 2 otherwise.
+    """
+    findings = Findings()
+    try:
+        loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
+    except TraceError as exc:
+        _print_findings(findings.items or exc.findings, max_findings)
+        errors = len(findings.errors) or len(exc.findings)
+        _fail(f"{trace}: {errors} error(s), {len(findings.warnings)} warning(s); the trace is not usable")
+    _print_findings(findings.items, max_findings)
+    _stdout.print(
+        f"{trace}: ok — {len(loaded.sessions):,} sessions, {loaded.request_count:,} requests, "
+        f"{len(findings.warnings):,} warning(s)",
+        markup=False,
+    )
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("destination", type=click.Path(path_type=Path))
+@click.option(
+    "--to",
+    "output_format",
+    type=click.Choice(("arrow", "parquet", "weka", "mooncake")),
+    help="Output format (default: from DESTINATION's suffix: .arrow, .parquet, else Weka JSONL).",
+)
+@_format_option
+@_block_size_option
+def convert(
+    source: Path, destination: Path, output_format: Format | None, input_format: Format | None, block_size: int | None
+) -> None:
+    """Convert SOURCE to DESTINATION (Arrow, Parquet, Weka JSONL or Mooncake JSONL)."""
+    started = time.perf_counter()
+    findings = Findings()
+    try:
+        trace = load_trace(source, format=input_format, block_size=block_size, findings=findings)
+        _print_findings(findings.warnings, 10)
+        save_trace(trace, destination, format=output_format)
+    except TraceError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{destination}: cannot write: {exc.strerror or exc}")
+    size_mb = destination.stat().st_size / 1e6 if destination.is_file() else 0.0
+    _stdout.print(
+        f"wrote {destination}: {len(trace.sessions):,} sessions, {trace.request_count:,} requests, "
+        f"{size_mb:,.2f} MB in {time.perf_counter() - started:.2f} s",
+        markup=False,
+    )
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--cache-tokens",
+    default="",
+    metavar="N[,N...]",
+    help="LRU cache capacities in tokens to simulate, e.g. 1e6,1e7,1e8.",
+)
+@click.option(
+    "--non-causal",
+    is_flag=True,
+    help="Count a block as cached once its producer starts (older reference rule), not once it ends.",
+)
+@_format_option
+@_block_size_option
+def inspect(
+    trace: Path, as_json: bool, cache_tokens: str, non_causal: bool, input_format: Format | None, block_size: int | None
+) -> None:
+    """Summarise TRACE: sessions, subagent shape, distributions, prefix-cache hit rates."""
+    try:
+        capacities = parse_token_counts(cache_tokens) if cache_tokens else []
+    except ValueError as exc:
+        _fail(f"--cache-tokens: {exc}")
+    findings = Findings()
+    try:
+        loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
+    except TraceError as exc:
+        _fail(str(exc))
+    if findings.warnings:
+        _stderr.print(f"{len(findings.warnings):,} warning(s); `agentx validate {trace}` lists them", markup=False)
+    stats = trace_stats(loaded, cache_tokens=capacities, causal=not non_causal)
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(stats)).decode() + "\n")
+        return
+    for table in stats_tables(stats, title=str(trace)):
+        _stdout.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""What a trace holds: size, shape of the agent trees, distributions, and prefix-cache hit rates.
+
+Theoretical prefix-cache hit (semantics §6): one infinite cache per hash-id namespace (per
+session, or one for a global-scope trace); requests in recorded order; a request's hits are the
+leading run of its hash ids already available; a block becomes available when a request holding
+it ends (`t + api_time`, "causal"), or when it starts with `causal=False` (older reference code).
+
+The LRU figure replays every request of the trace on one shared cache of a given size in tokens,
+in order of absolute start time (`Session.start_s + t`: for Weka corpora, every session starting
+at once), ids namespaced as the trace's scope says. Its cost is linear in the total number of
+hash ids (all prompts, not only the new blocks), unlike the infinite-cache figure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
+
+import msgspec
+import numpy as np
+
+from agentx.trace.model import Agent, Request, Session, Trace
+
+JOIN_EPSILON_S = 1e-6
+"""A subagent joins the first parent request starting at or after its end, within this slack."""
+
+
+class Distribution(msgspec.Struct, kw_only=True):
+    """Summary of one quantity over a population (NaN-free; empty → all zero, count 0)."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray) -> Distribution:
+        data = np.asarray(values, dtype=np.float64)
+        data = data[np.isfinite(data)]
+        if data.size == 0:
+            return cls(count=0, mean=0.0, p50=0.0, p90=0.0, p99=0.0, min=0.0, max=0.0)
+        p50, p90, p99 = np.percentile(data, [50, 90, 99])
+        return cls(
+            count=int(data.size),
+            mean=float(data.mean()),
+            p50=float(p50),
+            p90=float(p90),
+            p99=float(p99),
+            min=float(data.min()),
+            max=float(data.max()),
+        )
+
+
+class TreeShape(msgspec.Struct, kw_only=True):
+    """How sessions branch into subagents."""
+
+    sessions_with_subagents: int
+    subagents: int
+    max_depth: int
+    spawn_groups: int
+    """Spawn points: subagents started after the same parent request form one group."""
+    max_fan_out: int
+    mean_fan_out: float
+    joined: int
+    """Subagents some later parent request waits for (the first one at or after the subagent's end)."""
+    background: int
+    """Subagents no parent request waits for (they end after the parent's last request)."""
+    empty: int
+    """Subagents with no requests (e.g. launched asynchronously, no telemetry)."""
+
+
+class CacheHit(msgspec.Struct, kw_only=True):
+    """Block-level hit rate: hits / total over every request."""
+
+    hits: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.hits / self.total if self.total else 0.0
+
+
+class LruHit(msgspec.Struct, kw_only=True):
+    capacity_tokens: int
+    hits: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.hits / self.total if self.total else 0.0
+
+
+class TraceStats(msgspec.Struct, kw_only=True):
+    """Everything `agentx inspect` reports."""
+
+    sessions: int
+    agents: int
+    requests: int
+    block_size: int
+    hash_id_scope: str
+    models: dict[str, int]
+    """Requests per recorded model."""
+    input_tokens: int
+    output_tokens: int
+    shape: TreeShape
+    in_tokens: Distribution
+    out_tokens: Distribution
+    think_time_s: Distribution
+    api_time_s: Distribution
+    requests_per_session: Distribution
+    peak_context_tokens: Distribution
+    """Per session: the largest `in + out` of any request."""
+    session_duration_s: Distribution
+    """Per session: last recorded end minus first start."""
+    theoretical_hit: CacheHit
+    lru_hits: list[LruHit]
+
+
+def trace_stats(trace: Trace, *, cache_tokens: Sequence[int] = (), causal: bool = True) -> TraceStats:
+    """Compute the inspect report; `cache_tokens` lists LRU capacities (in tokens) to simulate."""
+    requests = [r for s in trace.sessions for a, _, _ in s.agents() for r in a.requests]
+    hits, totals = prefix_cache_hits(trace, causal=causal)
+    return TraceStats(
+        sessions=len(trace.sessions),
+        agents=sum(1 for s in trace.sessions for _ in s.agents()),
+        requests=len(requests),
+        block_size=trace.block_size,
+        hash_id_scope=trace.hash_id_scope,
+        models=dict(Counter(r.model for r in requests).most_common()),
+        input_tokens=sum(r.in_tokens for r in requests),
+        output_tokens=sum(r.out_tokens for r in requests),
+        shape=tree_shape(trace.sessions),
+        in_tokens=Distribution.of([r.in_tokens for r in requests]),
+        out_tokens=Distribution.of([r.out_tokens for r in requests]),
+        think_time_s=Distribution.of([r.think_time for r in requests if r.think_time is not None]),
+        api_time_s=Distribution.of([r.api_time for r in requests if r.api_time is not None]),
+        requests_per_session=Distribution.of([s.request_count for s in trace.sessions]),
+        peak_context_tokens=Distribution.of([_peak_context(s) for s in trace.sessions if s.request_count]),
+        session_duration_s=Distribution.of([_duration(s) for s in trace.sessions if s.request_count]),
+        theoretical_hit=CacheHit(hits=int(hits.sum()), total=int(totals.sum())),
+        lru_hits=[lru_hit(trace, capacity) for capacity in cache_tokens],
+    )
+
+
+def _peak_context(session: Session) -> int:
+    return max(r.in_tokens + r.out_tokens for a, _, _ in session.agents() for r in a.requests)
+
+
+def _duration(session: Session) -> float:
+    requests = [r for a, _, _ in session.agents() for r in a.requests]
+    return max(r.end for r in requests) - min(r.t for r in requests)
+
+
+def join_index(parent: Agent, sub: Agent) -> int | None:
+    """The parent request that waits for `sub` (tiered join), or None for a background subagent."""
+    end = sub.end
+    for index in range(sub.spawn_after, len(parent.requests)):
+        if parent.requests[index].t + JOIN_EPSILON_S >= end:
+            return index
+    return None
+
+
+def tree_shape(sessions: Sequence[Session]) -> TreeShape:
+    groups: Counter[tuple[int, int, int]] = Counter()
+    subagents = joined = background = empty = max_depth = with_subagents = 0
+    for session_index, session in enumerate(sessions):
+        with_subagents += bool(session.root.subagents)
+        for agent, parent, depth in session.agents():
+            max_depth = max(max_depth, depth)
+            if parent is None:
+                continue
+            subagents += 1
+            groups[(session_index, id(parent), agent.spawn_after)] += 1
+            if not agent.requests:
+                empty += 1
+            elif join_index(parent, agent) is None:
+                background += 1
+            else:
+                joined += 1
+    sizes = list(groups.values())
+    return TreeShape(
+        sessions_with_subagents=with_subagents,
+        subagents=subagents,
+        max_depth=max_depth,
+        spawn_groups=len(sizes),
+        max_fan_out=max(sizes, default=0),
+        mean_fan_out=float(np.mean(sizes)) if sizes else 0.0,
+        joined=joined,
+        background=background,
+        empty=empty,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# prefix-cache hits
+
+
+class _Step(msgspec.Struct):
+    """One request in a namespace, with what the hit computation needs."""
+
+    start: float
+    row: int
+    available_at: float
+    request: Request
+    ids: tuple[int, ...]
+    previous: _Step | None
+    """The previous request of the same agent."""
+    released: bool = False
+
+
+def _steps(session: Session, first_row: int, causal: bool) -> Iterator[_Step]:
+    row = first_row
+    for agent, _, _ in session.agents():
+        previous: _Step | None = None
+        for request, ids in zip(agent.requests, agent.iter_hash_ids(), strict=True):
+            start = session.start_s + request.t
+            step = _Step(start, row, session.start_s + request.end if causal else start, request, ids, previous)
+            previous = step
+            row += 1
+            yield step
+
+
+def _namespaces(trace: Trace) -> Iterator[tuple[list[Session], int]]:
+    """Groups of sessions sharing hash ids, each with the row number of its first request."""
+    if trace.hash_id_scope == "global":
+        yield trace.sessions, 0
+        return
+    row = 0
+    for session in trace.sessions:
+        yield [session], row
+        row += session.request_count
+
+
+def prefix_cache_hits(trace: Trace, *, causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per request (in row order: session, agent depth first, request): (hit blocks, total blocks)."""
+    hits = np.zeros(trace.request_count, dtype=np.int64)
+    totals = np.zeros(trace.request_count, dtype=np.int64)
+    for sessions, first_row in _namespaces(trace):
+        steps: list[_Step] = []
+        row = first_row
+        for session in sessions:
+            steps.extend(_steps(session, row, causal))
+            row += session.request_count
+        steps.sort(key=lambda step: (step.start, step.row))
+        available: set[int] = set()
+        pending: list[tuple[float, int, _Step]] = []
+        for step in steps:
+            while pending and pending[0][0] <= step.start:
+                _, _, done = heapq.heappop(pending)
+                done.released = True
+                available.update(done.ids)
+            ids, kept = step.ids, step.request.hash_ids_kept
+            # The kept prefix came from the agent's previous request; once that one was released
+            # its ids are all available, so only the added ids need looking up.
+            hit = kept if step.previous is not None and step.previous.released else 0
+            while hit < len(ids) and ids[hit] in available:
+                hit += 1
+            hits[step.row], totals[step.row] = hit, len(ids)
+            heapq.heappush(pending, (step.available_at, step.row, step))
+            if step.previous is not None and step.previous.released:
+                # Its kept ids are already available: release only what is new.
+                step.ids = ids[kept:]
+        for step in steps:  # drop references early: the id tuples can be large
+            step.previous = None
+    return hits, totals
+
+
+def lru_hit(trace: Trace, capacity_tokens: int, *, causal: bool = True) -> LruHit:
+    """Block hits of every request on one shared LRU cache holding `capacity_tokens` tokens."""
+    capacity_blocks = max(0, capacity_tokens // max(1, trace.block_size))
+    events: list[tuple[float, int, Hashable, tuple[int, ...], float]] = []
+    row = 0
+    for session_index, session in enumerate(trace.sessions):
+        namespace: Hashable = 0 if trace.hash_id_scope == "global" else session_index
+        for step in _steps(session, row, causal):
+            events.append((step.start, step.row, namespace, step.ids, step.available_at))
+        row += session.request_count
+    events.sort(key=lambda event: (event[0], event[1]))
+    cache: OrderedDict[tuple[Hashable, int], None] = OrderedDict()
+    pending: list[tuple[float, int, Hashable, tuple[int, ...]]] = []
+    hits = total = 0
+
+    def insert(namespace: Hashable, ids: tuple[int, ...]) -> None:
+        for block in ids:
+            key = (namespace, block)
+            cache[key] = None
+            cache.move_to_end(key)
+        while len(cache) > capacity_blocks:
+            cache.popitem(last=False)
+
+    for start, row_number, namespace, ids, available_at in events:
+        while pending and pending[0][0] <= start:
+            _, _, done_namespace, done_ids = heapq.heappop(pending)
+            insert(done_namespace, done_ids)
+        hit = 0
+        while hit < len(ids) and (namespace, ids[hit]) in cache:
+            cache.move_to_end((namespace, ids[hit]))
+            hit += 1
+        hits += hit
+        total += len(ids)
+        heapq.heappush(pending, (available_at, row_number, namespace, ids))
+    return LruHit(capacity_tokens=capacity_tokens, hits=hits, total=total)
+
+
+def parse_token_counts(text: str) -> list[int]:
+    """Parse "1e6,1e7,2.5e8" (token counts, any float notation) into ints."""
+    counts = []
+    for part in text.split(","):
+        value = float(part.strip())
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{part.strip()!r} is not a non-negative token count")
+        counts.append(int(value))
+    return counts

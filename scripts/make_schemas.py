@@ -1,0 +1,31 @@
+"""Regenerate schemas/ from the code (CI checks they match: tests/test_schemas.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from agentx.trace import arrow, weka
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+
+
+def generated() -> dict[str, str]:
+    """File name → content of every generated schema file."""
+    return {
+        "weka-trace.schema.json": msgspec.json.format(msgspec.json.encode(weka.json_schema()), indent=2).decode()
+        + "\n",
+        "trace.arrow.md": arrow.describe_layout(),
+    }
+
+
+def main() -> None:
+    SCHEMAS.mkdir(exist_ok=True)
+    for name, content in generated().items():
+        (SCHEMAS / name).write_text(content, encoding="utf-8")
+        print(f"wrote {SCHEMAS / name}")
+
+
+if __name__ == "__main__":
+    main()

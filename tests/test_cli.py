@@ -1,0 +1,97 @@
+"""The command line: real invocations, exit codes, and no tracebacks for user mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agentx.cli import main
+from agentx.trace.io import load_trace
+
+TRACE = {
+    "id": "abc",
+    "models": ["m"],
+    "block_size": 64,
+    "hash_id_scope": "local",
+    "requests": [
+        {"t": 0.0, "type": "n", "model": "m", "in": 200, "out": 10, "hash_ids": [0, 1, 2], "api_time": 1.0},
+        {"t": 3.0, "type": "n", "model": "m", "in": 900, "out": 10, "hash_ids": [0, 1, 2], "api_time": 1.0},
+    ],
+}
+
+
+@pytest.fixture
+def weka_file(tmp_path: Path) -> Path:
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(TRACE) + "\n")
+    return path
+
+
+def test_validate_reports_the_hash_id_shortfall_as_a_located_warning(weka_file: Path) -> None:
+    result = CliRunner().invoke(main, ["validate", str(weka_file)])
+    assert result.exit_code == 0, result.output
+    assert f'{weka_file}:1 session "abc" request 1: in=900 needs 14 hash ids at block_size 64, has 3' in result.output
+    assert "ok" in result.output
+
+
+def test_validate_exits_2_naming_file_line_session_and_request(tmp_path: Path) -> None:
+    bad = dict(TRACE, requests=[dict(TRACE["requests"][0]), dict(TRACE["requests"][1], api_time=-2.0)])  # type: ignore[arg-type]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(TRACE) + "\n" + json.dumps(dict(bad, id="xyz")) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f'{path}:2 session "xyz" request 1: api_time is negative (-2.0)' in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b'{"id": "x", "models": [], "block_size": 64, "hash_id_scope": "local", "requests": [{"t": ', b""],
+)
+def test_broken_files_fail_with_exit_2_and_one_paragraph(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "broken.json"
+    path.write_bytes(content)
+    for command in ("validate", "inspect", "convert"):
+        args = [command, str(path)] + ([str(tmp_path / "out.arrow")] if command == "convert" else [])
+        result = subprocess.run([sys.executable, "-m", "agentx.cli", *args], capture_output=True, text=True)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert str(path) in result.stderr
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path / "nope.arrow")])
+    assert result.exit_code == 2
+    assert "no such file" in result.output
+
+
+def test_convert_then_inspect_json(weka_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.arrow"
+    result = CliRunner().invoke(main, ["convert", str(weka_file), str(out)])
+    assert result.exit_code == 0, result.output
+    assert load_trace(out) == load_trace(weka_file)
+    result = CliRunner().invoke(main, ["inspect", str(out), "--json", "--cache-tokens", "1e3,1e6"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["requests"] == 2 and report["sessions"] == 1
+    # r1 repeats r0's three blocks after r0 ended: 3 hits of 6 blocks.
+    assert report["theoretical_hit"] == {"hits": 3, "total": 6}
+    assert [lru["capacity_tokens"] for lru in report["lru_hits"]] == [1000, 1_000_000]
+
+
+def test_inspect_prints_tables(weka_file: Path) -> None:
+    result = CliRunner().invoke(main, ["inspect", str(weka_file)])
+    assert result.exit_code == 0, result.output
+    for heading in ("sessions", "distributions", "prefix-cache hit", "theoretical"):
+        assert heading in result.output
+
+
+def test_bad_cache_tokens_option(weka_file: Path) -> None:
+    result = CliRunner().invoke(main, ["inspect", str(weka_file), "--cache-tokens", "lots"])
+    assert result.exit_code == 2
+    assert "--cache-tokens" in result.output
