@@ -42,7 +42,7 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     if text.startswith(b"{") and text.endswith(b"}"):
         try:
             obj = msgspec.json.decode(text)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # absurd nesting must not escape as a crash
             obj = None
         if isinstance(obj, dict):
             if weka.is_weka_object(obj):

@@ -212,7 +212,10 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
     # Slow path, only for files with keys the reference would reject: drop them with a warning.
     try:
         generic = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:  # a syntax error after the first unknown key
+    except (
+        msgspec.DecodeError,
+        RecursionError,
+    ) as exc:  # a syntax error after the first unknown key, or absurd nesting
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
     unknown: dict[str, int] = {}
