@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -50,6 +51,7 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("acceptance_length", pa.float64()), "forced speculative acceptance length, if any"),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
+_FIELDS = {field.name: field for field in SCHEMA}
 
 META_FORMAT = b"agentx.format"
 META_VERSION = b"agentx.version"
@@ -63,7 +65,7 @@ class _AgentHeader(msgspec.Struct, kw_only=True, omit_defaults=True):
     """An agent without its requests (those are rows), and how many rows it owns."""
 
     agent_id: str = ""
-    request_count: int = 0
+    request_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     subagents: list[_AgentHeader] = []
     spawn_after: int = 0
     t: float | None = None
@@ -180,10 +182,13 @@ def read_arrow(path: str | os.PathLike[str], *, findings: Findings | None = None
         else:
             with ipc.open_stream(file) as stream:
                 table = stream.read_all()
-    except OSError as exc:
-        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=file) from None
-    except (pa.ArrowInvalid, pa.ArrowException) as exc:
-        raise TraceError.at(f"not a readable Arrow/Parquet file ({exc})", file=file) from None
+        # Corrupt buffers must fail here: unchecked, they crash the interpreter when converted.
+        table.validate(full=True)
+        table.schema.names  # noqa: B018 (field names must decode as UTF-8)
+    except OSError as exc:  # pyarrow's messages can span lines: keep the error one paragraph
+        raise TraceError.at(f"cannot read the file: {' '.join(str(exc.strerror or exc).split())}", file=file) from None
+    except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError) as exc:
+        raise TraceError.at(f"not a readable Arrow/Parquet file ({' '.join(str(exc).split())})", file=file) from None
     return from_table(table, file=file, findings=findings)
 
 
@@ -192,12 +197,12 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
     sink = findings if findings is not None else Findings()
     sink.file = file
     metadata = table.schema.metadata or {}
-    fmt = metadata.get(META_FORMAT, b"").decode()
-    version = metadata.get(META_VERSION, b"").decode()
+    fmt = metadata.get(META_FORMAT, b"").decode("utf-8", "replace")
+    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
     if fmt != FORMAT_NAME or not version:
         raise TraceError.at(f"not an agentx trace table (schema metadata lacks {META_FORMAT.decode()})", file=file)
     major = version.split(".", 1)[0]
-    if not major.isdigit() or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
+    if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
         raise TraceError.at(
             f"written in trace format version {version}; this agentx reads {FORMAT_VERSION.split('.')[0]}.x. "
             "Upgrade agentx to read it.",
@@ -216,7 +221,8 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
         block_size = int(metadata.get(META_BLOCK_SIZE, b"0"))
     except (msgspec.DecodeError, ValueError) as exc:
         raise TraceError.at(f"the schema metadata is corrupt ({exc})", file=file) from None
-    scope = metadata.get(META_SCOPE, b"session").decode()
+    scope = metadata.get(META_SCOPE, b"session").decode("utf-8", "replace")
+    table = _conform(table, file)
 
     expected_rows = sum(_count_rows(h.root) for h in headers)
     if expected_rows != table.num_rows:
@@ -245,6 +251,32 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
     check_trace_header(trace, sink)
     sink.raise_if_errors()
     return trace
+
+
+def _conform(table: pa.Table, file: str) -> pa.Table:
+    """The table with its known columns in their native types; refuses nulls the schema forbids."""
+    names = table.column_names
+    for index, name in enumerate(names):
+        field = _FIELDS.get(name)
+        if field is None:
+            continue
+        if names.count(name) > 1:
+            raise TraceError.at(f'the table has {names.count(name)} columns named "{name}"', file=file)
+        column = table.column(index)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except pa.ArrowException as exc:
+                raise TraceError.at(
+                    f'column "{name}" has type {column.type}, expected {field.type} ({exc})', file=file
+                ) from None
+            table = table.set_column(index, field, column)
+        nulls = column.null_count if not field.nullable else 0
+        if pa.types.is_list(field.type):
+            nulls += pc.list_flatten(column).null_count
+        if nulls:
+            raise TraceError.at(f'column "{name}" holds {nulls} null value(s) where none are allowed', file=file)
+    return table
 
 
 def _count_rows(header: _AgentHeader) -> int:

@@ -212,10 +212,7 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
     # Slow path, only for files with keys the reference would reject: drop them with a warning.
     try:
         generic = msgspec.json.decode(text)
-    except (
-        msgspec.DecodeError,
-        RecursionError,
-    ) as exc:  # a syntax error after the first unknown key, or absurd nesting
+    except (msgspec.DecodeError, RecursionError) as exc:  # a syntax error past an unknown key; absurd nesting
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
     unknown: dict[str, int] = {}
