@@ -18,8 +18,10 @@ from agentx.trace.stats import parse_token_counts, trace_stats
 
 EXIT_BAD_INPUT = 2
 
-_stdout = Console(highlight=False, soft_wrap=True)
-_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+# Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default.
+_PIPED_WIDTH = 120
+_stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPED_WIDTH)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else _PIPED_WIDTH)
 
 
 def _fail(message: str) -> NoReturn:

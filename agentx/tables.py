@@ -46,9 +46,9 @@ def stats_tables(stats: TraceStats, title: str = "") -> list[Table]:
         ("out (tokens)", stats.out_tokens),
         ("think_time (s)", stats.think_time_s),
         ("api_time (s)", stats.api_time_s),
-        ("requests per session", stats.requests_per_session),
-        ("peak context per session (tokens)", stats.peak_context_tokens),
-        ("session duration (s)", stats.session_duration_s),
+        ("requests/session", stats.requests_per_session),
+        ("peak context/session (tokens)", stats.peak_context_tokens),
+        ("session length (s)", stats.session_duration_s),
     ]
     for name, dist in rows:
         digits = 2 if "(s)" in name else 0
