@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from agentx.cli import main
 from agentx.trace.io import load_trace
 
-TRACE = {
+TRACE: dict[str, Any] = {
     "id": "abc",
     "models": ["m"],
     "block_size": 64,
@@ -40,7 +41,7 @@ def test_validate_reports_the_hash_id_shortfall_as_a_located_warning(weka_file: 
 
 
 def test_validate_exits_2_naming_file_line_session_and_request(tmp_path: Path) -> None:
-    bad = dict(TRACE, requests=[dict(TRACE["requests"][0]), dict(TRACE["requests"][1], api_time=-2.0)])  # type: ignore[arg-type]
+    bad = dict(TRACE, requests=[dict(TRACE["requests"][0]), dict(TRACE["requests"][1], api_time=-2.0)])
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(TRACE) + "\n" + json.dumps(dict(bad, id="xyz")) + "\n")
     result = CliRunner().invoke(main, ["validate", str(path)])

@@ -11,7 +11,8 @@ from agentx.trace.stats import join_index, lru_hit, parse_token_counts, prefix_c
 
 def _agent(calls: list[tuple[float, float | None, list[int]]], **fields: object) -> Agent:
     """An agent from (t, api_time, full hash ids) triples."""
-    requests, previous = [], []
+    requests: list[Request] = []
+    previous: list[int] = []
     for t, api_time, ids in calls:
         kept, added = delta_encode(previous, ids)
         requests.append(

@@ -219,7 +219,7 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
         headers = msgspec.json.decode(metadata.get(META_SESSIONS, b"[]"), type=list[_SessionHeader])
         provenance = msgspec.json.decode(metadata.get(META_PROVENANCE, b"{}"), type=Provenance)
         block_size = int(metadata.get(META_BLOCK_SIZE, b"0"))
-    except (msgspec.DecodeError, ValueError) as exc:
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise TraceError.at(f"the schema metadata is corrupt ({exc})", file=file) from None
     scope = metadata.get(META_SCOPE, b"session").decode("utf-8", "replace")
     table = _conform(table, file)
@@ -267,8 +267,9 @@ def _conform(table: pa.Table, file: str) -> pa.Table:
             try:
                 column = column.cast(field.type)
             except pa.ArrowException as exc:
+                reason = " ".join(str(exc).split())
                 raise TraceError.at(
-                    f'column "{name}" has type {column.type}, expected {field.type} ({exc})', file=file
+                    f'column "{name}" has type {column.type}, expected {field.type} ({reason})', file=file
                 ) from None
             table = table.set_column(index, field, column)
         nulls = column.null_count if not field.nullable else 0
@@ -280,7 +281,13 @@ def _conform(table: pa.Table, file: str) -> pa.Table:
 
 
 def _count_rows(header: _AgentHeader) -> int:
-    return header.request_count + sum(_count_rows(sub) for sub in header.subagents)
+    # Iterative: a deeply nested (corrupt) header must not exhaust the interpreter's recursion limit.
+    total, pending = 0, [header]
+    while pending:
+        agent = pending.pop()
+        total += agent.request_count
+        pending.extend(agent.subagents)
+    return total
 
 
 def _row_numbers(session: Session, first_row: int) -> Callable[[Agent, int], int | None]:

@@ -16,6 +16,8 @@ from agentx.trace.model import Agent, Request, Session, Trace
 MAX_TOKENS_PER_REQUEST = 100_000_000
 """Larger `in`/`out` values are taken as corrupt data, not as a real request."""
 MAX_BLOCK_SIZE = 1 << 20
+MAX_AGENT_DEPTH = 100
+"""Deeper subagent nesting is taken as corrupt data (the tree code recurses once per level)."""
 HASH_ID_MIN, HASH_ID_MAX = -(1 << 63), (1 << 63) - 1
 
 Report = Callable[[str, str], None]
@@ -98,8 +100,10 @@ def check_session(session: Session, block_size: int, findings: Findings, line_of
     if not math.isfinite(session.start_s) or session.start_s < 0:
         findings.error(f"start_s={session.start_s} must be finite and >= 0", session=session.session_id)
     seen_agents: set[str] = set()
-    for agent, parent, _depth in session.agents():
+    for agent, parent, depth in session.agents():
         where = {"session": session.session_id, "agent": agent.agent_id}
+        if depth == MAX_AGENT_DEPTH + 1:
+            findings.error(f"subagents nest deeper than {MAX_AGENT_DEPTH} levels", **where)
         if parent is not None:
             if not agent.agent_id:
                 findings.error("subagent has an empty agent_id", **where)

@@ -178,16 +178,18 @@ def _documents(file: Path) -> Iterator[tuple[int, bytes]]:
 
 def _documents_unchecked(file: Path) -> Iterator[tuple[int, bytes]]:
     with _open(file) as stream:
-        first = stream.readline()
+        first, start = stream.readline(), 1
+        while first and not first.strip():  # leading blank lines: the layout is decided by the first document
+            first, start = stream.readline(), start + 1
         stripped = first.strip()
         if stripped.startswith(b"{") and stripped.endswith(b"}"):
             if stripped:
-                yield 1, first
-            for number, line in enumerate(stream, start=2):
+                yield start, first
+            for number, line in enumerate(stream, start=start + 1):
                 if line.strip():
                     yield number, line
         else:
-            yield 1, first + stream.read()
+            yield start, first + stream.read()
 
 
 def _scope_of(wire: WekaTrace, line: int, sink: Findings) -> str | None:
@@ -206,7 +208,7 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
         if "unknown field" not in str(exc):
             sink.error(_describe(exc), line=line, session=_guess_id(text))
             return None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: absurdly nested subagents
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
     # Slow path, only for files with keys the reference would reject: drop them with a warning.

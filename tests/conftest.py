@@ -1,0 +1,39 @@
+"""Shared fixtures: the public Weka sample (skipped cleanly when absent) and small Weka documents."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from strategies import WEKA_SUBAGENT, WEKA_TRACE
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""`../shared/data` next to the repository: real public traces, never copied into it."""
+WEKA_SAMPLE = SHARED_DATA / "weka-sample"
+
+
+@pytest.fixture(scope="session")
+def weka_sample_dir() -> Path:
+    """The directory of 7 real Weka traces; the test is skipped (with the reason shown) without it."""
+    if not WEKA_SAMPLE.is_dir() or not any(WEKA_SAMPLE.glob("*.json")):
+        pytest.skip(f"real Weka sample traces not found at {WEKA_SAMPLE} (they are not part of the repository)")
+    return WEKA_SAMPLE
+
+
+@pytest.fixture(scope="session")
+def weka_sample_files(weka_sample_dir: Path) -> list[Path]:
+    return sorted(weka_sample_dir.glob("*.json"))
+
+
+@pytest.fixture
+def weka_trace() -> dict[str, Any]:
+    """A fresh copy of WEKA_TRACE to modify."""
+    return copy.deepcopy(WEKA_TRACE)
+
+
+@pytest.fixture
+def weka_subagent() -> dict[str, Any]:
+    """A fresh copy of WEKA_SUBAGENT to modify."""
+    return copy.deepcopy(WEKA_SUBAGENT)
