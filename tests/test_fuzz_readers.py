@@ -142,7 +142,7 @@ def _base_documents() -> list[list[dict[str, Any]]]:
 
 
 def _generated_documents(trace: Trace) -> list[dict[str, Any]]:
-    return [msgspec.to_builtins(weka.weka_object(session, trace)) for session in trace.sessions]
+    return [msgspec.json.decode(msgspec.json.encode(weka.weka_object(session, trace))) for session in trace.sessions]
 
 
 @st.composite

@@ -307,7 +307,15 @@ class _Rows:
         def column(name: str) -> list[Any]:
             if name not in table.column_names:
                 return [None] * table.num_rows
-            return table.column(name).to_pylist()  # type: ignore[no-any-return]
+            chunked = table.column(name)
+            if pa.types.is_dictionary(chunked.type) and chunked.null_count == 0:
+                # to_pylist makes a str per row; the dictionary holds the few distinct ones.
+                values: list[Any] = []
+                for chunk in chunked.chunks:
+                    words = chunk.dictionary.to_pylist()
+                    values += [words[i] for i in chunk.indices.to_numpy(zero_copy_only=False).tolist()]
+                return values
+            return chunked.to_pylist()  # type: ignore[no-any-return]
 
         self.t = column("t")
         self.think_time = column("think_time")

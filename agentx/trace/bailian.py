@@ -24,7 +24,8 @@ import msgspec
 
 from agentx.trace.errors import Findings
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.mooncake import KeyTally, bad_length, bad_number, decode_row, jsonl_lines
+from agentx.trace.mooncake import KeyTally, bad_length, bad_number, decode_row
+from agentx.trace.textfile import jsonl_lines
 from agentx.trace.validate import check_session, check_trace_header
 
 DEFAULT_BLOCK_SIZE = 16

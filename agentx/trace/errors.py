@@ -30,13 +30,18 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
             where = f"{where}:{self.line}" if where else f"line {self.line}"
         parts = [where] if where else []
         if self.session is not None:
-            parts.append(f'session "{self.session}"')
+            parts.append(f'session "{_printable(self.session)}"')
         if self.agent:
-            parts.append(f'subagent "{self.agent}"')
+            parts.append(f'subagent "{_printable(self.agent)}"')
         if self.request is not None:
             parts.append(f"request {self.request}")
         prefix = " ".join(parts)
         return f"{prefix}: {self.message}" if prefix else self.message
+
+
+def _printable(name: str) -> str:
+    # Ids come from files: a newline in one must not break the one-line, one-paragraph message.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 class TraceError(Exception):

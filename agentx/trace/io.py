@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 from pathlib import Path
 from typing import Literal
@@ -12,6 +11,7 @@ import msgspec
 from agentx.trace import arrow, bailian, mooncake, weka
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Trace
+from agentx.trace.textfile import open_bytes, read_errors
 
 Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
 FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")
@@ -23,17 +23,11 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
     path = Path(path)
     if path.is_dir():
         return "weka"
-    try:
+    with read_errors(path):
         with open(path, "rb") as probe:
             head = probe.read(8)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as stream:
-                first_line = stream.readline(1 << 16)
-        else:
-            with open(path, "rb") as stream:
-                first_line = stream.readline(1 << 16)
-    except OSError as exc:
-        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+        with open_bytes(path) as stream:
+            first_line = stream.readline(1 << 16)
     if head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff":
         return "arrow"
     if head[:4] == b"PAR1":

@@ -31,21 +31,20 @@ session models and totals, sessions without requests, and session ids when rows 
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import math
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.trace.errors import Findings
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
+from agentx.trace.textfile import jsonl_lines
 from agentx.trace.validate import check_session, check_trace_header
 
 DEFAULT_BLOCK_SIZE = 512
@@ -86,27 +85,6 @@ class KeyTally:
     def add(self, key: str, line: int) -> None:
         first, count = self.keys.get(key, (line, 0))
         self.keys[key] = (first, count + 1)
-
-
-def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(1-based line, text) for every non-blank line of a plain or gzip-compressed file."""
-    try:
-        with _open(path) as stream:
-            for number, line in enumerate(stream, start=1):
-                if line.strip():
-                    yield number, line
-    except OSError as exc:
-        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
-    except (EOFError, zlib.error) as exc:  # a truncated or corrupt gzip stream
-        raise TraceError.at(f"cannot read the gzip data (truncated or corrupt file?): {exc}", file=str(path)) from None
-
-
-def _open(path: Path) -> IO[bytes]:
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
 
 
 def decode_row(

@@ -8,32 +8,42 @@ and written back in their original form.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
+from agentx.trace.textfile import open_bytes, read_errors
 from agentx.trace.validate import MAX_BLOCK_SIZE, check_session
 
 DEFAULT_BLOCK_SIZE = 64
 _LEGACY_EPSILON_S = 1e-6
 
 
+def _no_ids() -> msgspec.Raw:
+    return msgspec.Raw(b"[]")
+
+
 class WekaCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="type"):
+    """One LLM request of the session's root or of a subagent."""
+
+    # omit_defaults: `ttft` must stay absent on "n" requests, which the reference rejects.
+    # `hash_ids` stays JSON text until delta encoding: a growing context repeats its predecessor's
+    # ids (~97% of a corpus's ids), so comparing text and decoding only the appended ids avoids
+    # building ~150M Python ints for an AgentX-size corpus.
+
     t: float
     model: str
     in_tokens: int | None = msgspec.field(default=None, name="in")
     out_tokens: int | None = msgspec.field(default=None, name="out")
     input_length: int | None = None
     output_length: int | None = None
-    hash_ids: list[int] = []
+    hash_ids: msgspec.Raw = msgspec.field(default_factory=_no_ids)
     input_types: list[str] = []
     output_types: list[str] = []
     stop: str | None = ""
@@ -43,30 +53,34 @@ class WekaCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
 
 
 class WekaRequest(WekaCall, tag="n"):
-    pass
+    """A request recorded without streaming (`type: "n"`); it carries no `ttft`."""
 
 
 class WekaStreamedRequest(WekaCall, tag="s"):
-    pass
+    """A streamed request (`type: "s"`), with its recorded `ttft`."""
 
 
 class WekaSubagent(
     msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, tag="subagent", tag_field="type"
 ):
+    """A subagent: its spawn time, recorded telemetry and its own requests (nested subagents allowed)."""
+
     t: float
     agent_id: str
-    subagent_type: str = ""
+    subagent_type: str
     duration_ms: int | None = None
     total_tokens: int | None = None
     tool_use_count: int | None = None
-    status: str = ""
-    requests: list[WekaRequest | WekaStreamedRequest | WekaSubagent] = []
-    models: list[str] = []
+    status: str
+    requests: list[WekaRequest | WekaStreamedRequest | WekaSubagent]
+    models: list[str]
     tool_tokens: int = 0
     system_tokens: int = 0
 
 
 class WekaTrace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One recorded agent session (a Weka "trace")."""
+
     id: str
     models: list[str]
     block_size: int
@@ -78,13 +92,14 @@ class WekaTrace(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_d
 
 
 _DECODER = msgspec.json.Decoder(WekaTrace)
+_IDS_DECODER = msgspec.json.Decoder(list[int])
 _ENCODER = msgspec.json.Encoder()
 _KNOWN_KEYS = {
     "trace": {f.encode_name for f in msgspec.structs.fields(WekaTrace)},
     "request": {f.encode_name for f in msgspec.structs.fields(WekaCall)} | {"type"},
     "subagent": {f.encode_name for f in msgspec.structs.fields(WekaSubagent)} | {"type"},
 }
-_ID_PATTERN = re.compile(rb'"id"\s*:\s*"([^"]{1,200})"')
+_ID_PATTERN = re.compile(rb'"id"\s*:\s*"([^"\\\x00-\x1f]{1,200})"')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,33 +173,15 @@ def _constant(line: int) -> Callable[[Agent, int], int | None]:
     return lambda _agent, _index: line
 
 
-def _open(file: Path) -> IO[bytes]:
-    with open(file, "rb") as probe:
-        magic = probe.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(file, "rb")  # type: ignore[return-value]
-    return open(file, "rb")
-
-
 def _documents(file: Path) -> Iterator[tuple[int, bytes]]:
     """(1-based line, JSON text) for each trace: the whole file, or each line of a JSONL file."""
-    try:
-        yield from _documents_unchecked(file)
-    except OSError as exc:
-        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(file)) from None
-    except (EOFError, zlib.error) as exc:  # a truncated or corrupt gzip stream
-        raise TraceError.at(f"cannot read the gzip data (truncated or corrupt file?): {exc}", file=str(file)) from None
-
-
-def _documents_unchecked(file: Path) -> Iterator[tuple[int, bytes]]:
-    with _open(file) as stream:
+    with read_errors(file), open_bytes(file) as stream:
         first, start = stream.readline(), 1
         while first and not first.strip():  # leading blank lines: the layout is decided by the first document
             first, start = stream.readline(), start + 1
         stripped = first.strip()
         if stripped.startswith(b"{") and stripped.endswith(b"}"):
-            if stripped:
-                yield start, first
+            yield start, first
             for number, line in enumerate(stream, start=start + 1):
                 if line.strip():
                     yield number, line
@@ -222,7 +219,7 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
     for key, count in sorted(unknown.items()):
         sink.warning(f"unknown key {key} ignored ({count}×)", line=line, session=_guess_id(text))
     try:
-        return msgspec.convert(generic, WekaTrace)
+        return _DECODER.decode(_ENCODER.encode(generic))
     except msgspec.ValidationError as exc:
         sink.error(_describe(exc), line=line, session=_guess_id(text))
         return None
@@ -256,7 +253,11 @@ def _guess_id(text: bytes) -> str | None:
 def _session_from_wire(wire: WekaTrace, line: int, sink: Findings) -> Session:
     root = Agent(agent_id="", tool_tokens=wire.tool_tokens, system_tokens=wire.system_tokens)
     _fill_agent(
-        root, wire.requests, None, lambda message, **where: sink.error(message, line=line, session=wire.id, **where)
+        root,
+        wire.requests,
+        None,
+        lambda message, **where: sink.error(message, line=line, session=wire.id, **where),
+        "$.requests",
     )
     return Session(session_id=wire.id, root=root, models=list(wire.models), totals=wire.totals)
 
@@ -266,9 +267,11 @@ def _fill_agent(
     entries: Iterable[WekaRequest | WekaStreamedRequest | WekaSubagent],
     spawn_t: float | None,
     error: Callable[..., None],
+    json_path: str,
 ) -> None:
-    previous_ids: list[int] = []
-    for entry in entries:
+    """Add `entries` (found at `json_path` in the document) to `agent` as requests and subagents."""
+    previous_ids, previous_count = b"[]", 0
+    for position, entry in enumerate(entries):
         if isinstance(entry, WekaSubagent):
             sub = Agent(
                 agent_id=entry.agent_id,
@@ -283,15 +286,25 @@ def _fill_agent(
                 tool_tokens=entry.tool_tokens,
                 system_tokens=entry.system_tokens,
             )
-            _fill_agent(sub, entry.requests, entry.t, error)
+            _fill_agent(sub, entry.requests, entry.t, error, f"{json_path}[{position}].requests")
             agent.subagents.append(sub)
             continue
         t = entry.t
         if spawn_t is not None and t < spawn_t - _LEGACY_EPSILON_S:
             t = spawn_t + t
             agent.relative_times = True
-        kept, added = delta_encode(previous_ids, entry.hash_ids)
-        previous_ids = entry.hash_ids
+        ids = bytes(entry.hash_ids)
+        try:
+            kept, added = _delta_encode_json(previous_ids, previous_count, ids)
+        except msgspec.ValidationError as exc:
+            where = f"{json_path}[{position}].hash_ids"
+            message = str(_full_decode_error(ids) or exc)
+            message = (
+                message.replace(" - at `$", f" at `{where}") if " - at `$" in message else f"{message} at `{where}`"
+            )
+            error(message, agent=agent.agent_id, request=len(agent.requests))
+            ids, kept, added = b"[]", 0, ()
+        previous_ids, previous_count = ids, kept + len(added)
         in_tokens = entry.in_tokens if entry.in_tokens is not None else entry.input_length
         out_tokens = entry.out_tokens if entry.out_tokens is not None else entry.output_length
         if in_tokens is None or out_tokens is None:
@@ -318,6 +331,40 @@ def _fill_agent(
                 stop=entry.stop or "",
             )
         )
+
+
+def _full_decode_error(ids: bytes) -> msgspec.ValidationError | None:
+    """The error of decoding the whole id list: its path indexes the full list, not a suffix."""
+    try:
+        _IDS_DECODER.decode(ids)
+    except msgspec.ValidationError as exc:
+        return exc
+    return None
+
+
+def _delta_encode_json(previous: bytes, previous_count: int, current: bytes) -> tuple[int, tuple[int, ...]]:
+    """`delta_encode` of two JSON arrays of ints given as text; `previous` holds `previous_count` ids.
+
+    Identical text means identical ids, so a prefix test on the text settles the common cases (all
+    previous ids kept, or all but a partial last block) and only the appended ids are decoded.
+    Anything else is decoded in full. Raises msgspec.ValidationError if `current` is not ints.
+    """
+    if previous_count:
+        body = previous[: previous.rindex(b"]")].rstrip()
+        if current.startswith(body):
+            rest = current[len(body) :].lstrip()
+            if rest[:1] == b"]":
+                return previous_count, ()
+            if rest[:1] == b",":
+                return previous_count, tuple(_IDS_DECODER.decode(b"[" + rest[1:]))
+        last_comma = body.rfind(b",")
+        head = body[:last_comma]
+        if last_comma > 0 and current.startswith(head) and current[len(head) :].lstrip()[:1] == b",":
+            added = tuple(_IDS_DECODER.decode(b"[" + current[len(head) :].lstrip()[1:]))
+            if not added or added[0] != int(body[last_comma + 1 :]):
+                return previous_count - 1, added
+        return delta_encode(_IDS_DECODER.decode(previous), _IDS_DECODER.decode(current))
+    return 0, tuple(_IDS_DECODER.decode(current))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +412,7 @@ def _wire_entries(agent: Agent) -> list[WekaRequest | WekaStreamedRequest | Weka
                 model=request.model,
                 in_tokens=request.in_tokens,
                 out_tokens=request.out_tokens,
-                hash_ids=list(ids),
+                hash_ids=msgspec.Raw(_ENCODER.encode(ids)),
                 input_types=list(request.input_types),
                 output_types=list(request.output_types),
                 stop=request.stop,
@@ -409,6 +456,9 @@ def json_schema() -> dict[str, Any]:
     """JSON Schema of one Weka trace object as the reference defines it (the source of
     `schemas/weka-trace.schema.json`). Our reader is laxer: unknown keys only warn."""
     schema = msgspec.json.schema(WekaTrace)
+    ids = {"type": "array", "items": {"type": "integer"}, "default": []}
+    schema["$defs"]["WekaRequest"]["properties"]["hash_ids"] = ids
+    schema["$defs"]["WekaStreamedRequest"]["properties"]["hash_ids"] = ids
     schema["title"] = "Weka / AgentX trace (one session)"
     schema["description"] = (
         "One object per trace file, or one per line of a JSONL corpus. Generated from agentx/trace/weka.py."

@@ -1,0 +1,42 @@
+"""Reading trace text files, plain or gzip-compressed, with read failures as TraceErrors."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from agentx.trace.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """The file's bytes, decompressed when it is gzip (by content, not by name)."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+@contextmanager
+def read_errors(path: Path) -> Iterator[None]:
+    """Turn the ways reading a file fails (I/O, truncated or corrupt gzip) into a TraceError."""
+    try:
+        yield
+    except OSError as exc:
+        raise TraceError.at(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+    except (EOFError, zlib.error) as exc:
+        raise TraceError.at(f"cannot read the gzip data (truncated or corrupt file?): {exc}", file=str(path)) from None
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line, text) for every non-blank line of a plain or gzip-compressed file."""
+    with read_errors(path), open_bytes(path) as stream:
+        for number, line in enumerate(stream, start=1):
+            if line.strip():
+                yield number, line
