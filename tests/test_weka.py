@@ -14,13 +14,14 @@ from typing import Any
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import traces as trace_strategy
 from strategies import write_json
 
 from agentx.trace import arrow, weka
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.io import load_trace
-from agentx.trace.model import Provenance, Trace
+from agentx.trace.model import Provenance, Trace, delta_encode
 from agentx.trace.validate import MAX_AGENT_DEPTH, MAX_BLOCK_SIZE, MAX_TOKENS_PER_REQUEST, validate
 
 # ---------------------------------------------------------------------------------------------
@@ -696,3 +697,40 @@ def test_writer_keeps_required_subagent_keys(tmp_path: Path, weka_trace: dict[st
     out = tmp_path / "out.json"
     weka.write_weka(trace, out)
     assert json.loads(out.read_text())["requests"][-1] == weka_trace["requests"][-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# delta encoding on the JSON text (the reader's fast path) agrees with delta_encode on the ids
+
+_id_lists = st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.integers(0, 30), max_size=12)
+
+
+@st.composite
+def _related_id_lists(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    """A previous and a current id list that share a prefix of any length, as agent turns do."""
+    previous = draw(_id_lists)
+    keep = draw(st.integers(0, len(previous)))
+    return previous, previous[:keep] + draw(_id_lists)
+
+
+def _as_json(ids: list[int], separator: str) -> bytes:
+    return ("[" + separator.join(str(i) for i in ids) + "]").encode()
+
+
+@settings(max_examples=500, deadline=None)
+@given(_related_id_lists(), st.sampled_from([",", ", ", " ,", " , "]), st.sampled_from([",", ", "]))
+def test_text_delta_encoding_matches_delta_encode(
+    pair: tuple[list[int], list[int]], previous_separator: str, current_separator: str
+) -> None:
+    previous, current = pair
+    kept, added = weka._delta_encode_json(
+        _as_json(previous, previous_separator), len(previous), _as_json(current, current_separator)
+    )
+    assert (kept, added) == delta_encode(previous, current)
+
+
+def test_text_delta_encoding_rejects_non_integers() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        weka._delta_encode_json(b"[1,2]", 2, b"[1,2,3.5]")
+    with pytest.raises(msgspec.ValidationError):
+        weka._delta_encode_json(b"[1,2]", 2, b'[1,"2"]')
