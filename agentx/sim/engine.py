@@ -79,6 +79,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     eos_probability: float = 0.0
     """Chance that a generated token is EOS (past min_tokens, without ignore_eos)."""
     vocab_size: int = 32_000
+    first_output_token_id: int = 0
+    """Generated ids are drawn from [first_output_token_id, vocab_size): the server keeps the ids below
+    (special tokens, single characters) out of generated text."""
     seed: int = 0
     time_scale: float = 1.0
     """Wall seconds per simulated second: 0.01 runs the clock 100x faster; 0 runs steps back to back."""
@@ -239,6 +242,8 @@ def _validate(config: EngineConfig) -> None:
     for name in ("step_overhead_s", "prefill_s_per_token", "decode_s_per_token", "attention_s_per_kv_token"):
         if not getattr(config, name) >= 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+    if not 0 <= config.first_output_token_id < config.vocab_size:
+        raise ValueError(f"first_output_token_id must be in [0, vocab_size), got {config.first_output_token_id}")
     if not config.time_scale >= 0:
         raise ValueError(f"time_scale must be >= 0, got {config.time_scale}")
     if not 0 <= config.eos_probability <= 1:
@@ -400,7 +405,8 @@ class Engine:
         kv_cache = self.kv_cache
         spec_k = config.spec_k
         tokens_per_decode = 1 + spec_k
-        vocab_size = config.vocab_size
+        first_id = config.first_output_token_id
+        id_span = config.vocab_size - first_id
         stream_interval = config.stream_interval
         thresholds = self._thresholds
         histogram = self._accepted_histogram
@@ -435,10 +441,10 @@ class Engine:
                 accepted = bisect_left(thresholds, -sample())
                 histogram[accepted] += 1
                 emitted = accepted + 1 if accepted < left else left
-                tokens = [int(sample() * vocab_size) for _ in range(emitted)]
+                tokens = [first_id + int(sample() * id_span) for _ in range(emitted)]
             else:
                 emitted = 1
-                tokens = [int(sample() * vocab_size)]
+                tokens = [first_id + int(sample() * id_span)]
             sequence.output += tokens
             if sequence.pending:
                 sequence.pending += tokens
@@ -604,7 +610,8 @@ class Engine:
         # No drafts yet: the draft model proposes from the token this step samples.
         first = sequence.num_output_tokens == 0
         if sequence.num_output_tokens < sequence.target_output_tokens:
-            token = int(sequence.random() * self.config.vocab_size)
+            first_id = self.config.first_output_token_id
+            token = first_id + int(sequence.random() * (self.config.vocab_size - first_id))
             sequence.output.append(token)
             sequence.pending.append(token)
             sequence.num_output_tokens += 1

@@ -1,0 +1,104 @@
+"""`GET /metrics`: the engine's counters under vLLM's metric names, read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from agentx.sim.engine import EngineCounters
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The classic text format, which every scraper (and vLLM's own /metrics) speaks."""
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class ServerCounters:
+    """What the HTTP layer counts itself: finished requests by reason, injected faults by kind."""
+
+    def __init__(self) -> None:
+        self.finished: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
+        self.faults: dict[str, int] = {}
+
+
+class _SimCollector:
+    def __init__(
+        self, counters: Callable[[], EngineCounters], server: ServerCounters, *, model_name: str, spec_k: int
+    ) -> None:
+        self._counters = counters
+        self._server = server
+        self._labels = ["model_name", "engine"]
+        self._values = [model_name, "0"]
+        self._spec_k = spec_k
+
+    def _counter(self, name: str, documentation: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, documentation, labels=self._labels)
+        family.add_metric(self._values, value)
+        return family
+
+    def _gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=self._labels)
+        family.add_metric(self._values, value)
+        return family
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._counters()
+        yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", c.prefix_cache_queries)
+        yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", c.prefix_cache_hits)
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
+        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
+        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", c.num_running)
+        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", c.num_waiting)
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache_usage)
+        yield self._counter("vllm:num_preemptions", "Cumulative number of preemptions.", c.num_preemptions)
+        if self._spec_k > 0:
+            yield from self._spec_decode(c)
+        success = CounterMetricFamily(
+            "vllm:request_success", "Count of finished requests.", labels=[*self._labels, "finished_reason"]
+        )
+        for reason, count in self._server.finished.items():
+            success.add_metric([*self._values, reason], count)
+        yield success
+        yield self._counter("agentx_sim_steps", "Engine steps run.", c.steps)
+        yield self._gauge(
+            "agentx_sim_step_lag_seconds", "How far the last step ended behind its simulated deadline.", c.step_lag_s
+        )
+        yield self._gauge("agentx_sim_step_lag_max_seconds", "The largest step lag so far.", c.step_lag_max_s)
+        yield self._counter("agentx_sim_step_lag_sum_seconds", "Sum of all steps' lags.", c.step_lag_total_s)
+        faults = CounterMetricFamily("agentx_sim_faults_injected", "Injected faults by kind.", labels=["fault"])
+        for fault, count in self._server.faults.items():
+            faults.add_metric([fault], count)
+        yield faults
+
+    def _spec_decode(self, c: EngineCounters) -> Iterator[Metric]:
+        yield self._counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", c.spec_num_drafts)
+        yield self._counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", c.spec_num_draft_tokens)
+        yield self._counter(
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", c.spec_num_accepted_tokens
+        )
+        per_position = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=[*self._labels, "position"],
+        )
+        accepted = c.spec_accepted_per_position
+        for position in range(self._spec_k):
+            per_position.add_metric(
+                [*self._values, str(position)], accepted[position] if position < len(accepted) else 0
+            )
+        yield per_position
+
+
+def metrics_registry(
+    counters: Callable[[], EngineCounters], server: ServerCounters, *, model_name: str, spec_k: int
+) -> CollectorRegistry:
+    """A registry of its own (not the process-global one) holding only the simulator's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SimCollector(counters, server, model_name=model_name, spec_k=spec_k))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
