@@ -32,6 +32,7 @@ test: lint typecheck unit
 
 bench: install
 	$(BIN)/python bench/trace_io.py
+	$(BIN)/python bench/sim_throughput.py
 
 schemas: install
 	$(BIN)/python scripts/make_schemas.py
