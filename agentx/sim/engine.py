@@ -229,6 +229,12 @@ class _Sequence(SequenceHandle):
 _by_admission = attrgetter("admission")
 
 
+def _ignore_output(token_ids: list[int], finish_reason: FinishReason | None) -> None:
+    """Stands in for a finished sequence's consumer: dropping the server's callback breaks the
+    stream ↔ sequence reference cycle, so finished requests are freed at once, not by a GC pause
+    in the middle of a step."""
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -351,6 +357,7 @@ class Engine:
             self._decoding.remove(handle)
         handle.state = _ABORTED
         handle.finished = True
+        handle.on_output = _ignore_output
         self.kv_cache.free(handle.blocks)
         handle.blocks = []
         self._wakeup.set()
@@ -648,6 +655,8 @@ class Engine:
                 finish_reason = sequence.finish_reason
             try:
                 sequence.on_output(tokens, finish_reason)
+                if finish_reason is not None:
+                    sequence.on_output = _ignore_output
             except Exception:
                 # A broken consumer must not stop the loop serving everyone else.
                 _log.exception("on_output of %s failed; aborting the sequence", sequence.request_id)
