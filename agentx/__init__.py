@@ -8,8 +8,15 @@ Traces:
     validate(trace) -> list[Finding]
     trace_stats(trace, cache_tokens=()) -> TraceStats
 and the model they use: Trace, Session, Agent, Request; TraceError for unusable input.
+
+The simulated server, for tests and harnesses without a GPU:
+    with SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
+configured by EngineConfig fields and FaultConfig (docs/sim.md).
 """
 
+from agentx.sim.engine import EngineConfig
+from agentx.sim.faults import FaultConfig
+from agentx.sim.process import SimServer
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.io import detect_format, load_trace, save_trace
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace
@@ -18,11 +25,14 @@ from agentx.trace.validate import validate
 
 __all__ = [
     "Agent",
+    "EngineConfig",
+    "FaultConfig",
     "Finding",
     "Findings",
     "Provenance",
     "Request",
     "Session",
+    "SimServer",
     "Trace",
     "TraceError",
     "TraceStats",
