@@ -6,6 +6,7 @@ from pathlib import Path
 
 import msgspec
 
+from agentx.replay import records
 from agentx.trace import arrow, weka
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
@@ -17,6 +18,7 @@ def generated() -> dict[str, str]:
         "weka-trace.schema.json": msgspec.json.format(msgspec.json.encode(weka.json_schema()), indent=2).decode()
         + "\n",
         "trace.arrow.md": arrow.describe_layout(),
+        "records.arrow.md": records.describe_layout(),
     }
 
 

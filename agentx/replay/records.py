@@ -1,0 +1,498 @@
+"""Per-request latency records of a replay run, and the writer that streams them to disk as the run goes.
+
+One `RequestRecord` per request sent (warmup included, tagged by `phase`). Times are integer
+nanoseconds on the run's monotonic clock, as offsets from the run start; the run's wall-clock epoch
+is stored once per file, so wall time = `agentx.wall_epoch_ns` + offset. The derived latencies
+(`dispatch_lag_s`, `ttft_s`, `e2e_s`, `itl_s`) are computed by the record itself from the raw times,
+so every consumer gets the same definitions (agentx-replay-semantics.md §6).
+
+The file is an Arrow IPC **stream** (zstd buffers), not the IPC file format: the file format is only
+readable once its footer is written at close, while a stream is a sequence of self-delimiting
+messages, so after a crash (even SIGKILL) every record batch written before it reads back.
+`RecordWriter` buffers rows column-wise and writes a batch at least once a second (or every
+`flush_rows` rows); `read_records` returns the complete batches and ignores a torn last one.
+The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
+
+Secrets cannot enter a record (it has no header or free-form options field; error messages are
+scrubbed of bearer tokens and key-like strings); the caller's run options pass through `redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+import msgspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+FORMAT_NAME: Final = "agentx-records"
+FORMAT_VERSION: Final = "1.0"
+"""`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
+
+MAX_ERROR_MESSAGE: Final = 500
+"""Error messages are cut to this many characters: a server's error page must not bloat the file."""
+
+Phase = Literal["warmup", "profiling"]
+Status = Literal["ok", "error"]
+ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
+
+
+class RecordsError(Exception):
+    """A records file that cannot be read (not ours, a newer major version, no complete schema)."""
+
+
+class RequestRecord(msgspec.Struct, kw_only=True):
+    """One request of a replay run. Construct it with the raw fields; the derived ones are computed.
+
+    `dispatch_lag_s`, `ttft_s`, `e2e_s` and `itl_s` are always recomputed from the raw times in
+    `__post_init__` (values passed for them are replaced), and `error_message` is scrubbed and cut
+    to `MAX_ERROR_MESSAGE` characters. Change raw fields with `msgspec.structs.replace`, which
+    re-derives; assigning an attribute in place would leave the derived fields stale.
+    """
+
+    run_id: str
+    phase: Phase
+    lane: int
+    play: int
+    session_id: str
+    agent_id: str
+    depth: int
+    turn: int
+    model: str
+    scheduled_ns: int
+    sent_ns: int
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    end_ns: int
+    chunk_times_ns: list[int] = []
+    chunk_tokens: list[int] = []
+    isl_recorded_tokens: int
+    isl_sent_tokens: int
+    isl_server_tokens: int | None = None
+    osl_recorded_tokens: int
+    osl_server_tokens: int | None = None
+    osl_streamed_tokens: int = 0
+    tokens_estimated: bool = False
+    cached_tokens: int | None = None
+    theoretical_hit_blocks: int | None = None
+    theoretical_total_blocks: int | None = None
+    status: Status = "ok"
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    # derived in __post_init__
+    dispatch_lag_s: float = 0.0
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
+        first, last = self.first_token_ns, self.last_token_ns
+        self.ttft_s = None if first is None else (first - self.sent_ns) / 1e9
+        self.e2e_s = None if last is None else (last - self.sent_ns) / 1e9
+        osl = self.osl_tokens
+        # (E2E − TTFT) from the integer times: one rounding instead of three.
+        self.itl_s = None if first is None or last is None or osl < 2 else (last - first) / 1e9 / (osl - 1)
+        if self.error_message is not None:
+            self.error_message = scrub(self.error_message)[:MAX_ERROR_MESSAGE]
+
+    @property
+    def osl_tokens(self) -> int:
+        """The OSL the metrics use: the server's `usage.completion_tokens` when reported, else the streamed count."""
+        return self.osl_server_tokens if self.osl_server_tokens is not None else self.osl_streamed_tokens
+
+    @property
+    def isl_tokens(self) -> int:
+        """The ISL the metrics use: the server's `usage.prompt_tokens` when reported, else the tokens sent."""
+        return self.isl_server_tokens if self.isl_server_tokens is not None else self.isl_sent_tokens
+
+
+class RunInfo(msgspec.Struct, kw_only=True):
+    """What a records file says about its run, once, in the schema metadata."""
+
+    run_id: str
+    wall_epoch_ns: int
+    """`time.time_ns()` at the run start: the zero of every `*_ns` column."""
+    options: dict[str, Any] = {}
+    """The run's options (JSON-serialisable); stored after `redact`."""
+
+
+_INT32 = pa.int32()
+_INT64 = pa.int64()
+_FLOAT = pa.float64()
+_STR = pa.string()
+
+COLUMNS: list[tuple[pa.Field, str]] = [
+    (pa.field("run_id", _STR, nullable=False), "the run (also in the schema metadata)"),
+    (pa.field("phase", _STR, nullable=False), '"warmup" or "profiling"; metrics use profiling rows only'),
+    (pa.field("lane", _INT32, nullable=False), "concurrency lane (tree slot) that owns the request"),
+    (pa.field("play", _INT64, nullable=False), "one replay of a session tree; a recycled lane starts a new play"),
+    (pa.field("session_id", _STR, nullable=False), "session (trace) id"),
+    (pa.field("agent_id", _STR, nullable=False), 'agent within the session; "" for the root agent'),
+    (pa.field("depth", _INT32, nullable=False), "agent depth: 0 for the root, 1 for its subagents, ..."),
+    (pa.field("turn", _INT32, nullable=False), "0-based request index within its agent"),
+    (pa.field("model", _STR, nullable=False), "model name sent to the server"),
+    (pa.field("scheduled_ns", _INT64, nullable=False), "when the request was due, ns after the run start"),
+    (
+        pa.field("sent_ns", _INT64, nullable=False),
+        "when the request was sent (the latency zero), ns after the run start",
+    ),
+    (pa.field("first_token_ns", _INT64), "first non-empty content chunk (text, reasoning or tool call); null if none"),
+    (pa.field("last_token_ns", _INT64), "last non-empty content chunk (a trailing usage-only chunk excluded)"),
+    (pa.field("end_ns", _INT64, nullable=False), "response fully read, or the failure, ns after the run start"),
+    (
+        pa.field("chunk_times_ns", pa.list_(_INT64), nullable=False),
+        "arrival of each content chunk, ns after the run start",
+    ),
+    (pa.field("chunk_tokens", pa.list_(_INT32), nullable=False), "tokens in each content chunk (same length as above)"),
+    (pa.field("isl_recorded_tokens", _INT64, nullable=False), "input tokens of the request in the trace"),
+    (pa.field("isl_sent_tokens", _INT64, nullable=False), "input tokens of the prompt agentx built and sent"),
+    (pa.field("isl_server_tokens", _INT64), "`usage.prompt_tokens` (includes cached tokens and the chat template)"),
+    (pa.field("osl_recorded_tokens", _INT64, nullable=False), "output tokens of the request in the trace"),
+    (pa.field("osl_server_tokens", _INT64), "`usage.completion_tokens`; null when the server sent no usage"),
+    (pa.field("osl_streamed_tokens", _INT64, nullable=False), "sum of `chunk_tokens`"),
+    (pa.field("tokens_estimated", pa.bool_(), nullable=False), "true when `chunk_tokens` were estimated, not counted"),
+    (pa.field("cached_tokens", _INT64), "`usage.prompt_tokens_details.cached_tokens`; null when not reported"),
+    (
+        pa.field("theoretical_hit_blocks", _INT64),
+        "theoretical prefix-cache hit: leading hash-id blocks already produced in the trace; null if unset",
+    ),
+    (pa.field("theoretical_total_blocks", _INT64), "hash-id blocks of the request; null if unset"),
+    (pa.field("status", _STR, nullable=False), '"ok" or "error"'),
+    (pa.field("error_kind", _STR), "http, timeout, connection, protocol, context_overflow or cancelled; null if ok"),
+    (pa.field("error_message", _STR), f"error text, scrubbed of credentials, at most {MAX_ERROR_MESSAGE} characters"),
+    (pa.field("http_status", _INT32), "HTTP status of the response; null if none was received"),
+    (pa.field("dispatch_lag_s", _FLOAT, nullable=False), "derived: (sent − scheduled), seconds"),
+    (pa.field("ttft_s", _FLOAT), "derived: (first_token − sent), seconds"),
+    (pa.field("e2e_s", _FLOAT), "derived: (last_token − sent), seconds (AIPerf's request_latency)"),
+    (pa.field("itl_s", _FLOAT), "derived: (e2e − ttft)/(OSL − 1), OSL = server count else streamed; null if OSL < 2"),
+]
+SCHEMA = pa.schema([field for field, _ in COLUMNS])
+_NAMES: Final = [field.name for field in SCHEMA]
+_FIELD_NAMES = [f.name for f in msgspec.structs.fields(RequestRecord)]
+assert _NAMES == _FIELD_NAMES, "COLUMNS must list RequestRecord's fields in order"  # the writer relies on it
+
+META_FORMAT = b"agentx.format"
+META_VERSION = b"agentx.version"
+META_RUN_ID = b"agentx.run_id"
+META_EPOCH = b"agentx.wall_epoch_ns"
+META_RUN = b"agentx.run"
+
+
+# ---------------------------------------------------------------------------------------------
+# secrets
+
+REDACTED: Final = "[redacted]"
+# A plural "tokens" key is a count (max_tokens, cached_tokens); a singular "token" is a credential.
+_SECRET_KEY = re.compile(
+    r"((api|access|private|secret|auth|signing)_?keys?|secrets?|passw(or)?ds?|token|auth|authorization|cookies?"
+    r"|credentials?)$",
+    re.IGNORECASE,
+)
+_HEADERS_KEY = re.compile(r"headers?$", re.IGNORECASE)
+_COUNT_KEY = re.compile(r"^(max|min|num)_", re.IGNORECASE)
+_SECRET_TEXT = re.compile(
+    r"(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"  # an Authorization value
+    r"|\b(?:sk|pk|rk|hf|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{8,}"  # common API key shapes
+    r"|(?<=://)[^/@\s:]+:[^/@\s]+(?=@)"  # user:password in a URL
+)
+
+
+def _secret_key(key: str) -> bool:
+    # "max_token" and friends are limits, not credentials.
+    normalized = key.replace("-", "_").lstrip("_")
+    return bool(_SECRET_KEY.search(normalized)) and not _COUNT_KEY.search(normalized)
+
+
+def scrub(text: str) -> str:
+    """`text` with bearer/basic credentials, API-key-shaped words and URL passwords replaced."""
+    return _SECRET_TEXT.sub(REDACTED, text)
+
+
+def redact(options: Any) -> Any:
+    """A copy of `options` (nested dicts/lists) without credentials, safe to store in a records file.
+
+    Values under credential-like keys (`api_key`, `Authorization`, `*_token`, `password`, ...) and every
+    value under a `headers` key are replaced by `"[redacted]"` (header names are kept); CLI-style lists
+    (`["--api-key", "sk-…"]`, `"--api-key=…"`) lose the value after a credential flag; any remaining
+    string is `scrub`bed. The input is not modified.
+    """
+    if isinstance(options, Mapping):
+        result: dict[Any, Any] = {}
+        for key, value in options.items():
+            name = str(key)
+            if _secret_key(name):
+                result[key] = REDACTED
+            elif _HEADERS_KEY.search(name) and isinstance(value, Mapping):
+                result[key] = dict.fromkeys(value, REDACTED)
+            elif _HEADERS_KEY.search(name) and isinstance(value, list | tuple):
+                result[key] = [REDACTED for _ in value]
+            else:
+                result[key] = redact(value)
+        return result
+    if isinstance(options, list | tuple):
+        items: list[Any] = []
+        hide_next = False
+        for item in options:
+            if hide_next:
+                items.append(REDACTED)
+                hide_next = False
+                continue
+            if isinstance(item, str) and item.startswith("-"):
+                flag, eq, _ = item.partition("=")
+                if _secret_key(flag.lstrip("-")) or _HEADERS_KEY.search(flag) or flag == "-H":  # curl-style -H
+                    if eq:
+                        items.append(f"{flag}={REDACTED}")
+                    else:
+                        items.append(item)
+                        hide_next = True
+                    continue
+            items.append(redact(item))
+        return items
+    if isinstance(options, str):
+        return scrub(options)
+    return options
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+class RecordWriter:
+    """Streams records to an Arrow IPC stream file, a record batch at a time.
+
+    `append` only buffers (a list append per column) and writes a batch when `flush_rows` rows are
+    pending or `flush_interval_s` has passed since the last write; `maybe_flush` does the time check
+    alone, for an engine loop that may go quiet (call it at least once a second: there is no
+    background thread). `close` (or leaving the `with` block) writes the rest and the end-of-stream
+    marker. Batches reach the OS on every flush (no user-space buffering), so a killed process loses
+    at most the rows since the last flush; a machine crash may lose what the OS had not yet written.
+    A flush runs on the caller's thread and costs ~14 µs a row with 256 chunks (the chunk lists
+    dominate): `flush_rows` bounds that pause to ~15 ms even when more than 1,000 requests end a second.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        run: RunInfo,
+        *,
+        flush_interval_s: float = 1.0,
+        flush_rows: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.run_id = run.run_id
+        self._interval = flush_interval_s
+        self._max_rows = flush_rows
+        self._clock = clock
+        self._columns: list[list[Any]] = [[] for _ in _NAMES]
+        self._pending = 0
+        self.rows_written = 0
+        metadata = {
+            META_FORMAT: FORMAT_NAME.encode(),
+            META_VERSION: FORMAT_VERSION.encode(),
+            META_RUN_ID: run.run_id.encode(),
+            META_EPOCH: str(run.wall_epoch_ns).encode(),
+            META_RUN: msgspec.json.encode(redact(run.options)),
+        }
+        self._schema = SCHEMA.with_metadata(metadata)
+        self._sink = pa.OSFile(self.path, "wb")
+        try:
+            self._writer: ipc.RecordBatchStreamWriter | None = ipc.new_stream(
+                self._sink, self._schema, options=ipc.IpcWriteOptions(compression="zstd")
+            )
+            # pyarrow writes the schema lazily with the first batch: an empty batch puts the run's
+            # metadata on disk now, so even a run killed before its first flush leaves a readable file.
+            self._writer.write_batch(_empty_batch(self._schema))
+        except BaseException:
+            self._sink.close()
+            raise
+        self._last_flush = clock()
+
+    def append(self, record: RequestRecord) -> None:
+        """Buffer one record; write a batch if one is due."""
+        if self._writer is None:
+            raise ValueError("append to a closed RecordWriter")
+        if record.run_id != self.run_id:
+            raise ValueError(f"record of run {record.run_id!r} appended to the file of run {self.run_id!r}")
+        for column, value in zip(self._columns, msgspec.structs.astuple(record), strict=True):
+            column.append(value)
+        self._pending += 1
+        if self._pending >= self._max_rows:
+            self.flush()
+        else:
+            self.maybe_flush()
+
+    def maybe_flush(self) -> bool:
+        """Write the pending rows if `flush_interval_s` has passed since the last write; True if written."""
+        if self._pending and self._clock() - self._last_flush >= self._interval:
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """Write the pending rows as one record batch now."""
+        self._last_flush = self._clock()
+        if not self._pending or self._writer is None:
+            return
+        arrays = [pa.array(column, type=field.type) for column, field in zip(self._columns, SCHEMA, strict=True)]
+        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        self.rows_written += self._pending
+        self._columns = [[] for _ in _NAMES]
+        self._pending = 0
+
+    def close(self) -> None:
+        """Write the pending rows and the end of the stream; idempotent."""
+        if self._writer is None:
+            return
+        try:
+            self.flush()
+            self._writer.close()
+        finally:
+            self._writer = None
+            self._sink.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=field.type) for field in schema], schema=schema)
+
+
+_JSON = msgspec.json.Encoder()
+
+
+def write_jsonl(records: Iterable[RequestRecord], path: str | os.PathLike[str]) -> int:
+    """Write records as JSON Lines (one object per record, the columns as keys); returns the count."""
+    count = 0
+    with open(os.fspath(path), "wb") as out:
+        for record in records:
+            out.write(_JSON.encode(record) + b"\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[RequestRecord]:
+    """Records from a `write_jsonl` file."""
+    decoder = msgspec.json.Decoder(RequestRecord)
+    with open(os.fspath(path), "rb") as source:
+        return [decoder.decode(line) for line in source if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def read_records(path: str | os.PathLike[str]) -> pa.Table:
+    """The records of a file as a table with the writer's schema and metadata.
+
+    A file cut short (a crashed run, a copy in progress) yields its complete record batches; a torn
+    last batch is dropped silently. Raises `RecordsError` if the file has no complete schema, is not
+    a records file, or was written by a newer major format version.
+    """
+    file = os.fspath(path)
+    batches: list[pa.RecordBatch] = []
+    try:
+        with pa.OSFile(file, "rb") as source:
+            reader = ipc.open_stream(source)
+            schema = reader.schema
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                    batch.validate(full=True)
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError):  # the torn tail of a crashed run
+                    break
+                batches.append(batch)
+    except OSError as exc:
+        raise RecordsError(f"{file}: cannot read the file ({' '.join(str(exc).split())})") from None
+    except pa.ArrowException as exc:
+        raise RecordsError(f"{file}: no readable Arrow stream schema ({' '.join(str(exc).split())})") from None
+    metadata = schema.metadata or {}
+    if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
+        raise RecordsError(f"{file}: not an agentx records file (schema metadata lacks {META_FORMAT.decode()})")
+    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
+    major = version.split(".", 1)[0]
+    if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
+        raise RecordsError(f"{file}: records format version {version!r}; this agentx reads {FORMAT_VERSION[0]}.x")
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def run_info(table: pa.Table) -> RunInfo:
+    """The run a records table belongs to, from its schema metadata."""
+    metadata = table.schema.metadata or {}
+    try:
+        return RunInfo(
+            run_id=metadata[META_RUN_ID].decode(),
+            wall_epoch_ns=int(metadata[META_EPOCH]),
+            options=msgspec.json.decode(metadata.get(META_RUN, b"{}"), type=dict[str, Any]),
+        )
+    except (KeyError, ValueError, msgspec.DecodeError) as exc:
+        raise RecordsError(f"the schema metadata lacks or garbles the run ({exc})") from None
+
+
+def to_records(table: pa.Table) -> list[RequestRecord]:
+    """RequestRecord objects from a records table (derived fields are recomputed, as always)."""
+    rows = table.to_pylist()
+    try:
+        return msgspec.convert(rows, list[RequestRecord])
+    except msgspec.ValidationError as exc:
+        raise RecordsError(f"a row is not a valid record ({exc})") from None
+
+
+def describe_layout() -> str:
+    """The Arrow layout in Markdown (the source of `schemas/records.arrow.md`)."""
+    lines = [
+        "# agentx replay records: Arrow layout",
+        "",
+        f"Generated from `agentx/replay/records.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); do not edit.",
+        "",
+        "One row per request sent by a replay run, warmup included. The file is an Arrow IPC **stream**",
+        "(zstd buffers; `pyarrow.ipc.open_stream`, `polars.read_ipc_stream`), written a record batch at a time",
+        "at least once a second, so the file of a crashed run reads back up to its last complete batch.",
+        "",
+        "All `*_ns` columns are integer nanoseconds on the run's monotonic clock, counted from the run start;",
+        f"wall-clock time = `{META_EPOCH.decode()}` (schema metadata) + the offset. `*_s` columns are seconds.",
+        "",
+        "| column | Arrow type | meaning |",
+        "|---|---|---|",
+    ]
+    for field, meaning in COLUMNS:
+        nullable = "" if field.nullable else ", not null"
+        lines.append(f"| `{field.name}` | `{field.type}`{nullable} | {meaning} |")
+    lines += [
+        "",
+        "## Schema metadata",
+        "",
+        "| key | value |",
+        "|---|---|",
+        f"| `{META_FORMAT.decode()}` | `{FORMAT_NAME}` |",
+        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version |",
+        f"| `{META_RUN_ID.decode()}` | the run id (also in every row) |",
+        f"| `{META_EPOCH.decode()}` | wall clock (`time.time_ns()`) at the run start, decimal |",
+        f"| `{META_RUN.decode()}` | JSON object: the run's options, with credentials redacted |",
+        "",
+        "## Aggregating (InferenceX conventions)",
+        "",
+        '- Keep rows with `phase = "profiling"` and `status = "ok"`.',
+        "- Latency statistics over `ttft_s`, `e2e_s`, `itl_s` (non-null, > 0); interactivity = 1/`itl_s`.",
+        "- Duration = (max `end_ns` − min `sent_ns`) / 1e9 over the kept rows; throughput = ΣISL, ΣOSL over it,",
+        "  with ISL = `isl_server_tokens` else `isl_sent_tokens` and OSL = `osl_server_tokens` else",
+        "  `osl_streamed_tokens` (the OSL `itl_s` uses).",
+        "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks`.",
+        "",
+    ]
+    return "\n".join(lines)
