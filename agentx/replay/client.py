@@ -1,0 +1,430 @@
+"""HTTP client for OpenAI-compatible servers: one pooled aiohttp session, streamed requests timed per chunk.
+
+It knows HTTP and SSE, not traces: callers hand it a path and a pre-encoded JSON body and get back an
+`Exchange` of timestamps, token counts, usage and, on failure, an error kind. Server and network failures
+never raise; they are recorded in the `Exchange`. `asyncio.CancelledError` propagates untouched.
+
+Timestamps are `time.perf_counter_ns()` taken as soon as a read returns bytes, before any parsing; every
+event completed by one read shares that read's timestamp.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Final, Literal
+
+import aiohttp
+import msgspec
+
+from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
+
+ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
+
+CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
+    "context length",
+    "maximum context",
+    "context_length_exceeded",
+    "prompt is too long",
+)
+MESSAGE_MAX_CHARS: Final = 500
+_ERROR_BODY_MAX_BYTES: Final = 64 * 1024
+
+
+class ServerUnreachable(Exception):  # noqa: N818 (the name the engine and CLI use)
+    """The server did not answer `GET /v1/models` with a 200 (refused, timed out, or an error status)."""
+
+
+class ModelNotServed(Exception):  # noqa: N818
+    """The server answered, but does not list the requested model."""
+
+
+class Exchange(msgspec.Struct, kw_only=True, gc=False):
+    """One request and what came back. Times are `perf_counter_ns`; 0 means "did not happen"."""
+
+    status: int = 0
+    """HTTP status; 0 when no response arrived."""
+    sent_ns: int = 0
+    """Just before the request was handed to the connection."""
+    headers_ns: int = 0
+    first_token_ns: int = 0
+    """Arrival of the first non-empty content chunk (text, reasoning or tool-call delta)."""
+    last_token_ns: int = 0
+    """Arrival of the last non-empty content chunk (a trailing usage-only chunk does not count)."""
+    end_ns: int = 0
+    """End of the response body, or the moment the failure was seen."""
+    chunk_ns: list[int] = msgspec.field(default_factory=list)
+    """Arrival time of every content chunk."""
+    chunk_tokens: list[int] = msgspec.field(default_factory=list)
+    """Tokens in each content chunk, parallel to `chunk_ns`."""
+    tokens_estimated: bool = False
+    """Some chunk carried neither running usage nor token ids and was counted as one token."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """From the last non-null `usage` (`prompt_tokens_details.cached_tokens`)."""
+    finish_reason: str | None = None
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    """At most ~500 characters."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+# The minimal shape of a streamed chunk: only what is recorded gets decoded.
+
+
+class _Delta(msgspec.Struct, gc=False):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[msgspec.Raw] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    text: str | None = None
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    """Non-streaming responses (chat)."""
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, gc=False):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _ErrorBody(msgspec.Struct):
+    message: str | None = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: _ErrorBody | str | None = None
+    object: str | None = None
+    """vLLM before 0.6 put errors at the top level: `{"object": "error", "message": ...}`."""
+    message: str | None = None
+
+
+class _ErrorResponse(msgspec.Struct):
+    error: _ErrorBody | str | None = None
+    message: str | None = None
+    detail: str | None = None
+
+
+class _Model(msgspec.Struct):
+    id: str
+
+
+class _ModelList(msgspec.Struct):
+    data: list[_Model]
+
+
+_chunk_decoder: Final = msgspec.json.Decoder(_Chunk)
+_error_decoder: Final = msgspec.json.Decoder(_ErrorResponse)
+_models_decoder: Final = msgspec.json.Decoder(_ModelList)
+
+
+_Reader = Callable[[aiohttp.ClientResponse, Exchange], Awaitable[None]]
+
+
+class _ExchangeError(Exception):
+    """Internal: ends a stream with an error kind (raised inside the read loop, caught in `stream`)."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+class Client:
+    """One aiohttp session with a keep-alive pool sized for the concurrency. Use as `async with`.
+
+    The API key is sent as `Authorization: Bearer ...`; it is never logged, never in `repr`, never in an
+    `Exchange` (error messages are scrubbed of it).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        limit: int = 1024,
+        connect_timeout_s: float = 10.0,
+        idle_timeout_s: float | None = 300.0,
+        total_timeout_s: float | None = None,
+        probe_timeout_s: float = 10.0,
+        keepalive_timeout_s: float = 60.0,
+        context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.limit = limit
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.total_timeout_s = total_timeout_s
+        self.probe_timeout_s = probe_timeout_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.context_overflow_substrings = tuple(s.lower() for s in context_overflow_substrings)
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
+        self._secret = api_key or None
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        key = ", api_key=<redacted>" if self._secret else ""
+        return f"Client({self.base_url!r}{key}, limit={self.limit})"
+
+    __str__ = __repr__
+
+    async def __aenter__(self) -> Client:
+        self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def open(self) -> None:
+        """Create the session; must run inside the event loop that will use it."""
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=self.limit, limit_per_host=0, keepalive_timeout=self.keepalive_timeout_s, enable_cleanup_closed=False
+        )
+        # sock_read is aiohttp's per-read timeout, i.e. an idle timeout: agentic streams run for minutes.
+        timeout = aiohttp.ClientTimeout(
+            total=self.total_timeout_s, sock_connect=self.connect_timeout_s, sock_read=self.idle_timeout_s
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=self._headers, timeout=timeout, raise_for_status=False
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _require_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("Client is not open: use `async with Client(...)` or call open() in the loop")
+        return self._session
+
+    def _scrub(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "<redacted>")
+        return text[:MESSAGE_MAX_CHARS]
+
+    async def probe_models(self, require: str | None = None) -> list[str]:
+        """The model ids of `GET /v1/models`; raises ServerUnreachable, or ModelNotServed if `require` is absent."""
+        session = self._require_session()
+        url = self.base_url + "/v1/models"
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.probe_timeout_s, sock_connect=self.connect_timeout_s)
+            async with session.get(url, timeout=timeout, headers={"Accept": "application/json"}) as response:
+                body = await response.read()
+                if response.status != 200:
+                    message = _error_message(body) or response.reason or ""
+                    raise ServerUnreachable(self._scrub(f"GET {url}: HTTP {response.status}: {message}"))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServerUnreachable(self._scrub(f"GET {url}: {_describe(exc)}")) from None
+        try:
+            models = [model.id for model in _models_decoder.decode(body).data]
+        except msgspec.DecodeError as exc:
+            raise ServerUnreachable(self._scrub(f"GET {url}: not a model list: {exc}")) from None
+        if require is not None and require not in models:
+            raise ModelNotServed(f"model {require!r} is not served by {self.base_url} (served: {', '.join(models)})")
+        return models
+
+    async def stream(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
+        """POST a pre-encoded streaming request body to `path` and record the response as it arrives."""
+        return await self._exchange(path, body, extra_headers, _read_stream)
+
+    async def complete(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
+        """POST a pre-encoded non-streaming (`"stream": false`) body; the whole answer is one chunk at its end."""
+        return await self._exchange(path, body, extra_headers, _read_whole)
+
+    async def _exchange(
+        self, path: str, body: bytes, extra_headers: Mapping[str, str] | None, read: _Reader
+    ) -> Exchange:
+        session = self._require_session()
+        exchange = Exchange()
+        exchange.sent_ns = time.perf_counter_ns()
+        try:
+            async with session.post(self.base_url + path, data=body, headers=extra_headers) as response:
+                exchange.headers_ns = time.perf_counter_ns()
+                exchange.status = response.status
+                if response.status != 200:
+                    await self._http_error(response)
+                else:
+                    await read(response, exchange)
+        except _ExchangeError as failure:
+            _fail(exchange, failure.kind, self._scrub(failure.message))
+        except TimeoutError as exc:  # aiohttp's timeouts subclass it
+            _fail(exchange, "timeout", self._scrub(_describe(exc) or "no bytes within the idle timeout"))
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+            _fail(exchange, "connection", self._scrub(_describe(exc)))
+        except aiohttp.ClientError as exc:
+            _fail(exchange, "protocol", self._scrub(_describe(exc)))
+        return exchange
+
+    async def _http_error(self, response: aiohttp.ClientResponse) -> None:
+        raw = await response.content.read(_ERROR_BODY_MAX_BYTES)
+        message = _error_message(raw) or response.reason or ""
+        kind: ErrorKind = "http"
+        if response.status == 400:
+            lowered = raw.decode("utf-8", "replace").lower()
+            if any(s in lowered for s in self.context_overflow_substrings):
+                kind = "context_overflow"
+        raise _ExchangeError(kind, f"HTTP {response.status}: {message}")
+
+
+def _fail(exchange: Exchange, kind: ErrorKind, message: str) -> None:
+    exchange.end_ns = time.perf_counter_ns()
+    exchange.error_kind = kind
+    exchange.error_message = message
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _error_message(raw: bytes) -> str:
+    """The message of an OpenAI-style error body, else the body's start as text."""
+    try:
+        parsed = _error_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return raw[:MESSAGE_MAX_CHARS].decode("utf-8", "replace")
+    error = parsed.error
+    if isinstance(error, _ErrorBody) and error.message:
+        return error.message
+    if isinstance(error, str):
+        return error
+    return parsed.message or parsed.detail or raw[:MESSAGE_MAX_CHARS].decode("utf-8", "replace")
+
+
+async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+    """Read SSE to the end of the body, filling `exchange`; raises _ExchangeError for protocol and in-band errors."""
+    parser = SSEParser()
+    feed = parser.feed
+    read = response.content.readany
+    decode = _chunk_decoder.decode
+    clock = time.perf_counter_ns
+    chunk_ns = exchange.chunk_ns
+    chunk_tokens = exchange.chunk_tokens
+    usage: _Usage | None = None
+    running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
+    done = False
+    while True:
+        raw = await read()
+        now_ns = clock()
+        if not raw:
+            break
+        if done:
+            continue  # drain to the end so the connection goes back to the pool
+        for event_type, data in feed(raw):
+            if data == DONE:
+                done = True
+                break
+            if event_type == ERROR_EVENT:
+                raise _ExchangeError("http", f"error event: {data[:MESSAGE_MAX_CHARS].decode('utf-8', 'replace')}")
+            try:
+                chunk = decode(data)
+            except msgspec.DecodeError as exc:
+                raise _ExchangeError("protocol", f"malformed event ({exc}): {data[:200]!r}") from None
+            if chunk.error is not None or chunk.object == "error":
+                raise _ExchangeError("http", f"error event: {_error_message(data)}")
+            content = False
+            ids_tokens = 0
+            has_ids = False
+            for choice in chunk.choices or ():
+                delta = choice.delta
+                if choice.text or (
+                    delta is not None
+                    and (delta.content or delta.reasoning_content or delta.reasoning or delta.tool_calls)
+                ):
+                    content = True
+                if choice.token_ids is not None:
+                    has_ids = True
+                    ids_tokens += len(choice.token_ids)
+                if choice.finish_reason is not None:
+                    exchange.finish_reason = choice.finish_reason
+            chunk_usage = chunk.usage
+            if chunk_usage is not None:
+                usage = chunk_usage
+            if not content:
+                continue
+            if not chunk_ns:
+                exchange.first_token_ns = now_ns
+            exchange.last_token_ns = now_ns
+            chunk_ns.append(now_ns)
+            if chunk_usage is not None and chunk_usage.completion_tokens is not None:
+                chunk_tokens.append(chunk_usage.completion_tokens - running_tokens)
+                running_tokens = chunk_usage.completion_tokens
+            elif has_ids:
+                chunk_tokens.append(ids_tokens)
+            else:
+                chunk_tokens.append(1)
+                exchange.tokens_estimated = True
+    exchange.end_ns = clock()
+    if usage is not None:
+        exchange.prompt_tokens = usage.prompt_tokens
+        exchange.completion_tokens = usage.completion_tokens
+        # Tokens reported after the last content chunk (e.g. an EOS with empty text) belong to no chunk of
+        # their own; charging them to the last one keeps the per-chunk counts summing to the usage.
+        if running_tokens and usage.completion_tokens is not None and usage.completion_tokens > running_tokens:
+            chunk_tokens[-1] += usage.completion_tokens - running_tokens
+        details = usage.prompt_tokens_details
+        exchange.cached_tokens = details.cached_tokens if details is not None else None
+    if not done:
+        raise _ExchangeError("protocol", "the stream ended without data: [DONE]")
+
+
+async def _read_whole(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+    """A non-streaming answer: its content, if any, is one chunk arriving with the end of the body."""
+    raw = await response.read()
+    exchange.end_ns = time.perf_counter_ns()
+    try:
+        answer = _chunk_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _ExchangeError("protocol", f"malformed response ({exc}): {raw[:200]!r}") from None
+    if answer.error is not None or answer.object == "error":
+        raise _ExchangeError("http", f"error response: {_error_message(raw)}")
+    content = False
+    ids_tokens: int | None = None
+    for choice in answer.choices or ():
+        message = choice.message or choice.delta
+        if choice.text or (message is not None and _has_content(message)):
+            content = True
+        if choice.token_ids is not None:
+            ids_tokens = (ids_tokens or 0) + len(choice.token_ids)
+        if choice.finish_reason is not None:
+            exchange.finish_reason = choice.finish_reason
+    usage = answer.usage
+    if usage is not None:
+        exchange.prompt_tokens = usage.prompt_tokens
+        exchange.completion_tokens = usage.completion_tokens
+        exchange.cached_tokens = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else None
+    if content:
+        exchange.first_token_ns = exchange.last_token_ns = exchange.end_ns
+        exchange.chunk_ns.append(exchange.end_ns)
+        tokens = exchange.completion_tokens if exchange.completion_tokens is not None else ids_tokens
+        exchange.chunk_tokens.append(tokens if tokens is not None else 1)
+        exchange.tokens_estimated = tokens is None
+
+
+def _has_content(delta: _Delta) -> bool:
+    return bool(delta.content or delta.reasoning_content or delta.reasoning or delta.tool_calls)
