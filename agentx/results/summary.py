@@ -1,0 +1,579 @@
+"""The summary of a replay run, computed from its records table with the InferenceX conventions.
+
+Records kept for latency and throughput: `phase = "profiling"` and `status = "ok"` (a missing phase column
+counts as profiling, as in InferenceX). Latency statistics drop non-finite and ≤ 0 values; percentiles use
+linear interpolation at `k = (n − 1)·p/100` (`percentile`); std is the population standard deviation.
+Interactivity is 1/ITL *per statistic*, so `p90` interactivity = 1/(p90 ITL), the slow tail; its std is the
+pstdev of per-request 1/ITL. Duration = max `end_ns` − min `sent_ns` over the kept rows; throughput divides
+ΣISL, ΣOSL and Σ(ISL + OSL) by it, with ISL = server prompt tokens else sent and OSL = server completion
+tokens else streamed (the OSL `itl_s` uses).
+
+Everything is read from the table's columns, so a file written by an older or newer minor version works:
+optional columns that are absent yield `None` for the quantities that need them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.table import Table
+
+FloatArray = npt.NDArray[np.float64]
+
+PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
+"""InferenceX reports p50…p95; p99 is ours."""
+
+PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
+PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
+
+
+# ---------------------------------------------------------------------------------------------
+# result structs
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """One quantity over a population; `None` replaces a `Stats` whose population is empty."""
+
+    count: int
+    mean: float
+    p50: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+    """Population standard deviation (`statistics.pstdev`)."""
+    min: float
+    max: float
+
+
+class Interactivity(msgspec.Struct, kw_only=True):
+    """Tokens/s per user: 1/ITL at each ITL statistic (so `p90` is 1/(p90 ITL)), std of per-request 1/ITL."""
+
+    mean: float
+    p50: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    rows: int
+    """Every record in the table, warmup included."""
+    kept: int
+    """Profiling requests without error: the population of the latency and throughput metrics."""
+    profiling: int
+    errors: int
+    """Profiling requests that failed, cancellations excluded."""
+    errors_by_kind: dict[str, int]
+    cancelled: int
+    """Profiling requests cancelled (run end or Ctrl-C); not counted in `errors`."""
+    warmup_excluded: int
+    """Warmup-phase records (any status), left out of every metric."""
+
+
+class Latency(msgspec.Struct, kw_only=True):
+    ttft_s: Stats | None
+    e2e_s: Stats | None
+    itl_s: Stats | None
+    interactivity_tps: Interactivity | None
+    chunk_itl_s: Stats | None
+    """Gaps between consecutive content chunks of a request (zero gaps kept: chunks read together)."""
+    chunk_tokens: Stats | None
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    duration_s: float
+    """Max end − min sent over the kept records."""
+    input_tokens: int
+    output_tokens: int
+    input_tps: float
+    output_tps: float
+    total_tps: float
+    requests_per_s: float
+    num_gpus: int | None = None
+    input_tps_per_gpu: float | None = None
+    output_tps_per_gpu: float | None = None
+    total_tps_per_gpu: float | None = None
+
+
+class ServerMetrics(msgspec.Struct, kw_only=True):
+    """Counter values scraped from the server's `/metrics` before and after the run (name → value)."""
+
+    before: dict[str, float]
+    after: dict[str, float]
+
+    def delta(self, name: str) -> float | None:
+        """The counter's increase over the run; a counter that went down was reset, and counts 0 (as AIPerf)."""
+        if name not in self.before or name not in self.after:
+            return None
+        return max(self.after[name] - self.before[name], 0.0)
+
+
+class Cache(msgspec.Struct, kw_only=True):
+    usage_hit_rate: float | None
+    """Σ cached tokens / Σ ISL over the kept requests whose usage reported cached tokens."""
+    usage_cached_tokens: int
+    usage_reported_requests: int
+    server_hit_rate: float | None
+    """Δ`prefix_cache_hits` / Δ`prefix_cache_queries` of the server (vLLM), when metrics were given."""
+    theoretical_hit_rate: float | None
+    """Σ hit blocks / Σ blocks of the trace's infinite causal cache, over kept requests that carry them."""
+
+
+class DispatchLag(msgspec.Struct, kw_only=True):
+    """How late the client sent requests (sent − scheduled) over the profiling phase: the client's fidelity."""
+
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+class PlayRollup(msgspec.Struct, kw_only=True):
+    """One play (one replay of a session tree); times over all its records, warmup and errors included."""
+
+    play: int
+    lane: int
+    root_session_id: str
+    sessions: int
+    requests: int
+    errors: int
+    makespan_s: float
+    """Last end − first sent of the play's requests."""
+
+
+class Rollups(msgspec.Struct, kw_only=True):
+    plays: list[PlayRollup]
+    play_makespan_s: Stats | None
+    session_makespan_s: Stats | None
+    """Per (play, session): last end − first sent of that session's requests."""
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    run_id: str | None
+    counts: Counts
+    latency: Latency
+    throughput: Throughput | None
+    cache: Cache
+    dispatch_lag: DispatchLag | None
+    rollups: Rollups
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+
+def _percentiles_sorted(data: FloatArray, ps: Sequence[float]) -> list[float]:
+    # InferenceX: k = (n−1)p/100, f = floor(k), v[f] + (k−f)(v[f+1] − v[f]); at the top f+1 is past the end.
+    n = data.size
+    result: list[float] = []
+    for p in ps:
+        k = (n - 1) * p / 100.0
+        f = math.floor(k)
+        c = min(f + 1, n - 1)
+        result.append(float(data[f] + (k - f) * (data[c] - data[f])))
+    return result
+
+
+def percentile(values: Sequence[float] | FloatArray, p: float) -> float:
+    """The `p`-th percentile (0 ≤ p ≤ 100) by linear interpolation, exactly as InferenceX computes it.
+
+    Sort, `k = (n − 1)·p/100`, `f = ⌊k⌋`, value `v[f] + (k − f)(v[f+1] − v[f])`. Raises `ValueError` on an
+    empty input or `p` outside [0, 100].
+    """
+    if not 0.0 <= p <= 100.0:
+        raise ValueError(f"percentile {p} outside [0, 100]")
+    data = np.sort(np.asarray(values, dtype=np.float64))
+    if data.size == 0:
+        raise ValueError("percentile of no values")
+    return _percentiles_sorted(data, [p])[0]
+
+
+def _stats(values: FloatArray) -> Stats | None:
+    if values.size == 0:
+        return None
+    data = np.sort(values)
+    p50, p75, p90, p95, p99 = _percentiles_sorted(data, PERCENTILES)
+    return Stats(
+        count=int(data.size),
+        mean=float(data.mean()),
+        p50=p50,
+        p75=p75,
+        p90=p90,
+        p95=p95,
+        p99=p99,
+        std=float(data.std()),  # ddof=0: pstdev
+        min=float(data[0]),
+        max=float(data[-1]),
+    )
+
+
+def _positive(values: FloatArray) -> FloatArray:
+    # InferenceX drops non-finite and non-positive latencies before every statistic.
+    return values[np.isfinite(values) & (values > 0)]
+
+
+def _interactivity(itl: Stats | None, itl_values: FloatArray) -> Interactivity | None:
+    if itl is None:
+        return None
+    return Interactivity(
+        mean=1.0 / itl.mean,
+        p50=1.0 / itl.p50,
+        p75=1.0 / itl.p75,
+        p90=1.0 / itl.p90,
+        p95=1.0 / itl.p95,
+        p99=1.0 / itl.p99,
+        std=float(np.std(1.0 / itl_values)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# column access (tolerant of absent optional columns)
+
+
+def _has(table: pa.Table, name: str) -> bool:
+    return name in table.schema.names
+
+
+def _floats(table: pa.Table, name: str) -> FloatArray:
+    """The column as float64 with nulls as NaN; all NaN when absent."""
+    if not _has(table, name):
+        return np.full(table.num_rows, np.nan)
+    column = pc.cast(table.column(name), pa.float64())
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _ints_or(table: pa.Table, name: str, fallback: str) -> npt.NDArray[np.int64]:
+    """Column `name`, its nulls (or the whole column, when absent) filled from column `fallback`."""
+    base = table.column(fallback)
+    column = pc.coalesce(table.column(name), base) if _has(table, name) else base
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _equals(table: pa.Table, name: str, value: str, *, missing: bool) -> npt.NDArray[np.bool_]:
+    """Row mask: the string column equals `value` (null → False); all `missing` when the column is absent."""
+    if not _has(table, name):
+        return np.full(table.num_rows, missing, dtype=bool)
+    mask = pc.fill_null(pc.equal(table.column(name), value), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _strings(table: pa.Table, name: str, default: str | None) -> list[str | None]:
+    if not _has(table, name):
+        return [default] * table.num_rows
+    return [default if value is None else str(value) for value in table.column(name).to_pylist()]
+
+
+def _flat(table: pa.Table, name: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """A list column flattened, and the row index of each value."""
+    if not _has(table, name) or table.num_rows == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    column = table.column(name)
+    values = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.int64), np.asarray(parents, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# the summary
+
+
+def summarize(
+    records: pa.Table, *, num_gpus: int | None = None, server_metrics: ServerMetrics | None = None
+) -> Summary:
+    """The summary of a run from its records table (`read_records`); an empty table gives zero counts."""
+    if num_gpus is not None and num_gpus < 1:
+        raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
+    # A missing phase counts as profiling (InferenceX), a missing status as ok.
+    profiling = ~_equals(records, "phase", "warmup", missing=False)
+    ok = _equals(records, "status", "ok", missing=True)
+    kept_mask = profiling & ok
+
+    errors_by_kind: dict[str, int] = {}
+    cancelled = 0
+    failed_rows = np.flatnonzero(profiling & ~ok)
+    kinds = _strings(records.take(pa.array(failed_rows)), "error_kind", None) if failed_rows.size else []
+    for kind in kinds:
+        if kind == "cancelled":
+            cancelled += 1
+        else:
+            errors_by_kind[kind or "unknown"] = errors_by_kind.get(kind or "unknown", 0) + 1
+    kept = int(kept_mask.sum())
+    counts = Counts(
+        rows=records.num_rows,
+        kept=kept,
+        profiling=int(profiling.sum()),
+        errors=sum(errors_by_kind.values()),
+        errors_by_kind=dict(sorted(errors_by_kind.items())),
+        cancelled=cancelled,
+        warmup_excluded=int((~profiling).sum()),
+    )
+    table = records.filter(pa.array(kept_mask)) if records.num_rows else records
+
+    itl_values = _positive(_floats(table, "itl_s"))
+    itl = _stats(itl_values)
+    chunk_gaps_s, chunk_tokens = _chunks(table)
+    latency = Latency(
+        ttft_s=_stats(_positive(_floats(table, "ttft_s"))),
+        e2e_s=_stats(_positive(_floats(table, "e2e_s"))),
+        itl_s=itl,
+        interactivity_tps=_interactivity(itl, itl_values),
+        chunk_itl_s=_stats(chunk_gaps_s),
+        chunk_tokens=_stats(chunk_tokens),
+    )
+    return Summary(
+        run_id=_run_id(records),
+        counts=counts,
+        latency=latency,
+        throughput=_throughput(table, num_gpus),
+        cache=_cache(table, server_metrics),
+        dispatch_lag=_dispatch_lag(records.filter(pa.array(profiling)) if records.num_rows else records),
+        rollups=_rollups(records),
+    )
+
+
+def _run_id(table: pa.Table) -> str | None:
+    metadata = table.schema.metadata or {}
+    if b"agentx.run_id" in metadata:
+        return bytes(metadata[b"agentx.run_id"]).decode()
+    if _has(table, "run_id") and table.num_rows:
+        return str(table.column("run_id")[0].as_py())
+    return None
+
+
+def _chunks(table: pa.Table) -> tuple[FloatArray, FloatArray]:
+    times_ns, parents = _flat(table, "chunk_times_ns")
+    same_request = parents[1:] == parents[:-1]
+    gaps_s = (np.diff(times_ns)[same_request] / 1e9).astype(np.float64)
+    tokens, _ = _flat(table, "chunk_tokens")
+    return gaps_s[np.isfinite(gaps_s)], tokens.astype(np.float64)
+
+
+def _throughput(table: pa.Table, num_gpus: int | None) -> Throughput | None:
+    if table.num_rows == 0:
+        return None
+    duration_s = (int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("sent_ns")).as_py())) / 1e9
+    if duration_s <= 0:
+        return None
+    isl = int(_ints_or(table, "isl_server_tokens", "isl_sent_tokens").sum())
+    osl = int(_ints_or(table, "osl_server_tokens", "osl_streamed_tokens").sum())
+    result = Throughput(
+        duration_s=duration_s,
+        input_tokens=isl,
+        output_tokens=osl,
+        input_tps=isl / duration_s,
+        output_tps=osl / duration_s,
+        total_tps=(isl + osl) / duration_s,
+        requests_per_s=table.num_rows / duration_s,
+    )
+    if num_gpus is not None:
+        result.num_gpus = num_gpus
+        result.input_tps_per_gpu = result.input_tps / num_gpus
+        result.output_tps_per_gpu = result.output_tps / num_gpus
+        result.total_tps_per_gpu = result.total_tps / num_gpus
+    return result
+
+
+def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
+    cached = _floats(table, "cached_tokens")
+    reported = np.isfinite(cached)
+    isl = _ints_or(table, "isl_server_tokens", "isl_sent_tokens") if table.num_rows else np.zeros(0, np.int64)
+    isl_reported = int(isl[reported].sum())
+    cached_sum = int(cached[reported].sum())
+    usage_rate = cached_sum / isl_reported if isl_reported > 0 else None
+
+    server_rate: float | None = None
+    if server_metrics is not None:
+        hits, queries = server_metrics.delta(PREFIX_CACHE_HITS), server_metrics.delta(PREFIX_CACHE_QUERIES)
+        if hits is not None and queries is not None and queries > 0:
+            server_rate = hits / queries
+
+    hit_blocks = _floats(table, "theoretical_hit_blocks")
+    total_blocks = _floats(table, "theoretical_total_blocks")
+    both = np.isfinite(hit_blocks) & np.isfinite(total_blocks)
+    total = float(total_blocks[both].sum())
+    theoretical = float(hit_blocks[both].sum()) / total if total > 0 else None
+    return Cache(
+        usage_hit_rate=usage_rate,
+        usage_cached_tokens=cached_sum,
+        usage_reported_requests=int(reported.sum()),
+        server_hit_rate=server_rate,
+        theoretical_hit_rate=theoretical,
+    )
+
+
+def _dispatch_lag(table: pa.Table) -> DispatchLag | None:
+    # Every profiling request counts, failed ones too: the lag is the client's, not the server's.
+    lag = _floats(table, "dispatch_lag_s")
+    lag = np.sort(lag[np.isfinite(lag)])
+    if lag.size == 0:
+        return None
+    p50, p99 = _percentiles_sorted(lag, (50.0, 99.0))
+    return DispatchLag(p50_s=p50, p99_s=p99, max_s=float(lag[-1]))
+
+
+class _PlayAcc:
+    """Running totals of one play while the rows stream by."""
+
+    def __init__(self, lane: int, sent_ns: int, end_ns: int) -> None:
+        self.lane = lane
+        self.root_session_id = ""
+        self.sessions: set[str] = set()
+        self.requests = 0
+        self.errors = 0
+        self.first_sent_ns = sent_ns
+        self.last_end_ns = end_ns
+
+
+def _rollups(table: pa.Table) -> Rollups:
+    if table.num_rows == 0 or not _has(table, "play"):
+        return Rollups(plays=[], play_makespan_s=None, session_makespan_s=None)
+    # All the play's rows, warmup and errors included: the play's span is wall time the tree held its lane.
+    n = table.num_rows
+    rows = table.select([c for c in ("play", "lane", "session_id", "sent_ns", "end_ns") if _has(table, c)]).to_pydict()
+    lanes = rows.get("lane", [0] * n)
+    sessions = [s or "" for s in _strings(table, "session_id", "")]
+    failed = ~_equals(table, "status", "ok", missing=True)
+    depths = table.column("depth").to_pylist() if _has(table, "depth") else [0] * n
+    plays: dict[int, _PlayAcc] = {}
+    session_spans: dict[tuple[int, str], tuple[int, int]] = {}
+    for i in range(n):
+        play, sent, end, session = int(rows["play"][i]), int(rows["sent_ns"][i]), int(rows["end_ns"][i]), sessions[i]
+        acc = plays.get(play)
+        if acc is None:
+            acc = plays[play] = _PlayAcc(int(lanes[i]), sent, end)
+        acc.first_sent_ns, acc.last_end_ns = min(acc.first_sent_ns, sent), max(acc.last_end_ns, end)
+        acc.sessions.add(session)
+        acc.requests += 1
+        acc.errors += int(failed[i])
+        if depths[i] == 0 and not acc.root_session_id:
+            acc.root_session_id = session
+        first, last = session_spans.get((play, session), (sent, end))
+        session_spans[play, session] = (min(first, sent), max(last, end))
+    rollups = [
+        PlayRollup(
+            play=play,
+            lane=acc.lane,
+            root_session_id=acc.root_session_id,
+            sessions=len(acc.sessions),
+            requests=acc.requests,
+            errors=acc.errors,
+            makespan_s=(acc.last_end_ns - acc.first_sent_ns) / 1e9,
+        )
+        for play, acc in sorted(plays.items())
+    ]
+    session_makespans = np.array([(last - first) / 1e9 for first, last in session_spans.values()], dtype=np.float64)
+    return Rollups(
+        plays=rollups,
+        play_makespan_s=_stats(np.array([p.makespan_s for p in rollups], dtype=np.float64)),
+        session_makespan_s=_stats(session_makespans),
+    )
+
+
+def parse_counters(text: str, names: Sequence[str] = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES)) -> dict[str, float]:
+    """Counter values from a Prometheus `/metrics` text, summed over label sets (one series per engine)."""
+    wanted = set(names)
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, rest = line.partition(" ") if "{" not in line else line.rpartition("}")
+        name = head.split("{", 1)[0]
+        if name not in wanted:
+            continue
+        fields = rest.split()
+        try:
+            value = float(fields[0])
+        except (IndexError, ValueError):
+            continue
+        values[name] = values.get(name, 0.0) + value
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal tables
+
+
+def _s(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}%"
+
+
+def summary_table(summary: Summary, title: str = "") -> list[Table]:
+    """The summary as compact rich tables: overview, latency, cache."""
+    overview = Table(title=title or f"run {summary.run_id or ''}".strip(), show_header=False, title_justify="left")
+    overview.add_column("what", style="bold")
+    overview.add_column("value", justify="right")
+    c = summary.counts
+    errors = ", ".join(f"{k} {v:,}" for k, v in c.errors_by_kind.items()) or "none"
+    overview.add_row("requests kept / profiling", f"{c.kept:,} / {c.profiling:,}")
+    overview.add_row("errors", f"{c.errors:,} ({errors})")
+    overview.add_row("cancelled · warmup excluded", f"{c.cancelled:,} · {c.warmup_excluded:,}")
+    t = summary.throughput
+    if t is not None:
+        overview.add_row("duration (s)", _s(t.duration_s, 1))
+        overview.add_row(
+            "input / output / total (tok/s)", f"{t.input_tps:,.1f} / {t.output_tps:,.1f} / {t.total_tps:,.1f}"
+        )
+        if t.num_gpus is not None:
+            overview.add_row(
+                f"per GPU ({t.num_gpus}) input / output / total",
+                f"{_s(t.input_tps_per_gpu, 1)} / {_s(t.output_tps_per_gpu, 1)} / {_s(t.total_tps_per_gpu, 1)}",
+            )
+        overview.add_row("requests/s", _s(t.requests_per_s, 3))
+    lag = summary.dispatch_lag
+    if lag is not None:
+        overview.add_row("dispatch lag p50 / p99 / max (s)", f"{_s(lag.p50_s)} / {_s(lag.p99_s)} / {_s(lag.max_s)}")
+    r = summary.rollups
+    if r.play_makespan_s is not None:
+        overview.add_row(
+            "plays · makespan p50 / max (s)",
+            f"{len(r.plays):,} · {_s(r.play_makespan_s.p50, 1)} / {_s(r.play_makespan_s.max, 1)}",
+        )
+
+    latency = Table(title="latency", title_justify="left")
+    latency.add_column("metric", no_wrap=True)
+    for column in ("count", "mean", "p50", "p90", "p95", "p99", "std"):
+        latency.add_column(column, justify="right", no_wrap=True)
+    lat = summary.latency
+    for name, stats, digits in (
+        ("TTFT (s)", lat.ttft_s, 3),
+        ("E2E (s)", lat.e2e_s, 3),
+        ("ITL (s)", lat.itl_s, 4),
+        ("chunk ITL (s)", lat.chunk_itl_s, 4),
+        ("tokens/chunk", lat.chunk_tokens, 2),
+    ):
+        if stats is None:
+            latency.add_row(name, "0", *("–" for _ in range(6)))
+            continue
+        latency.add_row(
+            name,
+            f"{stats.count:,}",
+            *(_s(v, digits) for v in (stats.mean, stats.p50, stats.p90, stats.p95, stats.p99, stats.std)),
+        )
+    i = lat.interactivity_tps
+    if i is not None:
+        latency.add_row("interactivity (tok/s)", "", *(_s(v, 1) for v in (i.mean, i.p50, i.p90, i.p95, i.p99, i.std)))
+
+    cache = Table(title="prefix-cache hit", title_justify="left")
+    cache.add_column("source")
+    cache.add_column("hit rate", justify="right")
+    cache.add_row(
+        f"usage cached tokens ({summary.cache.usage_reported_requests:,} requests)", _pct(summary.cache.usage_hit_rate)
+    )
+    cache.add_row("server (vLLM counters)", _pct(summary.cache.server_hit_rate))
+    cache.add_row("theoretical (trace)", _pct(summary.cache.theoretical_hit_rate))
+    return [overview, latency, cache]
