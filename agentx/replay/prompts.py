@@ -1,0 +1,254 @@
+"""Synthetic prompts as token-id lists, for `--api completions`.
+
+A request's prompt is rebuilt from its trace record alone (design: agentx-replay-semantics.md §1d, §2a):
+
+- the first `m = min(len(hash_ids), in_tokens // block_size)` hash ids each give one block of
+  `block_size` tokens, deterministic per (seed, scope key, hash id), so requests that share leading hash
+  ids share leading tokens and hit the server's prefix cache exactly as recorded;
+- surplus ids (including the id of a partial last block) are ignored; the missing blocks and the
+  remainder `in_tokens % block_size` become filler, deterministic per (seed, session, turn) and tied to
+  no id;
+- the prompt is always exactly `in_tokens` ids (plus an optional caller-supplied prefix, the hook for
+  the §2e cache-bust marker, which the trace's `in` does not count either).
+
+Token ids come from a `TokenSpace`, split in two disjoint ranges: blocks draw from the low part, filler
+from the high part, so filler can never equal block content and never creates a false cache hit. The
+first two tokens of a block encode its hash id (offset per seed and scope), so two different blocks of
+one scope never start with the same token pair, and never with the same first token unless their ids
+differ by a multiple of the block range's width: even a server that caches at token granularity
+(SGLang's radix tree) sees no accidental common prefix between different blocks.
+
+Performance (design: PERFORMANCE.md): blocks are cached by (scope key, hash id) in a bounded LRU, as an
+AgentX session resends its whole prefix every turn, and their ids are interned from one shared table,
+so a cached block costs ~0.6 KB rather than ~2.4 KB of fresh int objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from array import array
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import msgspec
+import numpy as np
+
+from agentx.trace.model import Request
+
+DEFAULT_TOKEN_LOW: Final = 1000
+DEFAULT_TOKEN_HIGH: Final = 30000
+"""[1000, 30000) is inside the vocabulary of every common tokenizer (GPT-2's 50257, Llama 2's 32000,
+Llama 3's 128256, Qwen's 151k, ...) and clear of the low ids where special and byte tokens usually sit.
+The project's simulator (vocab 32000 by default, ordinary words from id 356 = `FIRST_WORD_ID`) accepts it
+too; against a simulator run with a smaller `--vocab-size V`, use `TokenSpace(356, V)`."""
+
+DEFAULT_CACHE_BLOCKS: Final = 65536
+"""~40 MB of cached blocks of 64 tokens (list + LRU entry + key ≈ 0.6 KB each): the full prefixes of
+~45 concurrent 90k-token sessions. A miss only costs a few µs of regeneration, never correctness."""
+
+FILLER_SHARE_DIVISOR: Final = 16
+"""Filler takes 1/16 of the space (at least one id): it needs no variety beyond not being block content."""
+
+_BIG_ENDIAN: Final = sys.byteorder == "big"
+
+DEFAULT_STREAM_OPTIONS: Final[Mapping[str, object]] = {"include_usage": True, "continuous_usage_stats": True}
+
+
+class TokenSpace(msgspec.Struct, frozen=True):
+    """The token ids `[low, high)` that prompts draw from: blocks from `[low, filler_low)`, filler from
+    `[filler_low, high)`."""
+
+    low: int = DEFAULT_TOKEN_LOW
+    high: int = DEFAULT_TOKEN_HIGH
+
+    def __post_init__(self) -> None:
+        if self.low < 0 or self.high - self.low < 2:
+            raise ValueError(
+                f"token space must be [low, high) with 0 <= low and at least 2 ids, got [{self.low}, {self.high})"
+            )
+
+    @property
+    def filler_low(self) -> int:
+        return self.high - max(1, (self.high - self.low) // FILLER_SHARE_DIVISOR)
+
+    @property
+    def block_width(self) -> int:
+        return self.filler_low - self.low
+
+    @property
+    def filler_width(self) -> int:
+        return self.high - self.filler_low
+
+
+def _digest_u32(key: str, count: int) -> np.ndarray[tuple[int], np.dtype[np.uint32]]:
+    """`count` deterministic pseudo-random uint32 from `key`, vectorized for long filler (SHAKE-128 output,
+    read little-endian so every platform agrees; ~3x faster than seeding a numpy Generator)."""
+    return np.frombuffer(hashlib.shake_128(key.encode()).digest(4 * count), dtype="<u4")
+
+
+class BlockTokens:
+    """The deterministic tokens of each hash-id block, with a bounded LRU cache.
+
+    `scope_key` is the session id when the trace's `hash_id_scope` is "session" and "" when it is
+    "global". Equal (seed, scope key, id) give identical tokens; within one scope, different ids give
+    blocks whose first two tokens differ (ids below `block_width ** 2`, ~7e8 by default) — see the
+    module docstring. Returned lists are shared with the cache: never modify them.
+    """
+
+    def __init__(
+        self, seed: int, block_size: int, space: TokenSpace | None = None, cache_blocks: int = DEFAULT_CACHE_BLOCKS
+    ) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if cache_blocks < 0:
+            raise ValueError(f"cache_blocks must be non-negative, got {cache_blocks}")
+        self.seed = seed
+        self.block_size = block_size
+        self.space = space if space is not None else TokenSpace()
+        self.cache_blocks = cache_blocks
+        self._cache: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
+        self._low = self.space.low
+        self._width = self.space.block_width
+        self._offset_scope: str | None = None
+        self._offset = 0
+        # One int object per id: cached blocks hold pointers into this table, not fresh ints.
+        self._ids: list[int] = list(range(self.space.high))
+        self.hits = 0
+        self.misses = 0
+
+    def block(self, scope_key: str, hash_id: int) -> list[int]:
+        """The `block_size` tokens of block `hash_id` in scope `scope_key` (shared: do not modify)."""
+        key = (scope_key, hash_id)
+        cache = self._cache
+        tokens = cache.get(key)
+        if tokens is not None:
+            self.hits += 1
+            cache.move_to_end(key)
+            return tokens
+        self.misses += 1
+        tokens = self._make(scope_key, hash_id)
+        if self.cache_blocks:
+            cache[key] = tokens
+            if len(cache) > self.cache_blocks:
+                cache.popitem(last=False)
+        return tokens
+
+    def extend(self, out: list[int], scope_key: str, hash_ids: Sequence[int]) -> None:
+        """Append the blocks of `hash_ids`, in order, to `out` (the hot path: cached blocks are only
+        looked up and concatenated)."""
+        cache = self._cache
+        get = cache.get
+        move_to_end = cache.move_to_end
+        extend = out.extend
+        misses_before = self.misses
+        for hash_id in hash_ids:
+            key = (scope_key, hash_id)
+            tokens = get(key)
+            if tokens is None:
+                tokens = self.block(scope_key, hash_id)  # counts the miss
+            else:
+                move_to_end(key)
+            extend(tokens)
+        # Counting hits once per call keeps an attribute update out of the loop.
+        self.hits += len(hash_ids) - (self.misses - misses_before)
+
+    def _make(self, scope_key: str, hash_id: int) -> list[int]:
+        low, width, seed = self._low, self._width, self.seed
+        if scope_key != self._offset_scope:
+            # Misses cluster by session, so remembering the last scope's offset is enough (and bounded).
+            digest = hashlib.shake_128(f"{seed}:{scope_key}:offset".encode()).digest(8)
+            self._offset_scope, self._offset = scope_key, int.from_bytes(digest, "big")
+        # The leading pair spells (id + offset) in base `width`: distinct ids of a scope never share it.
+        code = (hash_id + self._offset) % (width * width)
+        ids = self._ids
+        head = [ids[low + code % width], ids[low + code // width]][: self.block_size]
+        draws = array(
+            "I", hashlib.shake_128(f"{seed}:{scope_key}:{hash_id}".encode()).digest(4 * max(0, self.block_size - 2))
+        )
+        if _BIG_ENDIAN:
+            draws.byteswap()  # the draws are little-endian everywhere, so every platform agrees
+        return head + [ids[low + draw % width] for draw in draws]
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+def filler(seed: int, session_id: str, turn_key: int | str, n: int, space: TokenSpace | None = None) -> list[int]:
+    """`n` filler tokens for one turn of one session, deterministic, drawn from the filler range only
+    (disjoint from every block's tokens)."""
+    if n <= 0:
+        return []
+    space = space if space is not None else TokenSpace()
+    draws = _digest_u32(f"{seed}:{session_id}:turn_{turn_key}:filler", n) % space.filler_width + space.filler_low
+    result: list[int] = draws.tolist()
+    return result
+
+
+def prompt_token_ids(
+    request: Request,
+    hash_ids: Sequence[int],
+    block_size: int,
+    blocks: BlockTokens,
+    session_id: str,
+    turn_key: int | str,
+    scope_key: str,
+    *,
+    prefix_ids: Sequence[int] = (),
+) -> list[int]:
+    """The prompt of `request`: exactly `request.in_tokens` ids (§1d), after `prefix_ids`.
+
+    `hash_ids` is the request's full id list (`Agent.iter_hash_ids()`), `scope_key` the session id or ""
+    (see `BlockTokens`), `turn_key` keys the filler (the request's index in its agent, say). `prefix_ids`
+    is the hook for the §2e cache-bust marker: prepended as is, and not counted in `in_tokens`.
+    `in_tokens == 0` gives just `prefix_ids` (the caller warns).
+    """
+    if block_size != blocks.block_size:
+        raise ValueError(f"block_size {block_size} differs from the BlockTokens' {blocks.block_size}")
+    in_tokens = request.in_tokens
+    covered = min(len(hash_ids), in_tokens // block_size)
+    out = list(prefix_ids)
+    blocks.extend(out, scope_key, hash_ids[:covered])
+    rest = in_tokens - covered * block_size
+    if rest > 0:
+        out += filler(blocks.seed, session_id, turn_key, rest, blocks.space)
+    return out
+
+
+def completions_body(
+    model: str,
+    prompt_ids: Sequence[int],
+    max_tokens: int,
+    *,
+    min_tokens: int | None = None,
+    ignore_eos: bool = True,
+    stream_options: Mapping[str, object] | None = DEFAULT_STREAM_OPTIONS,
+    return_token_ids: bool | None = None,
+    extra_body: Mapping[str, object] | None = None,
+    cache_salt: str | None = None,
+) -> bytes:
+    """The JSON body of a streamed `POST /v1/completions` with a token-id prompt.
+
+    `min_tokens` defaults to `max_tokens` and `ignore_eos` to true, so the server generates exactly the
+    recorded output length. `stream_options=None` omits the field (for servers that reject
+    `continuous_usage_stats`); `return_token_ids` and `cache_salt` are sent only when given. `extra_body`
+    is merged at the top level last: its keys win over every field above.
+    """
+    body: dict[str, object] = {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens if min_tokens is None else min_tokens,
+        "ignore_eos": ignore_eos,
+        "stream": True,
+    }
+    if stream_options is not None:
+        body["stream_options"] = dict(stream_options)
+    if return_token_ids is not None:
+        body["return_token_ids"] = return_token_ids
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
+    if extra_body:
+        body.update(extra_body)
+    return msgspec.json.encode(body)
