@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A real replay of 8 sample sessions on 4 lanes against the built-in simulator (its clock and the
+# recorded think times both run 20x faster, so the demo takes about half a minute).
 demo: install
-	$(BIN)/agentx inspect traces/sample.arrow
-	$(BIN)/agentx validate traces/sample.weka.jsonl
+	$(BIN)/agentx replay traces/sample.arrow --sessions 8 --concurrency 4 \
+		--sim-time-scale 0.05 --delay-scale 0.05 --out runs/demo
 
 lint: install
 	$(BIN)/ruff check .

@@ -9,11 +9,17 @@ Traces:
     trace_stats(trace, cache_tokens=()) -> TraceStats
 and the model they use: Trace, Session, Agent, Request; TraceError for unusable input.
 
+Replaying:
+    await replay(trace, ReplayOptions(url=..., model=..., out_dir=..., concurrency=N)) -> ReplayResult
+    replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
+
 The simulated server, for tests and harnesses without a GPU:
     with SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
 """
 
+from agentx.replay.engine import ReplayOptions, RunResult
+from agentx.run import ReplayResult, replay, replay_sync
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -30,7 +36,10 @@ __all__ = [
     "Finding",
     "Findings",
     "Provenance",
+    "ReplayOptions",
+    "ReplayResult",
     "Request",
+    "RunResult",
     "Session",
     "SimServer",
     "Trace",
@@ -38,6 +47,8 @@ __all__ = [
     "TraceStats",
     "detect_format",
     "load_trace",
+    "replay",
+    "replay_sync",
     "save_trace",
     "trace_stats",
     "validate",

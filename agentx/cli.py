@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 import msgspec
@@ -19,6 +23,8 @@ from agentx.trace.io import FORMATS, Format, load_trace, save_trace
 from agentx.trace.stats import parse_token_counts, trace_stats
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+T = TypeVar("T")
 
 # Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default.
 _PIPED_WIDTH = 120
@@ -185,6 +191,174 @@ def sim(host: str, port: int, ready_json: bool, access_log: bool, **flags: Any) 
     except RuntimeError as exc:
         _fail(str(exc))
     _stderr.print("agentx sim: stopped", markup=False)
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, sep, content = value.partition(":")
+    if not sep or not name.strip():
+        raise click.BadParameter(f"{value!r} is not NAME:VALUE")
+    return name.strip(), content.strip()
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
+@click.option("--model", help="Model every request names (default: the server's only model).")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), help="Run this long, s.")
+@click.option("--sessions", type=click.IntRange(min=1), help="Stop after this many session trees.")
+@click.option("--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s.")
+@click.option(
+    "--session-order", type=click.Choice(("sequential", "shuffle", "random")), default="sequential", show_default=True
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of session order and prompt content.")
+@click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>).")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
+@click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
+@click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
+@click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_format_option
+@_block_size_option
+def replay(
+    trace: Path,
+    url: str | None,
+    model: str | None,
+    concurrency: int,
+    duration_s: float | None,
+    sessions: int | None,
+    grace_s: float,
+    session_order: str,
+    seed: int,
+    delay_scale: float,
+    out_dir: Path | None,
+    api_key_env: str,
+    headers: tuple[str, ...],
+    extra_body: str | None,
+    gpus: int | None,
+    sim_time_scale: float,
+    as_json: bool,
+    input_format: Format | None,
+    block_size: int | None,
+) -> None:
+    """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
+
+    Records stream to RUN_DIR/records.arrow as the run goes. Ctrl-C stops dispatching, lets in-flight
+    requests finish within the grace period, and prints the partial summary (exit 130).
+    """
+    from agentx.replay.client import ModelNotServed, ServerUnreachable
+    from agentx.replay.engine import ReplayOptions
+    from agentx.results.summary import summary_table
+    from agentx.run import replay as run_and_summarize
+    from agentx.sim.process import SimServer, SimServerError
+
+    try:
+        loaded = load_trace(trace, format=input_format, block_size=block_size)
+        parsed_headers = tuple(_header(h) for h in headers)
+        body = msgspec.json.decode(extra_body) if extra_body else None
+        if body is not None and not isinstance(body, dict):
+            raise click.BadParameter("--extra-body must be a JSON object")
+    except TraceError as exc:
+        _fail(str(exc))
+    except (click.BadParameter, msgspec.DecodeError) as exc:
+        _fail(str(exc))
+    run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            try:
+                sim = stack.enter_context(SimServer(time_scale=sim_time_scale, block_size=loaded.block_size))
+            except SimServerError as exc:
+                _fail(f"cannot start the simulator: {exc}")
+            url, model = sim.url, model or sim.model
+            _stderr.print(f"no --url: replaying against the built-in simulator at {url}", markup=False)
+        if model is None:
+            model = _only_model(url)
+        options = ReplayOptions(
+            url=url,
+            model=model,
+            out_dir=run_dir,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            sessions=sessions,
+            grace_s=grace_s,
+            session_order=session_order,  # type: ignore[arg-type]
+            seed=seed,
+            delay_scale=delay_scale,
+            api_key=os.environ.get(api_key_env) or None,
+            headers=parsed_headers,
+            extra_body=body,
+        )
+        progress = _Progress()
+        try:
+            result = asyncio.run(_interruptible(run_and_summarize(loaded, options, num_gpus=gpus, on_record=progress)))
+        except ServerUnreachable as exc:
+            _fail(f"{url}: the server is unreachable ({exc})")
+        except ModelNotServed as exc:
+            _fail(f"{url}: {exc}")
+        finally:
+            progress.close()
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
+    else:
+        for table in summary_table(result.summary, title=f"replay of {trace}"):
+            _stdout.print(table)
+        _stdout.print(f"records: {result.run.records_path}", markup=False)
+    if result.run.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+async def _interruptible(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work`; Ctrl-C cancels it, and the replay turns that into a graceful stop (grace, flush)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _only_model(url: str) -> str:
+    from agentx.replay.client import Client, ServerUnreachable
+
+    async def probe() -> list[str]:
+        async with Client(url) as client:
+            return await client.probe_models()
+
+    try:
+        models = asyncio.run(probe())
+    except ServerUnreachable as exc:
+        _fail(f"{url}: the server is unreachable ({exc})")
+    if len(models) != 1:
+        _fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
+    return models[0]
+
+
+class _Progress:
+    """A one-line live count of finished requests, errors and output tokens/s (stderr, terminals only)."""
+
+    def __init__(self) -> None:
+        self.done = self.errors = self.output_tokens = 0
+        self.started = time.perf_counter()
+        self.last_draw = 0.0
+        self.live = _stderr.is_terminal
+
+    def __call__(self, record: Any) -> None:
+        self.done += 1
+        self.errors += record.status != "ok"
+        self.output_tokens += record.osl_streamed_tokens or 0
+        now = time.perf_counter()
+        if self.live and now - self.last_draw >= 0.2:
+            self.last_draw = now
+            rate = self.output_tokens / max(now - self.started, 1e-9)
+            _stderr.file.write(f"\r{self.done:,} requests, {self.errors:,} errors, {rate:,.0f} output tok/s   ")
+            _stderr.file.flush()
+
+    def close(self) -> None:
+        if self.live and self.done:
+            _stderr.file.write("\n")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,31 @@ def test_bad_cache_tokens_option(weka_file: Path) -> None:
     result = CliRunner().invoke(main, ["inspect", str(weka_file), "--cache-tokens", "lots"])
     assert result.exit_code == 2
     assert "--cache-tokens" in result.output
+
+
+def test_replay_without_url_runs_against_the_simulator_and_prints_the_summary(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    out = tmp_path / "run"
+    args = ["replay", str(sample), "--sessions", "2", "--concurrency", "2", "--sim-time-scale", "0.01"]
+    args += ["--delay-scale", "0", "--out", str(out), "--json"]
+    result = subprocess.run([sys.executable, "-m", "agentx.cli", *args], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert "built-in simulator" in result.stderr
+    summary = json.loads(result.stdout)
+    trace = load_trace(sample)
+    expected = sum(s.request_count for s in trace.sessions[:2])
+    assert summary["counts"]["kept"] == expected and summary["counts"]["errors"] == 0
+    assert (out / "records.arrow").exists()
+
+
+def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = CliRunner().invoke(
+        main, ["replay", str(weka_file), "--url", f"http://127.0.0.1:{port}", "--model", "m", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "unreachable" in result.output

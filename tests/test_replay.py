@@ -1,0 +1,234 @@
+"""End-to-end tests of `run_replay` over real HTTP against the simulator (agentx.sim)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentx.replay.client import ModelNotServed
+from agentx.replay.engine import ReplayOptions, RunResult, run_replay
+from agentx.replay.plan import plan_session
+from agentx.replay.records import RequestRecord, read_records, run_info, to_records
+from agentx.sim.process import SimServer
+from agentx.trace.io import load_trace
+from agentx.trace.model import Agent, Request, Session, Trace
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(time_scale=0.01, block_size=BLOCK) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def slow_sim() -> Iterator[SimServer]:
+    """Real time: a request of a few thousand output tokens runs for many seconds."""
+    with SimServer(time_scale=1.0, block_size=BLOCK) as server:
+        yield server
+
+
+def _req(t: float, in_tokens: int, out: int, api: float, kept: int = 0, added: tuple[int, ...] = ()) -> Request:
+    return Request(
+        t=t, model="m", in_tokens=in_tokens, out_tokens=out, api_time=api, hash_ids_kept=kept, hash_ids_added=added
+    )
+
+
+def _chain(start: float, n: int, *, in0: int = 40, out: int = 8, base_id: int = 0) -> list[Request]:
+    """`n` growing-context requests 1 s apart, each 0.5 s long (ids extend the previous request's)."""
+    requests: list[Request] = []
+    kept = 0
+    for i in range(n):
+        in_tokens = in0 + 37 * i
+        blocks = in_tokens // BLOCK + (1 if in_tokens % BLOCK else 0)  # a partial last block, as real traces have
+        added = tuple(range(base_id + kept, base_id + blocks))
+        requests.append(_req(start + i, in_tokens, out, 0.5, kept, added))
+        kept = blocks
+    return requests
+
+
+def _flat_session(session_id: str, n: int) -> Session:
+    return Session(session_id=session_id, root=Agent(requests=_chain(0.0, n)))
+
+
+def _joined_session(session_id: str) -> Session:
+    """Root r0 → subagent (3 long requests) → root r1 joins it; r1's own delay is far shorter than the subagent."""
+    sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=_chain(1.0, 3, out=400, base_id=1000))
+    root = Agent(requests=[_req(0.0, 50, 4, 0.5, 0, (0, 1, 2, 3)), _req(3.6, 90, 4, 0.5, 4, (4, 5))], subagents=[sub])
+    return Session(session_id=session_id, root=root)
+
+
+def _background_session(session_id: str) -> Session:
+    """The root ends quickly; its subagent (nobody joins it) runs on long after."""
+    sub = Agent(agent_id="bg", spawn_after=1, t=0.6, requests=_chain(0.6, 3, out=150, base_id=500))
+    root = Agent(requests=[_req(0.0, 33, 2, 0.5, 0, (0, 1, 2)), _req(0.7, 70, 2, 0.1, 2, (2, 3, 4))], subagents=[sub])
+    # The last subagent request ends at 0.6 + 2 + 0.5 > the root's end, so join_index is None.
+    return Session(session_id=session_id, root=root)
+
+
+def _trace(*sessions: Session) -> Trace:
+    return Trace(sessions=list(sessions), block_size=BLOCK)
+
+
+def _options(server: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptions:
+    fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": 5.0}
+    fields.update(kwargs)
+    return ReplayOptions(url=server.url, model=server.model, out_dir=out_dir, **fields)  # type: ignore[arg-type]
+
+
+def _replay(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestRecord]]:
+    result = asyncio.run(run_replay(trace, options))
+    table = read_records(result.records_path)
+    assert run_info(table).run_id == result.run_id
+    return result, to_records(table)
+
+
+def _assert_exact(records: list[RequestRecord]) -> None:
+    for record in records:
+        assert record.status == "ok", record.error_message
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
+        assert record.osl_server_tokens == max(1, record.osl_recorded_tokens)
+        assert record.osl_streamed_tokens == record.osl_server_tokens
+        assert record.first_token_ns is not None and record.sent_ns <= record.first_token_ns <= record.end_ns
+
+
+def test_every_request_once_with_exact_lengths(sim: SimServer, tmp_path: Path) -> None:
+    trace = _trace(_flat_session("a", 4), _joined_session("b"), _background_session("c"))
+    seen: list[RequestRecord] = []
+    result = asyncio.run(run_replay(trace, _options(sim, tmp_path, concurrency=2), on_record=seen.append))
+    records = to_records(read_records(result.records_path))
+    assert result.requests == len(records) == len(seen) == trace.request_count
+    assert result.errors == 0 and not result.interrupted
+    assert result.trees_started == result.trees_finished == 3
+    keys = sorted((r.session_id, r.agent_id, r.turn) for r in records)
+    assert len(set(keys)) == len(keys)
+    _assert_exact(records)
+    assert {r.phase for r in records} == {"profiling"}
+    assert {r.run_id for r in records} == {result.run_id}
+    info = run_info(read_records(result.records_path))
+    assert "api_key" not in info.options and info.options["model"] == sim.model
+
+
+def test_api_key_never_stored(sim: SimServer, tmp_path: Path) -> None:
+    options = _options(sim, tmp_path, api_key="sk-secretsecret123", headers=(("X-Auth", "hidden-value"),))
+    result, _ = _replay(_trace(_flat_session("a", 1)), options)
+    raw = result.records_path.read_bytes()
+    assert b"secretsecret" not in raw and b"hidden-value" not in raw
+
+
+def test_join_waits_for_subagent(sim: SimServer, tmp_path: Path) -> None:
+    _, records = _replay(_trace(_joined_session("j")), _options(sim, tmp_path))
+    _assert_exact(records)
+    sub_end = max(r.end_ns for r in records if r.agent_id == "sub")
+    parent = next(r for r in records if r.agent_id == "" and r.turn == 1)
+    assert parent.sent_ns >= parent.scheduled_ns >= sub_end
+    first = next(r for r in records if r.agent_id == "" and r.turn == 0)
+    assert first.end_ns + 31_000_000 < sub_end  # the join, not r1's own 3.1 s x 0.01 delay, held r1 back
+    sub_first = next(r for r in records if r.agent_id == "sub" and r.turn == 0)
+    assert sub_first.sent_ns >= first.end_ns
+
+
+def test_background_subagent_holds_the_lane(sim: SimServer, tmp_path: Path) -> None:
+    trace = _trace(_background_session("s1"), _flat_session("s2", 2))
+    _, records = _replay(trace, _options(sim, tmp_path, concurrency=1))
+    _assert_exact(records)
+    root_end = max(r.end_ns for r in records if r.session_id == "s1" and r.agent_id == "")
+    bg_end = max(r.end_ns for r in records if r.session_id == "s1" and r.agent_id == "bg")
+    assert bg_end > root_end  # it really ran in the background
+    s2_start = min(r.sent_ns for r in records if r.session_id == "s2")
+    assert s2_start >= bg_end
+    assert {r.play for r in records if r.session_id == "s2"} == {1}
+
+
+def test_sessions_budget_recycles(sim: SimServer, tmp_path: Path) -> None:
+    trace = _trace(_flat_session("a", 2), _flat_session("b", 3))
+    result, records = _replay(trace, _options(sim, tmp_path, concurrency=2, sessions=5))
+    assert result.trees_started == result.trees_finished == 5
+    assert len({r.play for r in records}) == 5
+    assert {r.lane for r in records} == {0, 1}
+    counts = {play: sum(1 for r in records if r.play == play) for play in range(5)}
+    by_play = {r.play: r.session_id for r in records}
+    assert [by_play[p] for p in range(5)] == ["a", "b", "a", "b", "a"]  # sequential order, wrapping
+    assert all(counts[p] == (2 if by_play[p] == "a" else 3) for p in range(5))
+    assert result.requests == 2 + 3 + 2 + 3 + 2
+    _assert_exact(records)
+
+
+def test_deadline_cancels_in_flight_after_grace(slow_sim: SimServer, tmp_path: Path) -> None:
+    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0), _req(61.0, 80, 4, 1.0)]))
+    options = _options(slow_sim, tmp_path, concurrency=2, duration_s=0.3, grace_s=0.3)
+    result, records = _replay(_trace(long), options)
+    assert result.elapsed_s < 5
+    assert result.requests == 2 and result.cancelled == 2 and result.errors == 2  # one per lane
+    assert {r.error_kind for r in records} == {"cancelled"}
+    assert {r.status for r in records} == {"error"}
+    assert result.skipped == 2  # the second turns never went out
+
+
+def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> None:
+    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+    options = _options(slow_sim, tmp_path, grace_s=0.2, sessions=1)
+
+    async def main() -> RunResult:
+        task = asyncio.create_task(run_replay(_trace(long), options))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        return await task
+
+    result = asyncio.run(main())
+    assert result.interrupted
+    records = to_records(read_records(result.records_path))
+    assert [r.error_kind for r in records] == ["cancelled"]
+
+
+def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:
+    options = ReplayOptions(url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
+    with pytest.raises(ModelNotServed):
+        asyncio.run(run_replay(_trace(_flat_session("a", 1)), options))
+    assert not (tmp_path / "out").exists()
+
+
+def test_same_seed_same_order(sim: SimServer, tmp_path: Path) -> None:
+    trace = _trace(*(_flat_session(f"s{i}", 1) for i in range(6)))
+
+    def order(seed: int, name: str) -> list[str]:
+        options = _options(sim, tmp_path / name, session_order="shuffle", seed=seed, sessions=12)
+        _, records = _replay(trace, options)
+        return [r.session_id for r in sorted(records, key=lambda r: r.play)]
+
+    first, again, other = order(7, "a"), order(7, "b"), order(8, "c")
+    assert first == again
+    assert sorted(first[:6]) == sorted(s.session_id for s in trace.sessions)  # a permutation per pass
+    assert first != other
+
+
+def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path) -> None:
+    trace = load_trace(weka_sample_files[0])
+    for path in weka_sample_files[1:]:
+        trace.sessions.extend(load_trace(path).sessions)
+    # Recorded gaps run to minutes: scale them (and the simulated clock) down hard.
+    with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
+        options = _options(server, tmp_path, concurrency=len(trace.sessions), delay_scale=0.0002, grace_s=30.0)
+        result, records = _replay(trace, options)
+    assert result.requests == len(records) == trace.request_count
+    assert result.errors == 0
+    assert result.trees_finished == len(trace.sessions)
+    for record in records:
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
+        assert record.osl_server_tokens == max(1, record.osl_recorded_tokens)
+    # Joins and anchors hold on real data too: no step goes out before what it depends on has ended.
+    by_key = {(r.session_id, r.agent_id, r.turn): r for r in records}
+    joins = 0
+    for session in trace.sessions:
+        plan = plan_session(session)
+        for step in plan.steps:
+            record = by_key[(session.session_id, step.agent_id, step.turn)]
+            for dependency in step.depends_on:
+                before = plan.steps[dependency]
+                assert record.sent_ns >= by_key[(session.session_id, before.agent_id, before.turn)].end_ns
+            joins += len(step.joins)
+    assert joins > 0
