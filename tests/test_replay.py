@@ -232,3 +232,42 @@ def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path) ->
                 assert record.sent_ns >= by_key[(session.session_id, before.agent_id, before.turn)].end_ns
             joins += len(step.joins)
     assert joins > 0
+
+
+def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
+    """A stand-in server records the X-Correlation-ID of every request: one id per tree, a new one per play."""
+    from aiohttp import web
+
+    seen: list[str] = []
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("X-Correlation-ID", ""))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = b'{"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
+        chunk += b'"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+        await response.write(b"data: " + chunk + b"\n\ndata: [DONE]\n\n")
+        return response
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            trace = _trace(_flat_session("a", 3), _flat_session("b", 2))
+            options = ReplayOptions(url=f"http://127.0.0.1:{port}", model="m", out_dir=tmp_path, delay_scale=0)
+            await run_replay(trace, options)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert len(seen) == 5 and all(seen)
+    assert len(set(seen[:3])) == 1 and len(set(seen[3:])) == 1 and seen[0] != seen[3]

@@ -211,6 +211,8 @@ class _Tree:
         self.sent = [asyncio.Event() for _ in range(n)]
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
+        # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
+        self.headers = {"X-Correlation-ID": uuid.uuid4().hex}
 
 
 class _Runner:
@@ -379,7 +381,7 @@ class _Runner:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
                     try:
-                        exchange = await self.client.stream("/v1/completions", body)
+                        exchange = await self.client.stream("/v1/completions", body, extra_headers=tree.headers)
                     finally:
                         self._in_flight.discard(timeout)
             except TimeoutError:
