@@ -124,3 +124,27 @@ def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp
     )
     assert result.exit_code == 2
     assert "unreachable" in result.output
+
+
+def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    out = tmp_path / "run"
+    args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "0.2", "--delay-scale", "0.1"]
+    args += ["--grace", "1", "--out", str(out), "--json"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (out / "records.arrow").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # some requests finish, others are in flight
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads(stdout)
+    assert summary["counts"]["profiling"] >= 1
+    assert load_trace(sample).request_count > summary["counts"]["profiling"]  # it did stop early
