@@ -216,6 +216,13 @@ def _header(value: str) -> tuple[str, str]:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>).")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
 @click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
+@click.option(
+    "--affinity-header",
+    "affinity_headers",
+    multiple=True,
+    type=click.Choice(("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"), case_sensitive=False),
+    help="Also send the session play's correlation id in this header (repeatable), for router affinity.",
+)
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
@@ -236,6 +243,7 @@ def replay(
     out_dir: Path | None,
     api_key_env: str,
     headers: tuple[str, ...],
+    affinity_headers: tuple[str, ...],
     extra_body: str | None,
     gpus: int | None,
     sim_time_scale: float,
@@ -288,6 +296,7 @@ def replay(
             delay_scale=delay_scale,
             api_key=os.environ.get(api_key_env) or None,
             headers=parsed_headers,
+            affinity_headers=affinity_headers,
             extra_body=body,
         )
         progress = _Progress()
@@ -297,6 +306,10 @@ def replay(
             _fail(f"{url}: the server is unreachable ({exc})")
         except ModelNotServed as exc:
             _fail(f"{url}: {exc}")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            # Ctrl-C outside the replay itself (probing, scraping metrics): nothing to summarize yet.
+            _stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
         finally:
             progress.close()
     if as_json:

@@ -49,6 +49,8 @@ from agentx.trace.model import Trace
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
 RECORDS_FILE = "records.arrow"
+AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
+"""Headers a router may key session affinity on; `ReplayOptions.affinity_headers` picks among them."""
 FLUSH_TICK_S = 0.5
 """How often the ticker lets the writer flush (it writes at most once per its own interval)."""
 
@@ -85,6 +87,9 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Multiplies every planned delay (think times, subagent offsets): 1.0 replays the recorded timing,
     0.01 runs a trace's idle gaps 100x faster (tests, demos, a simulator with a fast `time_scale`), 0 sends
     each request as soon as its dependencies complete. Joins and anchors are always honoured."""
+    affinity_headers: tuple[str, ...] = ()
+    """Extra headers (names from `AFFINITY_HEADERS`) that carry the play's X-Correlation-ID value too,
+    for routers that keep a session on one worker by another header."""
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -143,6 +148,9 @@ def _validate(options: ReplayOptions) -> None:
         raise ValueError(f"delay_scale must be non-negative, got {options.delay_scale}")
     if options.api != "completions":
         raise ValueError(f"unsupported api {options.api!r}")
+    for name in options.affinity_headers:
+        if name not in AFFINITY_HEADERS:
+            raise ValueError(f"unsupported affinity header {name!r} (allowed: {', '.join(AFFINITY_HEADERS)})")
 
 
 async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecord | None = None) -> RunResult:
@@ -201,7 +209,9 @@ async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecor
 class _Tree:
     """The state of one play of a session tree: completion events and times of its steps."""
 
-    def __init__(self, prepared: _PreparedPlan, lane: int, play: int, start_ns: int) -> None:
+    def __init__(
+        self, prepared: _PreparedPlan, lane: int, play: int, start_ns: int, affinity_headers: tuple[str, ...] = ()
+    ) -> None:
         self.prepared = prepared
         self.lane = lane
         self.play = play
@@ -212,7 +222,9 @@ class _Tree:
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
         # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
-        self.headers = {"X-Correlation-ID": uuid.uuid4().hex}
+        correlation_id = uuid.uuid4().hex
+        self.headers = {"X-Correlation-ID": correlation_id}
+        self.headers.update((name, correlation_id) for name in affinity_headers)
 
 
 class _Runner:
@@ -315,7 +327,7 @@ class _Runner:
                 prepared = self.plans[index] = _prepare(self.trace, index, self.options.child_offset)
             play = self.trees_started
             self.trees_started += 1
-            tree = _Tree(prepared, lane, play, time.perf_counter_ns())
+            tree = _Tree(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
             async with asyncio.TaskGroup() as steps:
                 for step in prepared.plan.steps:
                     steps.create_task(self._step(tree, step))

@@ -1,0 +1,221 @@
+"""Property tests of `run_replay` against the simulator: every request once, dependencies honoured, exact ISL.
+
+Plus the affinity headers (`ReplayOptions.affinity_headers`, `agentx replay --affinity-header`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import WEKA_TRACE, names, sessions, write_json
+
+from agentx.cli import main
+from agentx.replay.client import ServerUnreachable
+from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, run_replay
+from agentx.replay.plan import plan_session
+from agentx.replay.records import RequestRecord, read_records, to_records
+from agentx.sim.process import SimServer
+from agentx.trace.model import Agent, Request, Session, Trace
+
+BLOCK = 16
+MAX_IN = 300
+MAX_OUT = 16
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(time_scale=0.01, block_size=BLOCK) as server:
+        yield server
+
+
+def _small(request: Request) -> Request:
+    """Keep the drawn lengths when already small (most are exact for their hash ids), else fold them down."""
+    in_tokens = request.in_tokens if 1 <= request.in_tokens <= MAX_IN else 1 + request.in_tokens % MAX_IN
+    out_tokens = request.out_tokens if 1 <= request.out_tokens <= MAX_OUT else 1 + request.out_tokens % MAX_OUT
+    return msgspec.structs.replace(request, in_tokens=in_tokens, out_tokens=out_tokens)
+
+
+def _shrink(session: Session) -> Session:
+    agent: Agent
+    for agent, _, _ in session.agents():
+        agent.requests = [_small(request) for request in agent.requests]
+    return session
+
+
+@st.composite
+def small_traces(draw: st.DrawFn) -> Trace:
+    """Valid traces at the simulator's block size, with small prompts and outputs so a replay is quick."""
+    ids = draw(st.lists(names, min_size=1, max_size=3, unique=True))
+    drawn = [_shrink(draw(sessions(session_id, block_size=BLOCK))) for session_id in ids]
+    return Trace(sessions=drawn, block_size=BLOCK, hash_id_scope=draw(st.sampled_from(["session", "global"])))
+
+
+Key = tuple[str, str, int]
+
+
+def _key(session_id: str, agent_id: str, turn: int) -> Key:
+    return (session_id, agent_id, turn)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(trace=small_traces(), concurrency=st.integers(1, 3))
+def test_replay_honours_the_dag(sim: SimServer, trace: Trace, concurrency: int) -> None:
+    with tempfile.TemporaryDirectory() as out_dir:
+        options = ReplayOptions(
+            url=sim.url, model=sim.model, out_dir=out_dir, concurrency=concurrency, delay_scale=0, grace_s=30.0
+        )
+        result = asyncio.run(run_replay(trace, options))
+        records = to_records(read_records(result.records_path))
+    assert result.requests == len(records) == trace.request_count
+    assert result.errors == 0 and not result.interrupted, [r.error_message for r in records if r.error_message]
+    if trace.request_count:
+        assert result.trees_started == result.trees_finished == len(trace.sessions)
+
+    # Every request of every session exactly once (one pass: each session is played once).
+    expected = Counter(
+        _key(session.session_id, agent.agent_id, turn)
+        for session in trace.sessions
+        for agent, _, _ in session.agents()
+        for turn in range(len(agent.requests))
+    )
+    assert Counter(_key(r.session_id, r.agent_id, r.turn) for r in records) == expected
+
+    by_play: dict[int, dict[Key, RequestRecord]] = {}
+    for record in records:
+        play = by_play.setdefault(record.play, {})
+        play[_key(record.session_id, record.agent_id, record.turn)] = record
+    for play in by_play.values():
+        assert len({session_id for session_id, _, _ in play}) == 1  # a play is one session tree
+
+    # The records' DAG is the trace's, and nothing was sent before its anchor and joins had ended.
+    play_of = {r.session_id: r.play for r in records}
+    for session in trace.sessions:
+        plan = plan_session(session)
+        if not plan.steps:
+            continue
+        play = by_play[play_of[session.session_id]]
+        assert len(play) == len(plan.steps)
+        for step in plan.steps:
+            record = play[_key(session.session_id, step.agent_id, step.turn)]
+            for dependency in step.depends_on:
+                before = plan.steps[dependency]
+                before_record = play.get(_key(session.session_id, before.agent_id, before.turn))
+                assert before_record is not None, (step, before)
+                assert record.sent_ns >= before_record.end_ns, (step, before)
+
+    for record in records:
+        assert record.status == "ok", record.error_message
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
+        assert record.osl_server_tokens == max(1, record.osl_recorded_tokens)
+
+
+# -- affinity headers
+
+
+@asynccontextmanager
+async def _header_server(seen: list[dict[str, str]]) -> AsyncIterator[str]:
+    """A stand-in server that records every completion request's headers; yields its base URL."""
+    from aiohttp import web
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.headers))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = b'{"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
+        chunk += b'"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+        await response.write(b"data: " + chunk + b"\n\ndata: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def _flat(session_id: str, n: int) -> Session:
+    requests = [Request(t=float(i), model="m", in_tokens=20, out_tokens=2) for i in range(n)]
+    return Session(session_id=session_id, root=Agent(requests=requests))
+
+
+def _header_run(tmp_path: Path, affinity: tuple[str, ...]) -> list[dict[str, str]]:
+    seen: list[dict[str, str]] = []
+
+    async def go() -> None:
+        async with _header_server(seen) as url:
+            trace = Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
+            options = ReplayOptions(url=url, model="m", out_dir=tmp_path, delay_scale=0, affinity_headers=affinity)
+            await run_replay(trace, options)
+
+    asyncio.run(go())
+    return seen
+
+
+def test_affinity_headers_carry_the_correlation_id(tmp_path: Path) -> None:
+    seen = _header_run(tmp_path, ("X-Session-ID", "X-Dynamo-Session-ID"))
+    assert len(seen) == 5
+    for headers in seen:
+        correlation = headers["X-Correlation-ID"]
+        assert correlation and headers["X-Session-ID"] == headers["X-Dynamo-Session-ID"] == correlation
+        assert "X-SMG-Routing-Key" not in headers
+    ids = [headers["X-Session-ID"] for headers in seen]
+    assert len(set(ids[:3])) == 1 and len(set(ids[3:])) == 1 and ids[0] != ids[3]  # one per play
+
+
+def test_no_affinity_headers_by_default(tmp_path: Path) -> None:
+    seen = _header_run(tmp_path, ())
+    assert len(seen) == 5
+    for headers in seen:
+        assert headers["X-Correlation-ID"]
+        assert not any(name in headers for name in AFFINITY_HEADERS)
+
+
+def test_unknown_affinity_header_is_rejected_before_any_io(tmp_path: Path) -> None:
+    options = ReplayOptions(
+        url="http://127.0.0.1:9", model="m", out_dir=tmp_path / "out", affinity_headers=("X-Whatever",)
+    )
+    with pytest.raises(ValueError, match="affinity header"):
+        asyncio.run(run_replay(Trace(sessions=[_flat("a", 1)], block_size=BLOCK), options))
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentx.run
+
+    captured: list[ReplayOptions] = []
+
+    async def fake_replay(_trace: Trace, options: ReplayOptions, **_kwargs: object) -> None:
+        captured.append(options)
+        raise ServerUnreachable("stand-in")
+
+    monkeypatch.setattr(agentx.run, "replay", fake_replay)
+    trace_file = write_json(tmp_path / "trace.jsonl", WEKA_TRACE)
+    args = ["replay", str(trace_file), "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "run")]
+    args += ["--affinity-header", "X-Session-ID", "--affinity-header", "x-smg-routing-key"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "unreachable" in result.output
+    assert [options.affinity_headers for options in captured] == [("X-Session-ID", "X-SMG-Routing-Key")]
+
+    bad = CliRunner().invoke(main, [*args[:8], "--affinity-header", "X-Nope"])
+    assert bad.exit_code == 2 and "X-Nope" in bad.output
+    assert len(captured) == 1
