@@ -1,0 +1,549 @@
+"""Replay overhead benchmark: what `agentx replay` costs and how far its timings are off (PERFORMANCE.md).
+
+A minimal mock completions server (kept in this file: raw asyncio protocol on uvloop, msgspec) runs in its
+own process pinned to core 0 at a higher priority; it injects a TTFT and an ITL per stream (absolute
+`call_at` timers: first chunk at receive + TTFT, then one token per chunk every ITL), ends with a usage
+chunk and `data: [DONE]` on a keep-alive connection, and logs when it meant to send and when it sent each
+request's first and last chunk (`GET /log`). The client, `run_replay` over a synthetic trace of
+one-request sessions (closed loop, `delay_scale=0`, as the CLI runs it: `asyncio.run`), runs in another
+process pinned to core 1 and measures itself over a steady window (CPU from `getrusage`, RSS, chunk rate).
+
+Client error = client-measured − injected; the server's own emission lag (sent − planned) is printed
+alongside, so a late server is not taken for a slow client. Setups A, B and the 1-stream idle cost;
+setup C (open-loop arrivals) is not implemented in agentx yet and is skipped. Prints figures; never fails
+on a number. See bench/README.md.
+
+Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle] [--repeat 3] [--duration 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise, _priority
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+MODEL = "mock"
+SERVER_CPU = 0
+CLIENT_CPU = 1
+SERVER_NICE = -10
+WARMUP_S = 3.0
+"""The steady window starts this long after the first request (ramp-up excluded)."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    streams: int
+    out_tokens: int
+    ttft_s: float
+    itl_s: float
+    in_tokens: int = 16
+
+    @property
+    def e2e_s(self) -> float:
+        return self.ttft_s + (self.out_tokens - 1) * self.itl_s
+
+    @property
+    def ideal_rps(self) -> float:
+        return self.streams / self.e2e_s
+
+
+SETUPS = {
+    "A": Setup("A", 256, 256, 0.050, 0.010),
+    "B": Setup("B", 1024, 64, 0.050, 0.040),
+    "idle": Setup("idle", 1, 256, 0.050, 0.010),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the mock server (`--worker-server PORT TTFT_S ITL_S`)
+
+
+_SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+_DONE = b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+_MODELS = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
+
+
+class _MockRequest(msgspec.Struct):
+    max_tokens: int = 16
+
+
+def _frame(payload: bytes) -> bytes:
+    data = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class _Mock:
+    def __init__(self, ttft_s: float, itl_s: float) -> None:
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.requests = 0
+        self.log: list[tuple[int, int, int, int, int, int]] = []
+        """Per finished request, perf_counter_ns: received, first planned, first sent, last planned, last sent; and
+        its id (also sent as `usage.prompt_tokens`, so the client's record names it: `isl_server_tokens`)."""
+
+
+class _Stream:
+    __slots__ = ("first_plan", "first_sent", "left", "loop", "made", "mock", "recv_ns", "rid", "start", "transport")
+
+    def __init__(self, mock: _Mock, transport: asyncio.Transport, rid: int, tokens: int) -> None:
+        self.mock = mock
+        self.transport = transport
+        self.rid = rid
+        self.left = tokens
+        self.made = 0
+        self.loop = asyncio.get_running_loop()
+        self.recv_ns = time.perf_counter_ns()
+        self.start = self.loop.time()
+        self.first_plan = self.recv_ns + int(mock.ttft_s * 1e9)
+        self.first_sent = 0
+        self.loop.call_at(self.start + mock.ttft_s, self.tick)
+
+    def tick(self) -> None:
+        if self.transport.is_closing():
+            return
+        now = time.perf_counter_ns()
+        self.made += 1
+        self.left -= 1
+        last = self.left <= 0
+        head = (
+            b'{"id":"cmpl-%d","object":"text_completion","created":0,"model":"mock","choices":[{"index":0,' % self.rid
+        )
+        if last:
+            finish = b'"finish_reason":"length"'
+            usage = b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+                self.rid,
+                self.made,
+                self.made + self.rid,
+            )
+            body = head + b'"text":" t","logprobs":null,%b}],"usage":null}' % finish
+            tail = b'{"id":"cmpl-%d","object":"text_completion","created":0,"model":"mock","choices":[],"usage":%b}' % (
+                self.rid,
+                usage,
+            )
+            self.transport.write(_frame(body) + _frame(tail) + _DONE)
+            plan_last = self.first_plan + int((self.made - 1) * self.mock.itl_s * 1e9)
+            self.mock.log.append((self.recv_ns, self.first_plan, self.first_sent or now, plan_last, now, self.rid))
+            return
+        self.transport.write(_frame(head + b'"text":" t","logprobs":null,"finish_reason":null}],"usage":null}'))
+        if self.made == 1:
+            self.first_sent = now
+        self.loop.call_at(self.start + self.mock.ttft_s + self.made * self.mock.itl_s, self.tick)
+
+
+class _MockProtocol(asyncio.Protocol):
+    def __init__(self, mock: _Mock) -> None:
+        self.mock = mock
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line.startswith(b"content-length:"):
+                    length = int(line[15:])
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            assert self.transport is not None
+            if head.startswith(b"post"):
+                request = msgspec.json.decode(body, type=_MockRequest)
+                self.mock.requests += 1
+                self.transport.write(_SSE_HEAD)
+                _Stream(self.mock, self.transport, self.mock.requests, request.max_tokens)
+            elif head.startswith(b"get /log"):
+                payload = msgspec.json.encode(self.mock.log)
+                self.mock.log = []
+                self._json(payload)
+            else:
+                self._json(_MODELS)
+
+    def _json(self, payload: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+            % (len(payload), payload)
+        )
+
+
+def _serve_mock(port: int, ttft_s: float, itl_s: float) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        mock = _Mock(ttft_s, itl_s)
+        server = await loop.create_server(lambda: _MockProtocol(mock), HOST, port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    import uvloop
+
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# the client (`--worker-client JSON`): run_replay in this process, figures as JSON on stdout
+
+
+def _client(spec: dict[str, Any]) -> dict[str, Any]:
+    imported_ns = time.perf_counter_ns()
+    import pyarrow.compute as pc
+
+    from agentx.replay.engine import ReplayOptions, run_replay
+    from agentx.replay.records import read_records, run_info
+    from agentx.trace.model import Agent, Request, Session, Trace
+
+    setup = Setup(**spec["setup"])
+    duration_s: float = spec["duration_s"]
+    server_pid: int = spec["server_pid"]
+    n_sessions = 4096
+    trace = Trace(
+        sessions=[
+            Session(
+                session_id=f"s{i}",
+                root=Agent(
+                    requests=[
+                        Request(
+                            t=0.0,
+                            model=MODEL,
+                            in_tokens=setup.in_tokens,
+                            out_tokens=setup.out_tokens,
+                            hash_ids_added=(i,),
+                        )
+                    ]
+                ),
+            )
+            for i in range(n_sessions)
+        ],
+        block_size=16,
+    )
+    window: dict[str, float] = {}
+
+    def snapshot(key: str) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        window[f"{key}_ns"] = time.perf_counter_ns()
+        window[f"{key}_cpu"] = usage.ru_utime + usage.ru_stime
+        window[f"{key}_server_cpu"] = _cpu_s(server_pid)
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        loop.call_later(WARMUP_S, snapshot, "a")
+        loop.call_later(duration_s, snapshot, "b")
+        options = ReplayOptions(
+            url=f"http://{HOST}:{spec['port']}",
+            model=MODEL,
+            out_dir=spec["out_dir"],
+            concurrency=setup.streams,
+            duration_s=duration_s,
+            grace_s=setup.e2e_s * 3 + 5,
+            delay_scale=0.0,
+        )
+        return await run_replay(trace, options)
+
+    if spec.get("uvloop"):
+        import uvloop
+
+        result = uvloop.run(main())
+    else:
+        result = asyncio.run(main())
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    table = read_records(result.records_path)
+    # Records are offsets from the run's perf_counter_ns origin, taken right before RunInfo.wall_epoch_ns:
+    # map the wall time back to perf_counter (best of a few reads of the two clocks' offset).
+    offset = min(time.time_ns() - time.perf_counter_ns() for _ in range(64))
+    base = run_info(table).wall_epoch_ns - offset
+    a = window["a_ns"] - base
+    b = window["b_ns"] - base
+    span_s = (b - a) / 1e9
+    sent = table.column("sent_ns").to_numpy(zero_copy_only=False)
+    end = table.column("end_ns").to_numpy(zero_copy_only=False)
+    status = table.column("status").to_pylist()
+    lanes = table.column("lane").to_pylist()
+    by_lane: dict[int, list[tuple[int, int]]] = {}
+    for i in range(len(sent)):
+        by_lane.setdefault(lanes[i], []).append((int(sent[i]), int(end[i])))
+    cycles: list[float] = []
+    gaps: list[float] = []
+    for plays in by_lane.values():
+        plays.sort()
+        for (s0, e0), (s1, _) in itertools.pairwise(plays):
+            if a <= s0 and s1 <= b:
+                cycles.append((s1 - s0) / 1e9)
+                gaps.append((s1 - e0) / 1e9)
+    chunks = pc.list_flatten(table.column("chunk_times_ns")).to_numpy(zero_copy_only=False)
+    in_window = [i for i in range(len(sent)) if a <= sent[i] and end[i] <= b and status[i] == "ok"]
+    done_in_window = int(((end >= a) & (end <= b)).sum())
+    chunk_count = int(((chunks >= a) & (chunks <= b)).sum())
+
+    ids = table.column("isl_server_tokens").to_pylist()
+    firsts = table.column("first_token_ns").to_pylist()
+    lasts = table.column("last_token_ns").to_pylist()
+
+    def col(name: str) -> list[float]:
+        values = table.column(name).to_pylist()
+        return [float(values[i]) for i in in_window if values[i] is not None]
+
+    cpu_s = window["b_cpu"] - window["a_cpu"]
+    return {
+        "requests": result.requests,
+        "errors": result.errors,
+        "rps": done_in_window / span_s,
+        "rps_cycle": setup.streams / statistics.fmean(cycles) if cycles else None,
+        "recycle_gap_s": gaps,
+        "chunks_per_s": chunk_count / span_s,
+        "cpu_percent": 100 * cpu_s / span_s,
+        "cpu_us_per_chunk": 1e6 * cpu_s / chunk_count if chunk_count else None,
+        "server_cpu_percent": 100 * (window["b_server_cpu"] - window["a_server_cpu"]) / span_s,
+        "ttft_s": col("ttft_s"),
+        "e2e_s": col("e2e_s"),
+        "itl_s": col("itl_s"),
+        "rss_mb": rss_mb,
+        "startup_s": (float(min(sent)) + base - spec["spawn_ns"]) / 1e9 if len(sent) else None,
+        "import_s": (imported_ns - spec["spawn_ns"]) / 1e9,
+        "origin_ns": base,
+        "matched": [
+            [ids[i], int(sent[i]) + base, int(firsts[i]) + base, int(lasts[i]) + base]
+            for i in in_window
+            if ids[i] is not None and firsts[i] is not None and lasts[i] is not None
+        ],
+        "window_ns": [a + base, b + base],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# orchestration
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"mock server exited with {process.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{HOST}:{port}/v1/models", timeout=2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError("mock server not answering")
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _one_run(setup: Setup, duration_s: float, out: Path, use_uvloop: bool) -> dict[str, Any]:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_pin_and_raise(SERVER_CPU, SERVER_NICE),
+    )
+    try:
+        _wait_ready(port, server)
+        with urllib.request.urlopen(f"http://{HOST}:{port}/log", timeout=5):
+            pass  # drop the probe-free log (nothing yet) and warm the path
+        spec = {
+            "setup": setup.__dict__,
+            "duration_s": duration_s,
+            "port": port,
+            "server_pid": server.pid,
+            "out_dir": str(out),
+            "uvloop": use_uvloop,
+            "spawn_ns": time.perf_counter_ns(),
+        }
+        client = subprocess.run(
+            [sys.executable, __file__, "--worker-client", json.dumps(spec)],
+            cwd=ROOT,
+            capture_output=True,
+            preexec_fn=_pin_and_raise(CLIENT_CPU, 0),
+            check=False,
+        )
+        if client.returncode != 0:
+            raise RuntimeError(f"client failed: {client.stderr.decode(errors='replace')[-2000:]}")
+        figures: dict[str, Any] = json.loads(client.stdout.decode().strip().splitlines()[-1])
+        with urllib.request.urlopen(f"http://{HOST}:{port}/log", timeout=10) as response:
+            log: list[list[int]] = json.loads(response.read())
+        figures["server_priority"] = _priority(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    lo, hi = figures["window_ns"]
+    steady = [row for row in log if row[0] >= lo and row[4] <= hi]
+    figures["server_first_lag_s"] = [(r[2] - r[1]) / 1e9 for r in steady]
+    by_id = {row[5]: row for row in log}
+    pairs = [(c, by_id[c[0]]) for c in figures["matched"] if c[0] in by_id]
+    figures["to_server_s"] = [(r[0] - c[1]) / 1e9 for c, r in pairs]
+    figures["first_delivery_s"] = [(c[2] - r[2]) / 1e9 for c, r in pairs]
+    figures["last_delivery_s"] = [(c[3] - r[4]) / 1e9 for c, r in pairs]
+    figures["ttft_vs_server_s"] = [((c[2] - c[1]) - (r[2] - r[0])) / 1e9 for c, r in pairs]
+    figures["server_last_lag_s"] = [(r[4] - r[3]) / 1e9 for r in steady]
+    return figures
+
+
+def _summary(setup: Setup, run: dict[str, Any]) -> dict[str, float | None]:
+    ttft = [t - setup.ttft_s for t in run["ttft_s"]]
+    e2e = [t - setup.e2e_s for t in run["e2e_s"]]
+    itl = [t - setup.itl_s for t in run["itl_s"]]
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else value * 1e3
+
+    return {
+        "req/s (lane cycle)": run["rps_cycle"],
+        "req/s (ends in window)": run["rps"],
+        "chunks/s": run["chunks_per_s"],
+        "client CPU %": run["cpu_percent"],
+        "CPU µs/chunk": run["cpu_us_per_chunk"],
+        "TTFT err p50 ms": ms(_pct(ttft, 0.5)),
+        "TTFT err p99 ms": ms(_pct(ttft, 0.99)),
+        "E2E err p50 ms": ms(_pct(e2e, 0.5)),
+        "E2E err p99 ms": ms(_pct(e2e, 0.99)),
+        "ITL err mean ms": ms(statistics.fmean(itl)) if itl else None,
+        "recycle gap p50 ms": ms(_pct(run["recycle_gap_s"], 0.5)),
+        "recycle gap p99 ms": ms(_pct(run["recycle_gap_s"], 0.99)),
+        "RSS MB": run["rss_mb"],
+        "start-up s": run["startup_s"],
+        "server CPU %": run["server_cpu_percent"],
+        "client send → server recv p50 ms": ms(_pct(run["to_server_s"], 0.5)),
+        "client send → server recv p99 ms": ms(_pct(run["to_server_s"], 0.99)),
+        "server 1st send → client p50 ms": ms(_pct(run["first_delivery_s"], 0.5)),
+        "server 1st send → client p99 ms": ms(_pct(run["first_delivery_s"], 0.99)),
+        "server last send → client p50 ms": ms(_pct(run["last_delivery_s"], 0.5)),
+        "TTFT − server's TTFT p50 ms": ms(_pct(run["ttft_vs_server_s"], 0.5)),
+        "TTFT − server's TTFT p99 ms": ms(_pct(run["ttft_vs_server_s"], 0.99)),
+        "server 1st-chunk lag p50 ms": ms(_pct(run["server_first_lag_s"], 0.5)),
+        "server 1st-chunk lag p99 ms": ms(_pct(run["server_first_lag_s"], 0.99)),
+        "server last-chunk lag p50 ms": ms(_pct(run["server_last_lag_s"], 0.5)),
+        "requests (errors)": float(run["requests"]) + run["errors"] / 1e6,
+    }
+
+
+TARGETS: dict[str, dict[str, str]] = {
+    "A": {
+        "req/s (lane cycle)": "≥ 95.5 (97% of 98.5)",
+        "CPU µs/chunk": "≤ 20",
+        "TTFT err p50 ms": "≤ 2",
+        "TTFT err p99 ms": "≤ 20",
+        "ITL err mean ms": "≤ 0.1",
+        "RSS MB": "< 150",
+        "start-up s": "< 0.5",
+    },
+    "B": {"TTFT err p50 ms": "≤ 3", "E2E err p50 ms": "≤ 10", "ITL err mean ms": "≤ 0.1"},
+    "idle": {"client CPU %": "≤ 3"},
+}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _report(setup: Setup, runs: list[dict[str, float | None]]) -> None:
+    print(
+        f"\nSetup {setup.name}: {setup.streams} streams, {setup.in_tokens}-token prompts, {setup.out_tokens} output "
+        f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms; ideal {setup.ideal_rps:.1f} req/s, "
+        f"{setup.ideal_rps * setup.out_tokens:,.0f} chunks/s, E2E {setup.e2e_s * 1e3:,.0f} ms. "
+        f"{len(runs)} run(s): median (min–max)"
+    )
+    targets = TARGETS.get(setup.name, {})
+    print(f"| {'figure':<34} | {'median (min–max)':<28} | {'target':<22} |")
+    print(f"|{'-' * 36}|{'-' * 30}|{'-' * 24}|")
+    for key in runs[0]:
+        values = [v for run in runs if (v := run[key]) is not None]
+        if key == "requests (errors)":
+            cell = ", ".join(f"{int(v)} ({round((v - int(v)) * 1e6)})" for v in values)
+        elif not values:
+            cell = "—"
+        elif len(values) == 1:
+            cell = _fmt(values[0])
+        else:
+            cell = f"{_fmt(statistics.median(values))} ({_fmt(min(values))}–{_fmt(max(values))})"
+        print(f"| {key:<34} | {cell:<28} | {targets.get(key, ''):<22} |")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["--worker-server"]:
+        _serve_mock(int(args_in[1]), float(args_in[2]), float(args_in[3]))
+        return
+    if args_in[:1] == ["--worker-client"]:
+        print(json.dumps(_client(json.loads(args_in[1]))))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--setups", default="A,B,idle", help="comma-separated: A, B, idle")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per run (setups A and B)")
+    parser.add_argument("--idle-duration", type=float, default=10.0)
+    parser.add_argument(
+        "--uvloop", action="store_true", help="run the client under uvloop (the CLI uses asyncio.run's default loop)"
+    )
+    args = parser.parse_args(args_in)
+    loop_name = "uvloop" if args.uvloop else "asyncio default loop, as the CLI"
+    print(
+        f"replay_overhead: server pinned to core {SERVER_CPU} (nice {SERVER_NICE} if permitted), "
+        f"client pinned to core {CLIENT_CPU} ({loop_name}); "
+        f"cores here: {os.cpu_count()}; steady window from {WARMUP_S:g} s"
+    )
+    print("Setup C (open-loop Poisson arrivals): skipped, agentx replay has no open-loop mode yet.")
+    with tempfile.TemporaryDirectory(prefix="replay_overhead_") as tmp:
+        for name in (part.strip() for part in args.setups.split(",") if part.strip()):
+            setup = SETUPS[name]
+            duration = args.idle_duration if name == "idle" else args.duration
+            repeat = 1 if name == "idle" else args.repeat
+            runs: list[dict[str, float | None]] = []
+            for number in range(repeat):
+                try:
+                    raw = _one_run(setup, duration, Path(tmp) / f"{name}{number}", args.uvloop)
+                except RuntimeError as exc:
+                    print(f"setup {name} run {number + 1}: {exc}")
+                    continue
+                runs.append(_summary(setup, raw))
+                print(
+                    f"  setup {name} run {number + 1}: {_fmt(runs[-1]['req/s (lane cycle)'])} req/s, "
+                    f"{_fmt(runs[-1]['client CPU %'])}% client CPU ({raw['server_priority']} server)",
+                    flush=True,
+                )
+            if runs:
+                _report(setup, runs)
+
+
+if __name__ == "__main__":
+    main()
