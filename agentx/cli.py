@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -301,7 +301,9 @@ def replay(
         )
         progress = _Progress()
         try:
-            result = asyncio.run(_interruptible(run_and_summarize(loaded, options, num_gpus=gpus, on_record=progress)))
+            work = _interruptible(run_and_summarize(loaded, options, num_gpus=gpus, on_record=progress))
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                result = runner.run(work)
         except ServerUnreachable as exc:
             _fail(f"{url}: the server is unreachable ({exc})")
         except ModelNotServed as exc:
@@ -331,6 +333,15 @@ async def _interruptible(work: Coroutine[Any, Any, T]) -> T:
         return await task
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed: a quarter less client CPU per streamed chunk (bench/replay_overhead.py)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency except on Windows
+        return None
+    return uvloop.new_event_loop
 
 
 def _only_model(url: str) -> str:
