@@ -206,13 +206,14 @@ def test_same_seed_same_order(sim: SimServer, tmp_path: Path) -> None:
     assert first != other
 
 
-def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path, api: str) -> None:
     trace = load_trace(weka_sample_files[0])
     for path in weka_sample_files[1:]:
         trace.sessions.extend(load_trace(path).sessions)
     # Recorded gaps run to minutes: scale them (and the simulated clock) down hard.
     with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
-        options = _options(server, tmp_path, concurrency=len(trace.sessions), delay_scale=0.0002, grace_s=30.0)
+        options = _options(server, tmp_path, concurrency=len(trace.sessions), delay_scale=0.0002, grace_s=30.0, api=api)
         result, records = _replay(trace, options)
     assert result.requests == len(records) == trace.request_count
     assert result.errors == 0
@@ -220,6 +221,10 @@ def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path) ->
     for record in records:
         assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
         assert record.osl_server_tokens == max(1, record.osl_recorded_tokens)
+    if api == "chat":
+        # Resending the recorded history keeps the server's prefix cache warm, turn after turn.
+        later = [r for r in records if r.turn > 0]
+        assert sum(r.cached_tokens or 0 for r in later) > 0.5 * sum(r.isl_recorded_tokens for r in later)
     # Joins and anchors hold on real data too: no step goes out before what it depends on has ended.
     by_key = {(r.session_id, r.agent_id, r.turn): r for r in records}
     joins = 0
@@ -263,7 +268,9 @@ def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         try:
             trace = _trace(_flat_session("a", 3), _flat_session("b", 2))
-            options = ReplayOptions(url=f"http://127.0.0.1:{port}", model="m", out_dir=tmp_path, delay_scale=0)
+            options = ReplayOptions(
+                url=f"http://127.0.0.1:{port}", model="m", out_dir=tmp_path, delay_scale=0, stream_usage="final"
+            )
             await run_replay(trace, options)
         finally:
             await runner.cleanup()
@@ -271,3 +278,20 @@ def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
     asyncio.run(main())
     assert len(seen) == 5 and all(seen)
     assert len(set(seen[:3])) == 1 and len(set(seen[3:])) == 1 and seen[0] != seen[3]
+
+
+def test_chat_replay_of_the_sample_corpus_is_exact(tmp_path: Path) -> None:
+    """`--api chat` against the simulator: calibrated text lands on the trace's `in`, token for token."""
+    trace = load_trace(Path(__file__).parent.parent / "traces" / "sample.arrow")
+    trace.sessions = trace.sessions[:6]
+    with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
+        options = _options(server, tmp_path, concurrency=3, delay_scale=0.0002, api="chat")
+        result, records = _replay(trace, options)
+    assert result.errors == 0 and result.requests == trace.request_count
+    assert result.calibration is not None and result.stream_usage == "continuous"
+    assert all(predicted == counted for predicted, counted in result.calibration["checks"])
+    for record in records:
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
+        assert record.osl_server_tokens == record.osl_streamed_tokens == max(1, record.osl_recorded_tokens)
+    later = [r for r in records if r.turn > 0]
+    assert sum(r.cached_tokens or 0 for r in later) > 0.5 * sum(r.isl_recorded_tokens for r in later)

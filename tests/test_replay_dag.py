@@ -164,7 +164,9 @@ def _header_run(tmp_path: Path, affinity: tuple[str, ...]) -> list[dict[str, str
     async def go() -> None:
         async with _header_server(seen) as url:
             trace = Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
-            options = ReplayOptions(url=url, model="m", out_dir=tmp_path, delay_scale=0, affinity_headers=affinity)
+            options = ReplayOptions(
+                url=url, model="m", out_dir=tmp_path, delay_scale=0, affinity_headers=affinity, stream_usage="final"
+            )
             await run_replay(trace, options)
 
     asyncio.run(go())

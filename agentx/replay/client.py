@@ -248,6 +248,25 @@ class Client:
             raise ModelNotServed(f"model {require!r} is not served by {self.base_url} (served: {', '.join(models)})")
         return models
 
+    async def request_json(
+        self, method: str, path: str, payload: object | None = None, *, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """A plain JSON request (tokenize, probes): (HTTP status, body). Raises ServerUnreachable on a
+        connection failure or timeout (default: the probe timeout)."""
+        session = self._require_session()
+        url = self.base_url + path
+        data = msgspec.json.encode(payload) if payload is not None else None
+        try:
+            timeout = aiohttp.ClientTimeout(
+                total=timeout_s or self.probe_timeout_s, sock_connect=self.connect_timeout_s
+            )
+            async with session.request(
+                method, url, data=data, timeout=timeout, headers={"Accept": "application/json"}
+            ) as response:
+                return response.status, await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServerUnreachable(self._scrub(f"{method} {url}: {_describe(exc)}")) from None
+
     async def stream(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
         """POST a pre-encoded streaming request body to `path` and record the response as it arrives."""
         return await self._exchange(path, body, extra_headers, _read_stream)

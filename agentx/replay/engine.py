@@ -32,16 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
+from agentx.replay.chat import CHAT_PATH, ChatRenderer, chat_body
 from agentx.replay.client import Client, Exchange
+from agentx.replay.conversation import Conversation
 from agentx.replay.plan import SessionPlan, Step, plan_session, session_order
+from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, prompt_token_ids
 from agentx.replay.records import RecordWriter, RequestRecord, RunInfo, redact
 from agentx.trace.model import Trace
@@ -52,6 +57,8 @@ RECORDS_FILE = "records.arrow"
 AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
 """Headers a router may key session affinity on; `ReplayOptions.affinity_headers` picks among them."""
 FLUSH_TICK_S = 0.5
+COMPLETIONS_PATH = "/v1/completions"
+LOOP_LAG_TICK_S = 0.1
 """How often the ticker lets the writer flush (it writes at most once per its own interval)."""
 
 
@@ -62,7 +69,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """The served model every request names."""
     out_dir: Path | str
     """Where records.arrow (and run metadata) are written."""
-    api: Literal["completions"] = "completions"
+    api: Literal["completions", "chat"] = "completions"
+    """`completions`: token-id prompts (exact by construction); `chat`: message arrays of calibrated text."""
     concurrency: int = 1
     """Lanes: each runs one whole session tree at a time (background subagents included)."""
     duration_s: float | None = None
@@ -90,6 +98,18 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     affinity_headers: tuple[str, ...] = ()
     """Extra headers (names from `AFFINITY_HEADERS`) that carry the play's X-Correlation-ID value too,
     for routers that keep a session on one worker by another header."""
+    stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
+    """What `stream_options` asks for: `auto` probes the server once before the run (continuous usage if it
+    takes it, else final usage only, else no stream_options); the others force one choice."""
+    tokenizer: str | None = None
+    """`--api chat`: a local `tokenizer.json` to calibrate words with, instead of the server's `/tokenize`."""
+    ramp_s: float = 0.0
+    """Lane i starts its first tree i/concurrency × ramp_s after the run start, so lanes do not stay in step."""
+    run_id: str | None = None
+    """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
+    shard: tuple[int, int] = (0, 1)
+    """(index, count): this process runs lanes index, index+count, ... and the trees at positions ≡ index
+    (mod count) of the shared session order (`--workers`; (0, 1) is the whole run)."""
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -107,6 +127,12 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Requests cancelled after the grace period (also counted in `errors`)."""
     skipped: int = 0
     """Steps of started trees never sent because the run stopped first."""
+    loop_lag_s: list[float] = []
+    """Event-loop lag samples: how late a 100 ms timer fired, every 100 ms of the run."""
+    stream_usage: str = ""
+    """What the run's bodies asked for: "continuous", "final" or "none" (after the `auto` probe)."""
+    calibration: dict[str, Any] | None = None
+    """`--api chat`: the words, separator and chat-template overhead calibrated at the start."""
 
 
 OnRecord = Callable[[RequestRecord], None]
@@ -117,6 +143,8 @@ class _PreparedPlan(msgspec.Struct, frozen=True):
 
     plan: SessionPlan
     hash_ids: tuple[tuple[int, ...], ...]
+    prefix_tokens: dict[str, int]
+    """Per agent: its turn-0 tool + system tokens (the chat system message, semantics §1e)."""
 
 
 def _prepare(trace: Trace, index: int, child_offset: Literal["branch_start", "anchor_end"]) -> _PreparedPlan:
@@ -124,7 +152,8 @@ def _prepare(trace: Trace, index: int, child_offset: Literal["branch_start", "an
     plan = plan_session(session, child_offset=child_offset)
     by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
     hash_ids = tuple(by_agent[step.agent_id][step.turn] for step in plan.steps)
-    return _PreparedPlan(plan, hash_ids)
+    prefix_tokens = {agent.agent_id: agent.tool_tokens + agent.system_tokens for agent, _, _ in session.agents()}
+    return _PreparedPlan(plan, hash_ids, prefix_tokens)
 
 
 def _options_metadata(options: ReplayOptions) -> dict[str, Any]:
@@ -146,7 +175,12 @@ def _validate(options: ReplayOptions) -> None:
         raise ValueError(f"grace_s must be non-negative, got {options.grace_s}")
     if options.delay_scale < 0:
         raise ValueError(f"delay_scale must be non-negative, got {options.delay_scale}")
-    if options.api != "completions":
+    if options.ramp_s < 0:
+        raise ValueError(f"ramp_s must be non-negative, got {options.ramp_s}")
+    shard_index, shard_count = options.shard
+    if shard_count < 1 or not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {options.shard}")
+    if options.api not in ("completions", "chat"):
         raise ValueError(f"unsupported api {options.api!r}")
     for name in options.affinity_headers:
         if name not in AFFINITY_HEADERS:
@@ -165,14 +199,24 @@ async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecor
     limit = options.max_connections or 2 * options.concurrency
     async with Client(options.url, api_key=options.api_key, headers=dict(options.headers), limit=limit) as client:
         await client.probe_models(require=options.model)
+        stream_usage = await _stream_usage(client, options, space)
+        calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        run_id = uuid.uuid4().hex
+        run_id = options.run_id or uuid.uuid4().hex
         start_ns = time.perf_counter_ns()
-        info = RunInfo(run_id=run_id, wall_epoch_ns=time.time_ns(), options=_options_metadata(options))
+        metadata = _options_metadata(options)
+        metadata["detected"] = {
+            "stream_usage": stream_usage,
+            "calibration": calibration.summary() if calibration is not None else None,
+        }
+        info = RunInfo(run_id=run_id, wall_epoch_ns=time.time_ns(), options=metadata)
         records_path = out_dir / RECORDS_FILE
         with RecordWriter(records_path, info) as writer:
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
+            runner.stream_options = STREAM_OPTIONS[stream_usage]
+            if calibration is not None:
+                runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
             main = asyncio.create_task(runner.run())
             interrupted = False
             try:
@@ -203,7 +247,30 @@ async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecor
         elapsed_s=elapsed_s,
         cancelled=runner.cancelled,
         skipped=runner.skipped,
+        loop_lag_s=runner.loop_lag_s,
+        stream_usage=stream_usage,
+        calibration=calibration.summary() if calibration is not None else None,
     )
+
+
+async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> StreamUsage:
+    if options.stream_usage != "auto":
+        return options.stream_usage
+    body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
+    if options.api == "chat":
+        body["messages"] = [{"role": "user", "content": "ok"}]
+        return await detect_stream_usage(client, CHAT_PATH, body)
+    body["prompt"] = [space.low] * 8
+    return await detect_stream_usage(client, COMPLETIONS_PATH, body)
+
+
+async def _calibrate(client: Client, options: ReplayOptions, block_size: int) -> ChatCalibration:
+    counter: TokenCounter
+    if options.tokenizer is not None:
+        counter, source = LocalCounter(options.tokenizer, client, options.model), Path(options.tokenizer).name
+    else:
+        counter, source = ServerCounter(client, options.model), "server"
+    return await calibrate(counter, block_size=block_size, source=source)
 
 
 class _Tree:
@@ -221,6 +288,9 @@ class _Tree:
         self.sent = [asyncio.Event() for _ in range(n)]
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
+        self.conversations: dict[str, Conversation] = {}
+        """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
+        self.last_out_tokens: dict[str, int] = {}
         # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
         correlation_id = uuid.uuid4().hex
         self.headers = {"X-Correlation-ID": correlation_id}
@@ -248,7 +318,15 @@ class _Runner:
         self.on_record = on_record
         self.blocks = BlockTokens(options.seed, trace.block_size, space)
         self.session_scope = trace.hash_id_scope == "session"
-        self.order = session_order(len(trace.sessions), options.session_order, options.seed)
+        shard_index, shard_count = options.shard
+        # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every
+        # worker of a `--workers` run sees the same stream and `play` (= position) is unique across them.
+        self.order = itertools.islice(
+            enumerate(session_order(len(trace.sessions), options.session_order, options.seed)),
+            shard_index,
+            None,
+            shard_count,
+        )
         self.plans: dict[int, _PreparedPlan] = {}
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
@@ -258,7 +336,15 @@ class _Runner:
             self.tree_limit = len(trace.sessions)
         else:
             self.tree_limit = None
+        if self.tree_limit is not None:
+            # This shard's share of the positions below the global limit.
+            self.tree_limit = max(0, -(-(self.tree_limit - shard_index) // shard_count))
+        self.lanes = range(shard_index, options.concurrency, shard_count)
+        self.loop_lag_s: list[float] = []
         self.extra_body = options.extra_body
+        self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
+        self.renderer: ChatRenderer | None = None
+        self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
         self._stop = asyncio.Event()
         self._hard_stopped = False
         self._in_flight: set[asyncio.Timeout] = set()
@@ -284,15 +370,27 @@ class _Runner:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as services:
-            ticker = services.create_task(self._tick())
-            stopper = services.create_task(self._stopper())
+            background = [
+                services.create_task(self._tick()),
+                services.create_task(self._stopper()),
+                services.create_task(self._watch_loop()),
+            ]
             try:
                 async with asyncio.TaskGroup() as lanes:
-                    for lane in range(self.options.concurrency):
+                    for lane in self.lanes:
                         lanes.create_task(self._lane(lane))
             finally:
-                ticker.cancel()
-                stopper.cancel()
+                for task in background:
+                    task.cancel()
+
+    async def _watch_loop(self) -> None:
+        """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
+        loop = asyncio.get_running_loop()
+        samples = self.loop_lag_s
+        while True:
+            due = loop.time() + LOOP_LAG_TICK_S
+            await asyncio.sleep(LOOP_LAG_TICK_S)
+            samples.append(max(0.0, loop.time() - due))
 
     async def _tick(self) -> None:
         while True:
@@ -313,7 +411,8 @@ class _Runner:
 
     # -- lanes and trees
 
-    def _next_tree(self) -> int | None:
+    def _next_tree(self) -> tuple[int, int] | None:
+        """(play = position in the shared order, session index), or None when no tree may start."""
         if self._stop.is_set():
             return None
         if self.tree_limit is not None and self.trees_started >= self.tree_limit:
@@ -321,11 +420,16 @@ class _Runner:
         return next(self.order, None)
 
     async def _lane(self, lane: int) -> None:
-        while (index := self._next_tree()) is not None:
+        ramp_s = self.options.ramp_s * lane / self.options.concurrency
+        if ramp_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ramp_s):
+                    await self._stop.wait()
+        while (drawn := self._next_tree()) is not None:
+            play, index = drawn
             prepared = self.plans.get(index)
             if prepared is None:
                 prepared = self.plans[index] = _prepare(self.trace, index, self.options.child_offset)
-            play = self.trees_started
             self.trees_started += 1
             tree = _Tree(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
             async with asyncio.TaskGroup() as steps:
@@ -344,7 +448,7 @@ class _Runner:
             if self._stop.is_set():
                 self.skipped += 1
                 return
-            prompt, body = self._build(tree, step)
+            sent_tokens, body = self._build(tree, step)
             for dependency in step.depends_on:
                 await tree.done[dependency].wait()
             if self._stop.is_set():
@@ -362,14 +466,17 @@ class _Runner:
             if self._stop.is_set():
                 self.skipped += 1
                 return
-            await self._send(tree, step, due_ns, len(prompt), body)
+            await self._send(tree, step, due_ns, sent_tokens, body)
         finally:
             if not tree.completed_ns[step.index]:
                 tree.completed_ns[step.index] = time.perf_counter_ns()
             tree.sent[step.index].set()
             tree.done[step.index].set()
 
-    def _build(self, tree: _Tree, step: Step) -> tuple[list[int], bytes]:
+    def _build(self, tree: _Tree, step: Step) -> tuple[int, bytes]:
+        """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
+        if self.renderer is not None:
+            return self._build_chat(tree, step, self.renderer)
         session_id = tree.prepared.plan.session_id
         prompt = prompt_token_ids(
             step.request,
@@ -381,8 +488,40 @@ class _Runner:
             session_id if self.session_scope else "",
         )
         out = max(1, step.request.out_tokens)
-        body = completions_body(self.options.model, prompt, out, min_tokens=out, extra_body=self.extra_body)
-        return prompt, body
+        body = completions_body(
+            self.options.model,
+            prompt,
+            out,
+            min_tokens=out,
+            stream_options=self.stream_options,
+            extra_body=self.extra_body,
+        )
+        return len(prompt), body
+
+    def _build_chat(self, tree: _Tree, step: Step, renderer: ChatRenderer) -> tuple[int, bytes]:
+        session_id = tree.prepared.plan.session_id
+        request = step.request
+        conversation = tree.conversations.get(step.agent_id)
+        if conversation is None:
+            prefix_blocks = -(-tree.prepared.prefix_tokens.get(step.agent_id, 0) // self.trace.block_size)
+            conversation = tree.conversations[step.agent_id] = Conversation(
+                self.trace.block_size, prefix_blocks=prefix_blocks, filler_key=step.agent_id
+            )
+        turn = conversation.next_turn(
+            tree.prepared.hash_ids[step.index], request.in_tokens, tree.last_out_tokens.get(step.agent_id)
+        )
+        tree.last_out_tokens[step.agent_id] = request.out_tokens
+        messages, sent_tokens = renderer.render(
+            turn.segments,
+            target_tokens=request.in_tokens,
+            scope_key=session_id if self.session_scope else "",
+            session_id=session_id,
+        )
+        out = max(1, request.out_tokens)
+        body = chat_body(
+            self.options.model, messages, out, stream_options=self.stream_options, extra_body=self.extra_body
+        )
+        return sent_tokens, body
 
     async def _send(self, tree: _Tree, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes) -> None:
         tree.sent[step.index].set()
@@ -393,7 +532,7 @@ class _Runner:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
                     try:
-                        exchange = await self.client.stream("/v1/completions", body, extra_headers=tree.headers)
+                        exchange = await self.client.stream(self.path, body, extra_headers=tree.headers)
                     finally:
                         self._in_flight.discard(timeout)
             except TimeoutError:
@@ -432,6 +571,8 @@ class _Runner:
             "isl_recorded_tokens": request.in_tokens,
             "isl_sent_tokens": sent_tokens,
             "osl_recorded_tokens": request.out_tokens,
+            "api_time_recorded_s": request.api_time,
+            "ttft_recorded_s": request.ttft,
         }
         if exchange is None:
             self.cancelled += 1

@@ -28,10 +28,11 @@ from typing import Any, Final, Literal, Self
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.0"
+FORMAT_VERSION: Final = "1.1"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -81,6 +82,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     cached_tokens: int | None = None
     theoretical_hit_blocks: int | None = None
     theoretical_total_blocks: int | None = None
+    api_time_recorded_s: float | None = None
+    ttft_recorded_s: float | None = None
     status: Status = "ok"
     error_kind: ErrorKind | None = None
     error_message: str | None = None
@@ -164,6 +167,8 @@ COLUMNS: list[tuple[pa.Field, str]] = [
         "theoretical prefix-cache hit: leading hash-id blocks already produced in the trace; null if unset",
     ),
     (pa.field("theoretical_total_blocks", _INT64), "hash-id blocks of the request; null if unset"),
+    (pa.field("api_time_recorded_s", _FLOAT), "the trace's recorded server time of the request; null if unknown"),
+    (pa.field("ttft_recorded_s", _FLOAT), "the trace's recorded TTFT (streamed requests); null if unknown"),
     (pa.field("status", _STR, nullable=False), '"ok" or "error"'),
     (pa.field("error_kind", _STR), "http, timeout, connection, protocol, context_overflow or cancelled; null if ok"),
     (pa.field("error_message", _STR), f"error text, scrubbed of credentials, at most {MAX_ERROR_MESSAGE} characters"),
@@ -328,6 +333,15 @@ class RecordWriter:
             self.flush()
         else:
             self.maybe_flush()
+
+    def write_table(self, table: pa.Table) -> None:
+        """Write a table of whole records (this file's columns) after the pending rows."""
+        if self._writer is None:
+            raise ValueError("write to a closed RecordWriter")
+        self.flush()
+        if table.num_rows:
+            self._writer.write_table(table.select(_NAMES).cast(self._schema), max_chunksize=self._max_rows)
+            self.rows_written += table.num_rows
 
     def maybe_flush(self) -> bool:
         """Write the pending rows if `flush_interval_s` has passed since the last write; True if written."""
@@ -496,3 +510,43 @@ def describe_layout() -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# merging (a `--workers` run writes one file per process)
+
+TIME_COLUMNS: Final = ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns")
+
+
+def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:
+    """Merge records files of one run into `out`, on the earliest file's clock; returns the rows written.
+
+    Each file's times are offsets from its own start; shifting them by the difference of the files'
+    wall-clock epochs puts them on one clock (epochs come from one system clock, so the error is its
+    read jitter, microseconds). The merged file keeps the earliest file's metadata. Rows are ordered
+    by `sent_ns`.
+    """
+    tables = [read_records(path) for path in paths]
+    if not tables:
+        raise ValueError("merge_records needs at least one file")
+    infos = [run_info(table) for table in tables]
+    if len({info.run_id for info in infos}) != 1:
+        raise RecordsError(f"files of different runs cannot be merged: {sorted({i.run_id for i in infos})}")
+    origin = min(infos, key=lambda info: info.wall_epoch_ns)
+    shifted = []
+    for table, info in zip(tables, infos, strict=True):
+        shift = info.wall_epoch_ns - origin.wall_epoch_ns
+        table = table.select(_NAMES).cast(SCHEMA)
+        for name in TIME_COLUMNS:
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, SCHEMA.field(name), pc.add(table.column(name), shift))
+        chunks = table.column("chunk_times_ns").combine_chunks()
+        moved = pa.ListArray.from_arrays(chunks.offsets, pc.add(chunks.flatten(), shift))
+        index = table.schema.get_field_index("chunk_times_ns")
+        table = table.set_column(index, SCHEMA.field("chunk_times_ns"), moved.cast(SCHEMA.field("chunk_times_ns").type))
+        shifted.append(table)
+    merged = pa.concat_tables(shifted).sort_by("sent_ns")
+    with RecordWriter(out, origin) as writer:
+        writer.write_table(merged)
+    rows: int = merged.num_rows
+    return rows

@@ -1,0 +1,111 @@
+"""`--workers N`: one replay sharded over N processes, each with its own event loop, records merged at the end.
+
+PERFORMANCE.md's lever for when one core cannot keep up. Worker `i` runs `run_replay` with
+`shard=(i, N)`: lanes i, i+N, ... and the trees at positions ≡ i (mod N) of the one shared session order,
+so the union of the workers is the single-process run's plan (same plays, same lanes, same seed), only
+spread over cores. Each worker loads the trace itself (Arrow loads in well under a second), writes
+`workers/<i>/records.arrow` as it goes, and leaves its `RunResult` beside it (pickled); the parent then
+merges the records into `records.arrow` on one clock (`merge_records`) and sums the results.
+
+Ctrl-C reaches every process of the group: each worker drains like a single run does (grace period,
+flush), and the parent merges what they wrote. Per-record callbacks do not cross processes: a sharded
+run reports progress by its workers' files only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import pickle
+import uuid
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from agentx.replay.engine import RECORDS_FILE, ReplayOptions, RunResult, run_replay
+from agentx.replay.records import merge_records
+
+WORKERS_DIR: Final = "workers"
+RESULT_FILE: Final = "result.pickle"
+
+
+class WorkerFailed(Exception):  # noqa: N818 (reads as a sentence: "worker failed")
+    """A worker process exited without leaving a result (it crashed, or the server probe failed)."""
+
+
+def _loop_factory() -> object:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        return None
+    return uvloop.new_event_loop
+
+
+def _work(trace_path: str, options: ReplayOptions, result_path: str) -> None:
+    """A worker process: load the trace, run its shard, leave the result (pickled: it holds paths)."""
+    from agentx.trace.io import load_trace
+
+    trace = load_trace(trace_path)
+    factory = _loop_factory()
+    with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
+        result = runner.run(run_replay(trace, options))
+    Path(result_path).write_bytes(pickle.dumps(result))
+
+
+def run_workers(trace_path: str | os.PathLike[str], options: ReplayOptions, workers: int) -> RunResult:
+    """Run `options` over `workers` processes (module docstring); returns the merged result."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers > options.concurrency:
+        raise ValueError(f"--workers {workers} exceeds --concurrency {options.concurrency}: a worker needs a lane")
+    out_dir = Path(options.out_dir)
+    run_id = options.run_id or uuid.uuid4().hex
+    context = multiprocessing.get_context("spawn")  # no inherited event loop, sockets or threads
+    processes: list[tuple[multiprocessing.process.BaseProcess, Path]] = []
+    for index in range(workers):
+        worker_dir = out_dir / WORKERS_DIR / str(index)
+        worker_dir.mkdir(parents=True, exist_ok=True)
+        shard = msgspec.structs.replace(options, out_dir=str(worker_dir), run_id=run_id, shard=(index, workers))
+        result_path = worker_dir / RESULT_FILE
+        result_path.unlink(missing_ok=True)
+        args = (os.fspath(trace_path), shard, str(result_path))
+        process = context.Process(target=_work, args=args, name=f"agentx-worker-{index}")
+        process.start()
+        processes.append((process, result_path))
+    interrupted = False
+    for started, _ in processes:
+        while True:
+            try:
+                started.join()
+                break
+            except KeyboardInterrupt:
+                interrupted = True  # the workers got the same SIGINT and are draining: keep waiting
+    results = []
+    for index, (finished, result_path) in enumerate(processes):
+        if not result_path.exists():
+            raise WorkerFailed(
+                f"worker {index} exited with code {finished.exitcode} and no result; see its output above "
+                f"(its records, if any: {result_path.parent / RECORDS_FILE})"
+            )
+        result = pickle.loads(result_path.read_bytes())
+        assert isinstance(result, RunResult)
+        results.append(result)
+    records_path = out_dir / RECORDS_FILE
+    merge_records([result.records_path for result in results], records_path)
+    return RunResult(
+        run_id=run_id,
+        records_path=records_path,
+        requests=sum(r.requests for r in results),
+        errors=sum(r.errors for r in results),
+        trees_started=sum(r.trees_started for r in results),
+        trees_finished=sum(r.trees_finished for r in results),
+        interrupted=interrupted or any(r.interrupted for r in results),
+        elapsed_s=max(r.elapsed_s for r in results),
+        cancelled=sum(r.cancelled for r in results),
+        skipped=sum(r.skipped for r in results),
+        loop_lag_s=[lag for r in results for lag in r.loop_lag_s],
+        stream_usage=results[0].stream_usage,
+        calibration=results[0].calibration,
+    )

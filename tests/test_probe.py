@@ -1,0 +1,94 @@
+"""The stream-usage probe: continuous usage where the server gives it, clean fallbacks where it does not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from agentx.replay.client import Client
+from agentx.replay.probe import detect_stream_usage
+from agentx.sim.process import SimServer
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def _server(handler: _Handler) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def _stand_in(*, reject: set[str], usage_per_chunk: bool) -> _Handler:
+    """A server that 400s bodies with any key of `reject` inside `stream_options` (or `stream_options`
+    itself when "stream_options" is in `reject`), and otherwise streams two tokens."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = msgspec.json.decode(await request.read())
+        options = body.get("stream_options")
+        if options is not None and ("stream_options" in reject or reject & set(options)):
+            return web.json_response({"error": {"message": "unknown field"}}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for n in (1, 2):
+            usage = b',"usage":{"prompt_tokens":8,"completion_tokens":%d}' % n if usage_per_chunk else b""
+            await response.write(b'data: {"choices":[{"index":0,"text":" x"}]' + usage + b"}\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    return handler
+
+
+BODY = {"model": "m", "prompt": [1000] * 8, "max_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    ("reject", "usage_per_chunk", "expected"),
+    [
+        (set(), True, "continuous"),
+        (set(), False, "final"),  # accepted but ignored
+        ({"continuous_usage_stats"}, True, "final"),
+        ({"stream_options"}, False, "none"),
+    ],
+)
+def test_the_probe_picks_what_the_server_takes(reject: set[str], usage_per_chunk: bool, expected: str) -> None:
+    async def go() -> str:
+        async with _server(_stand_in(reject=reject, usage_per_chunk=usage_per_chunk)) as url, Client(url) as client:
+            return await detect_stream_usage(client, "/v1/completions", BODY)
+
+    assert asyncio.run(go()) == expected
+
+
+def test_the_simulator_gives_continuous_usage_on_both_apis() -> None:
+    async def go(url: str, model: str) -> tuple[str, str]:
+        async with Client(url) as client:
+            completions = await detect_stream_usage(client, "/v1/completions", {**BODY, "model": model})
+            chat = {"model": model, "messages": [{"role": "user", "content": "ok"}], "max_tokens": 2}
+            return completions, await detect_stream_usage(client, "/v1/chat/completions", chat)
+
+    with SimServer(time_scale=0.01) as sim:
+        assert asyncio.run(go(sim.url, sim.model)) == ("continuous", "continuous")
+
+
+def test_a_failing_server_gets_final_usage() -> None:
+    async def handler(_: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "overloaded"}}, status=503)
+
+    async def go() -> str:
+        async with _server(handler) as url, Client(url) as client:
+            return await detect_stream_usage(client, "/v1/completions", BODY)
+
+    assert asyncio.run(go()) == "final"

@@ -1,0 +1,106 @@
+"""`--workers`: a sharded replay covers exactly the single-process plan, and merged records share one clock."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from agentx.replay.engine import ReplayOptions, run_replay
+from agentx.replay.records import (
+    RecordWriter,
+    RequestRecord,
+    RunInfo,
+    merge_records,
+    read_records,
+    run_info,
+    to_records,
+)
+from agentx.replay.workers import run_workers
+from agentx.sim.process import SimServer
+
+SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
+
+
+def _key(record: RequestRecord) -> tuple[int, str, str, int]:
+    return (record.play, record.session_id, record.agent_id, record.turn)
+
+
+def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
+    from agentx.trace.io import load_trace
+
+    with SimServer(time_scale=0.002) as sim:
+        base = ReplayOptions(
+            url=sim.url, model=sim.model, out_dir=tmp_path / "one", concurrency=4, sessions=6, delay_scale=0.001
+        )
+        single = asyncio.run(run_replay(load_trace(SAMPLE), base))
+        sharded = run_workers(SAMPLE, msgspec.structs.replace(base, out_dir=tmp_path / "two"), workers=2)
+    one = to_records(read_records(single.records_path))
+    table = read_records(sharded.records_path)
+    two = to_records(table)
+    assert sorted(map(_key, one)) == sorted(map(_key, two))
+    assert sharded.requests == len(two) and sharded.errors == 0 and sharded.trees_finished == 6
+    assert {r.run_id for r in two} == {sharded.run_id} == {run_info(table).run_id}
+    # Worker i owns lanes i, i+2: plays keep the lane the single-process run would give them.
+    assert {r.lane for r in two} == {0, 1, 2, 3}
+    assert all(r.lane % 2 == r.play % 2 for r in two)
+    # One clock: sorted by send time, and no request ends before it starts.
+    sent = [r.sent_ns for r in two]
+    assert sent == sorted(sent) and all(r.end_ns >= r.sent_ns for r in two)
+    assert sharded.loop_lag_s and sharded.stream_usage == "continuous"
+
+
+def test_more_workers_than_lanes_is_refused(tmp_path: Path) -> None:
+    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    with pytest.raises(ValueError, match="exceeds --concurrency"):
+        run_workers(SAMPLE, options, workers=3)
+
+
+def _record(run_id: str, sent_ns: int) -> RequestRecord:
+    return RequestRecord(
+        run_id=run_id,
+        phase="profiling",
+        lane=0,
+        play=0,
+        session_id="s",
+        agent_id="",
+        depth=0,
+        turn=0,
+        model="m",
+        scheduled_ns=sent_ns - 5,
+        sent_ns=sent_ns,
+        first_token_ns=sent_ns + 10,
+        last_token_ns=sent_ns + 30,
+        end_ns=sent_ns + 31,
+        chunk_times_ns=[sent_ns + 10, sent_ns + 30],
+        chunk_tokens=[1, 1],
+        isl_recorded_tokens=4,
+        isl_sent_tokens=4,
+        osl_recorded_tokens=2,
+        osl_streamed_tokens=2,
+    )
+
+
+def test_merging_shifts_each_file_onto_the_earliest_clock(tmp_path: Path) -> None:
+    for name, epoch, sent in (("a", 1_000, 100), ("b", 1_250, 100)):
+        with RecordWriter(tmp_path / name, RunInfo(run_id="r", wall_epoch_ns=epoch)) as writer:
+            writer.append(_record("r", sent))
+    assert merge_records([tmp_path / "a", tmp_path / "b"], tmp_path / "m") == 2
+    merged = read_records(tmp_path / "m")
+    assert run_info(merged).wall_epoch_ns == 1_000
+    a, b = to_records(merged)
+    assert (a.sent_ns, b.sent_ns) == (100, 350)
+    assert b.chunk_times_ns == [360, 380] and b.end_ns == 381
+    assert (a.ttft_s, a.e2e_s, a.dispatch_lag_s) == (b.ttft_s, b.e2e_s, b.dispatch_lag_s)
+
+
+def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
+    from agentx.replay.records import RecordsError
+
+    for name in ("a", "b"):
+        with RecordWriter(tmp_path / name, RunInfo(run_id=name, wall_epoch_ns=0)) as writer:
+            writer.append(_record(name, 1))
+    with pytest.raises(RecordsError, match="different runs"):
+        merge_records([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
