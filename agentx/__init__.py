@@ -12,6 +12,13 @@ and the model they use: Trace, Session, Agent, Request; TraceError for unusable 
 Replaying:
     await replay(trace, ReplayOptions(url=..., model=..., out_dir=..., concurrency=N)) -> ReplayResult
     replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
+    stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
+    (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
+Every run writes `records.arrow` and, at its end, `run.json` (options without secrets, RunResult, Summary).
+
+Results:
+    read_records(path) -> pyarrow.Table of a run's records (RequestRecord rows, crash-safe)
+    summarize(table, num_gpus=None, server_metrics=None, loop_lag_s=None) -> Summary
 
 The simulated server, for tests and harnesses without a GPU:
     with SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
@@ -19,7 +26,9 @@ configured by EngineConfig fields and FaultConfig (docs/sim.md).
 """
 
 from agentx.replay.engine import ReplayOptions, RunResult
-from agentx.run import ReplayResult, replay, replay_sync
+from agentx.replay.records import RequestRecord, read_records
+from agentx.results.summary import Summary, summarize
+from agentx.run import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -38,18 +47,24 @@ __all__ = [
     "Provenance",
     "ReplayOptions",
     "ReplayResult",
+    "ReplayStream",
     "Request",
+    "RequestRecord",
     "RunResult",
     "Session",
     "SimServer",
+    "Summary",
     "Trace",
     "TraceError",
     "TraceStats",
     "detect_format",
     "load_trace",
+    "read_records",
     "replay",
     "replay_sync",
     "save_trace",
+    "stream_replay",
+    "summarize",
     "trace_stats",
     "validate",
 ]

@@ -205,7 +205,9 @@ def _header(value: str) -> tuple[str, str]:
 @click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
 @click.option("--model", help="Model every request names (default: the server's only model).")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), help="Run this long, s.")
+@click.option(
+    "--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS", help="Run this long."
+)
 @click.option("--sessions", type=click.IntRange(min=1), help="Stop after this many session trees.")
 @click.option("--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s.")
 @click.option(
@@ -213,6 +215,35 @@ def _header(value: str) -> tuple[str, str]:
 )
 @click.option("--seed", default=0, show_default=True, help="Seed of session order and prompt content.")
 @click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none).")
+@click.option(
+    "--ramp",
+    "ramp_s",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Spread the lanes' first trees over this many seconds.",
+)
+@click.option(
+    "--api",
+    type=click.Choice(("completions", "chat")),
+    default="completions",
+    show_default=True,
+    help="completions: token-id prompts (exact); chat: messages of calibrated text.",
+)
+@click.option(
+    "--stream-usage",
+    type=click.Choice(("auto", "continuous", "final", "none")),
+    default="auto",
+    show_default=True,
+    help="Usage to ask for in stream_options (auto: probe the server).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
+)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>).")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
 @click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
@@ -226,6 +257,13 @@ def _header(value: str) -> tuple[str, str]:
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Shard the lanes over this many processes (when one core cannot keep up; no live progress).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_format_option
 @_block_size_option
@@ -240,6 +278,10 @@ def replay(
     session_order: str,
     seed: int,
     delay_scale: float,
+    ramp_s: float,
+    api: str,
+    stream_usage: str,
+    tokenizer: Path | None,
     out_dir: Path | None,
     api_key_env: str,
     headers: tuple[str, ...],
@@ -247,21 +289,32 @@ def replay(
     extra_body: str | None,
     gpus: int | None,
     sim_time_scale: float,
+    workers: int,
     as_json: bool,
     input_format: Format | None,
     block_size: int | None,
 ) -> None:
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
-    Records stream to RUN_DIR/records.arrow as the run goes. Ctrl-C stops dispatching, lets in-flight
-    requests finish within the grace period, and prints the partial summary (exit 130).
+    Records stream to RUN_DIR/records.arrow as the run goes; RUN_DIR/run.json (options, run, summary) is
+    written at the end. Progress shows on stderr when it is a terminal (not with --json). Ctrl-C stops
+    dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
+    (exit 130).
     """
+    from agentx.replay.calibrate import CalibrationError
     from agentx.replay.client import ModelNotServed, ServerUnreachable
     from agentx.replay.engine import ReplayOptions
+    from agentx.replay.workers import WorkerFailed
     from agentx.results.summary import summary_table
+    from agentx.run import RUN_FILE, replay_workers
     from agentx.run import replay as run_and_summarize
     from agentx.sim.process import SimServer, SimServerError
+    from agentx.tables import ReplayProgress, planned_requests
 
+    if tokenizer is not None and api != "chat":
+        _fail("--tokenizer calibrates chat prompts; it needs --api chat (completions prompts are token ids already)")
+    if tokenizer is not None and not tokenizer.is_file():
+        _fail(f"--tokenizer {tokenizer}: no such file")
     try:
         loaded = load_trace(trace, format=input_format, block_size=block_size)
         parsed_headers = tuple(_header(h) for h in headers)
@@ -294,32 +347,56 @@ def replay(
             session_order=session_order,  # type: ignore[arg-type]
             seed=seed,
             delay_scale=delay_scale,
+            ramp_s=ramp_s,
+            api=api,  # type: ignore[arg-type]
+            stream_usage=stream_usage,  # type: ignore[arg-type]
+            tokenizer=None if tokenizer is None else str(tokenizer),
             api_key=os.environ.get(api_key_env) or None,
             headers=parsed_headers,
             affinity_headers=affinity_headers,
             extra_body=body,
         )
-        progress = _Progress()
+        progress = ReplayProgress(
+            console=None if as_json else _stderr, duration_s=duration_s, planned=planned_requests(loaded, options)
+        )
         try:
-            work = _interruptible(run_and_summarize(loaded, options, num_gpus=gpus, on_record=progress))
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                result = runner.run(work)
+            if workers > 1:
+                result = replay_workers(
+                    trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
+                )
+            else:
+                work = _interruptible(
+                    run_and_summarize(
+                        loaded, options, num_gpus=gpus, on_record=progress.on_record, on_sent=progress.on_sent
+                    )
+                )
+                with asyncio.Runner(loop_factory=_loop_factory()) as runner, progress:
+                    result = runner.run(work)
+        except CalibrationError as exc:
+            _fail(f"{url}: cannot calibrate chat prompts: {exc}")
+        except WorkerFailed as exc:
+            _fail(str(exc))
         except ServerUnreachable as exc:
             _fail(f"{url}: the server is unreachable ({exc})")
         except ModelNotServed as exc:
             _fail(f"{url}: {exc}")
+        except ValueError as exc:  # options the engine refuses before any request (e.g. an unsupported --api)
+            _fail(f"cannot replay with these options: {exc}")
+        except OSError as exc:
+            if exc.filename is None:  # not a file of the run: a bug, shown as one
+                raise
+            _fail(f"{exc.filename}: cannot write the run ({exc.strerror or exc})")
         except (KeyboardInterrupt, asyncio.CancelledError):
             # Ctrl-C outside the replay itself (probing, scraping metrics): nothing to summarize yet.
             _stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)
-        finally:
-            progress.close()
     if as_json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
     else:
         for table in summary_table(result.summary, title=f"replay of {trace}"):
             _stdout.print(table)
         _stdout.print(f"records: {result.run.records_path}", markup=False)
+        _stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
     if result.run.interrupted:
         sys.exit(EXIT_INTERRUPTED)
 
@@ -358,31 +435,6 @@ def _only_model(url: str) -> str:
     if len(models) != 1:
         _fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
     return models[0]
-
-
-class _Progress:
-    """A one-line live count of finished requests, errors and output tokens/s (stderr, terminals only)."""
-
-    def __init__(self) -> None:
-        self.done = self.errors = self.output_tokens = 0
-        self.started = time.perf_counter()
-        self.last_draw = 0.0
-        self.live = _stderr.is_terminal
-
-    def __call__(self, record: Any) -> None:
-        self.done += 1
-        self.errors += record.status != "ok"
-        self.output_tokens += record.osl_streamed_tokens or 0
-        now = time.perf_counter()
-        if self.live and now - self.last_draw >= 0.2:
-            self.last_draw = now
-            rate = self.output_tokens / max(now - self.started, 1e-9)
-            _stderr.file.write(f"\r{self.done:,} requests, {self.errors:,} errors, {rate:,.0f} output tok/s   ")
-            _stderr.file.flush()
-
-    def close(self) -> None:
-        if self.live and self.done:
-            _stderr.file.write("\n")
 
 
 if __name__ == "__main__":

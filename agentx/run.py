@@ -1,23 +1,46 @@
-"""Replay and summarize in one call: the public API's composition of replay/ and results/."""
+"""Replay and summarize in one call: the public API's composition of replay/ and results/.
+
+- `await replay(trace, options)` runs the replay, summarizes its records and writes `run.json` next to them.
+- `replay_sync(trace, options)` is the same for code without an event loop.
+- `stream_replay(trace, options)` yields each `RequestRecord` as its request finishes, for harnesses that
+  react to a run while it goes; `stream.result` holds the `ReplayResult` once the run has ended.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
 
 import aiohttp
 import msgspec
 
-from agentx.replay.engine import OnRecord, ReplayOptions, RunResult, run_replay
-from agentx.replay.records import read_records
+from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
+from agentx.replay.records import RequestRecord, read_records
+from agentx.replay.workers import run_workers
 from agentx.results.summary import ServerMetrics, Summary, parse_counters, summarize
+from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
 _METRICS_TIMEOUT_S = 5.0
+RUN_FILE: Final = "run.json"
+"""Written into the run directory at the end of every run (interrupted ones too): options, run, summary."""
 
 
 class ReplayResult(msgspec.Struct, kw_only=True):
     """A finished (or interrupted) run: where its records are, and their summary."""
 
+    run: RunResult
+    summary: Summary
+
+
+class RunFile(msgspec.Struct, kw_only=True):
+    """The layout of `run.json`: the run's options (credentials redacted), its `RunResult` and its `Summary`."""
+
+    options: dict[str, Any]
     run: RunResult
     summary: Summary
 
@@ -38,22 +61,188 @@ async def scrape_counters(url: str) -> dict[str, float] | None:
     return counters or None
 
 
+def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResult) -> Path:
+    """Write `run.json` (atomically: a reader never sees half a file) and return its path."""
+    target = Path(path)
+    document = RunFile(options=options_metadata(options), run=result.run, summary=result.summary)
+    data = msgspec.json.format(msgspec.json.encode(document, enc_hook=str)) + b"\n"
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, target)
+    return target
+
+
 async def replay(
-    trace: Trace, options: ReplayOptions, *, num_gpus: int | None = None, on_record: OnRecord | None = None
+    trace: Trace,
+    options: ReplayOptions,
+    *,
+    num_gpus: int | None = None,
+    on_record: OnRecord | None = None,
+    on_sent: OnSent | None = None,
 ) -> ReplayResult:
     """Drive the server at `options.url` with `trace`, then summarize the records it wrote.
 
     The server's prefix-cache counters are scraped before and after, so the summary carries its own hit
-    rate next to the one from usage.
+    rate next to the one from usage. `on_record(record)` is called as each request finishes, `on_sent()` as
+    each is sent. At the end, interrupted runs included, `run.json` (`RunFile`) is written into the run
+    directory. Cancelling the caller acts like reaching the deadline (grace period, flush, a partial result).
     """
     before = await scrape_counters(options.url)
-    run = await run_replay(trace, options, on_record=on_record)
-    after = await scrape_counters(options.url) if before is not None else None
+    run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent)
+    try:
+        after = await scrape_counters(options.url) if before is not None else None
+    except asyncio.CancelledError:
+        # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
+        if (current := asyncio.current_task()) is not None:
+            current.uncancel()
+        after = None
+    return _finish(options, run, before, after, num_gpus)
+
+
+def _finish(
+    options: ReplayOptions,
+    run: RunResult,
+    before: dict[str, float] | None,
+    after: dict[str, float] | None,
+    num_gpus: int | None,
+) -> ReplayResult:
+    """Summarize a run's records and write its `run.json`."""
     metrics = ServerMetrics(before=before, after=after) if before is not None and after is not None else None
-    summary = summarize(read_records(run.records_path), num_gpus=num_gpus, server_metrics=metrics)
-    return ReplayResult(run=run, summary=summary)
+    summary = summarize(
+        read_records(run.records_path), num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s
+    )
+    summary.stream_usage = run.stream_usage or None
+    summary.calibration = run.calibration
+    result = ReplayResult(run=run, summary=summary)
+    write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
+    return result
+
+
+def replay_workers(
+    trace_path: str | os.PathLike[str],
+    options: ReplayOptions,
+    workers: int,
+    *,
+    num_gpus: int | None = None,
+    trace_format: Format | None = None,
+    block_size: int | None = None,
+) -> ReplayResult:
+    """`replay` sharded over `workers` processes (agentx.replay.workers), each loading `trace_path` itself;
+    blocking. No per-record callbacks: records cross processes only through the files."""
+    before = asyncio.run(scrape_counters(options.url))
+    run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
+    after = asyncio.run(scrape_counters(options.url)) if before is not None else None
+    return _finish(options, run, before, after, num_gpus)
 
 
 def replay_sync(trace: Trace, options: ReplayOptions, *, num_gpus: int | None = None) -> ReplayResult:
     """`replay` for code without an event loop."""
     return asyncio.run(replay(trace, options, num_gpus=num_gpus))
+
+
+_END: Final = object()
+
+
+class ReplayStream:
+    """The records of a replay as they happen: an async iterator of `RequestRecord`, one per finished request.
+
+    Made by `stream_replay`. The run starts on the first `__anext__` (or on entering `async with`) and the
+    iteration ends when the run has ended; then `result` holds its `ReplayResult` (summary included, `run.json`
+    written). Records are queued, never dropped: a slow consumer delays only itself, not the run.
+
+    Stopping early: `await stream.aclose()`, leaving the `async with` block, or cancelling the task that iterates
+    (while it waits for the next record, or anywhere inside `async with`) stops the run the way a deadline does:
+    no new request starts, in-flight ones get the grace period, the records are flushed, and `result` is the
+    partial result with `run.interrupted` set. An error of the run (`ServerUnreachable`, `ModelNotServed`, a bad
+    option) is raised from the iteration.
+    """
+
+    def __init__(self, trace: Trace, options: ReplayOptions, *, num_gpus: int | None = None) -> None:
+        self.trace = trace
+        self.options = options
+        self.num_gpus = num_gpus
+        self.result: ReplayResult | None = None
+        """The run's result once the iteration has ended (None before, or when the run failed)."""
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[ReplayResult] | None = None
+        self._finished = False
+
+    def _start(self) -> asyncio.Task[ReplayResult]:
+        if self._task is None:
+            self._task = asyncio.create_task(
+                replay(self.trace, self.options, num_gpus=self.num_gpus, on_record=self._queue.put_nowait)
+            )
+            self._task.add_done_callback(self._done)
+        return self._task
+
+    def _done(self, task: asyncio.Task[ReplayResult]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self.result = task.result()
+        self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> RequestRecord:
+        if self._finished:
+            raise StopAsyncIteration
+        task = self._start()
+        try:
+            item = await self._queue.get()
+        except asyncio.CancelledError:
+            await self._stop(task)
+            raise
+        if item is _END:
+            self._finished = True
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
+            raise StopAsyncIteration
+        record: RequestRecord = item
+        return record
+
+    async def _stop(self, task: asyncio.Task[ReplayResult]) -> None:
+        """Stop the run as a deadline would and wait for it; a second cancellation of ours cancels it outright.
+
+        A consumer that merely breaks out of `async for` without `async with` or `aclose()` leaves the run going
+        to its natural end (an async iterator is not told about a `break`).
+        """
+        self._finished = True
+        if task.done():
+            return
+        task.cancel()
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop the run now (if it still runs) and wait until it has flushed its records and written run.json."""
+        if self._task is None:
+            self._finished = True
+            return
+        await self._stop(self._task)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([self._task])
+
+    async def __aenter__(self) -> Self:
+        self._start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def stream_replay(trace: Trace, options: ReplayOptions, *, num_gpus: int | None = None) -> ReplayStream:
+    """Replay `trace` and iterate over its records as requests finish (see `ReplayStream`).
+
+    ```python
+    async with agentx.stream_replay(trace, options) as stream:
+        async for record in stream:
+            print(record.session_id, record.turn, record.ttft_s)
+    print(stream.result.summary.throughput)
+    ```
+    """
+    return ReplayStream(trace, options, num_gpus=num_gpus)

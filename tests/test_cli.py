@@ -148,3 +148,110 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path)
     summary = json.loads(stdout)
     assert summary["counts"]["profiling"] >= 1
     assert load_trace(sample).request_count > summary["counts"]["profiling"]  # it did stop early
+    run_file = json.loads((out / "run.json").read_text())  # written for an interrupted run too
+    assert run_file["run"]["interrupted"] is True
+    assert run_file["summary"]["counts"] == summary["counts"]
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+FAST_REPLAY = ["--sim-time-scale", "0.01", "--delay-scale", "0"]
+
+
+def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), *FAST_REPLAY, *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = _replay(
+        "--sessions", "1", "--concurrency", "2", "--ramp", "0.3", "--stream-usage", "final", "--out", str(out),
+        "--header", "X-Team: hidden-header-value", "--api-key-env", "AGENTX_TEST_KEY",
+        env={"AGENTX_TEST_KEY": "sk-secretsecret12345"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "out tok/s" not in result.stderr  # stderr is a pipe: no progress drawn
+    raw = (out / "run.json").read_text()
+    assert "secretsecret" not in raw and "hidden-header-value" not in raw
+    run_file = json.loads(raw)
+    assert run_file["options"]["stream_usage"] == "final" and run_file["options"]["ramp_s"] == 0.3
+    assert run_file["options"]["api"] == "completions"
+    assert run_file["run"]["stream_usage"] == "final"  # forced, not probed
+    assert run_file["summary"]["stream_usage"] == "final"
+    requests = load_trace(SAMPLE).sessions[0].request_count
+    assert run_file["run"]["requests"] == run_file["summary"]["counts"]["kept"] == requests
+    assert run_file["summary"]["loop_lag"]["samples"] == len(run_file["run"]["loop_lag_s"]) > 0
+    # the table names where the files went
+    assert f"records: {out / 'records.arrow'}" in result.stdout and f"run: {out / 'run.json'}" in result.stdout
+    assert "event-loop lag" in result.stdout and "stream usage" in result.stdout
+
+
+def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = _replay("--sessions", "1", "--api", "chat", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["counts"]["kept"] == load_trace(SAMPLE).sessions[0].request_count
+    assert summary["calibration"] is not None
+    run_file = json.loads((out / "run.json").read_text())
+    assert run_file["options"]["api"] == "chat" and run_file["run"]["calibration"] == summary["calibration"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tokenizer", "tok.json"], "--tokenizer calibrates chat prompts; it needs --api chat"),
+        (["--api", "chat", "--tokenizer", "missing.json"], "--tokenizer missing.json: no such file"),
+        (["--api", "rest"], "Invalid value for '--api'"),
+        (["--ramp", "-1"], "Invalid value for '--ramp'"),
+        (["--stream-usage", "sometimes"], "Invalid value for '--stream-usage'"),
+    ],
+)
+def test_replay_flag_mistakes_are_one_clear_error(
+    weka_file: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(main, ["replay", str(weka_file), "--out", str(tmp_path / "run"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "run").exists()
+
+
+def test_replay_draws_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    pty = pytest.importorskip("pty")
+    import os
+    import select
+
+    main_fd, child_fd = pty.openpty()
+    args = ["replay", str(SAMPLE), "--sessions", "3", "--concurrency", "2", "--sim-time-scale", "0.05"]
+    args += ["--delay-scale", "0.02", "--out", str(tmp_path / "run")]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.DEVNULL, stderr=child_fd, text=True
+    )
+    os.close(child_fd)
+    drawn = b""
+    while True:
+        ready, _, _ = select.select([main_fd], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(main_fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            drawn += data
+        elif child.poll() is not None:
+            break
+    os.close(main_fd)
+    assert child.wait(timeout=60) == 0
+    text = drawn.decode(errors="replace")
+    assert "done ·" in text and "in flight" in text and "out tok/s" in text and "errors" in text
+    assert " left" in text  # --sessions: time left from the requests still to go
+    assert (tmp_path / "run" / "run.json").exists()

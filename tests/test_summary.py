@@ -20,6 +20,7 @@ from agentx.results.summary import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
     ServerMetrics,
+    Slowdown,
     Summary,
     parse_counters,
     percentile,
@@ -375,3 +376,96 @@ def _render(summary: Summary) -> str:
     for item in summary_table(summary):
         console.print(item)
     return console.export_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# slowdown vs the trace, event-loop lag, run metadata
+
+
+def test_slowdown_per_request_session_and_play_against_recorded_api_time() -> None:
+    records = [
+        # play 0, session s: 2 s observed over 1 s recorded, then 1 s over 1 s → Σ 3 / 2
+        rec(play=0, sent_ns=1 * S, end_ns=3 * S, api_time_recorded_s=1.0),
+        rec(play=0, sent_ns=4 * S, end_ns=5 * S, api_time_recorded_s=1.0),
+        # play 0, subagent session: 3 s over 0.5 s
+        rec(play=0, session_id="s::sa", depth=1, sent_ns=2 * S, end_ns=5 * S, api_time_recorded_s=0.5),
+        # play 1: 1 s over 4 s (faster than recorded); the unknown and zero recorded times do not count
+        rec(play=1, session_id="t", sent_ns=6 * S, end_ns=7 * S, api_time_recorded_s=4.0),
+        rec(play=1, session_id="t", sent_ns=7 * S, end_ns=9 * S),
+        rec(play=1, session_id="t", sent_ns=9 * S, end_ns=10 * S, api_time_recorded_s=0.0),
+        # failures and warmup are not server times to compare
+        failed("http", play=1, session_id="t", sent_ns=1 * S, end_ns=100 * S, api_time_recorded_s=1.0),
+        rec(play=1, session_id="t", phase="warmup", sent_ns=1 * S, end_ns=100 * S, api_time_recorded_s=1.0),
+    ]
+    summary = summarize(table(records))
+    slow = summary.slowdown
+    assert slow.requests is not None and slow.sessions is not None and slow.plays is not None
+    assert slow.requests.count == 4
+    assert sorted([slow.requests.min, slow.requests.max]) == [pytest.approx(0.25), pytest.approx(6.0)]
+    assert slow.requests.mean == pytest.approx((2 + 1 + 6 + 0.25) / 4)
+    assert slow.sessions.count == 3  # (0, s), (0, s::sa), (1, t)
+    assert slow.sessions.p50 == pytest.approx(1.5)
+    assert slow.plays.count == 2
+    play0, play1 = (3 + 3) / 2.5, 1 / 4
+    assert sorted([slow.plays.min, slow.plays.max]) == [pytest.approx(play1), pytest.approx(play0)]
+    assert slow.plays.p50 == pytest.approx(percentile([play0, play1], 50))
+    assert slow.plays.p90 == pytest.approx(percentile([play0, play1], 90))
+    assert [p.slowdown for p in summary.rollups.plays] == [pytest.approx(play0), pytest.approx(play1)]
+    assert slow.ttft is None  # no recorded TTFT anywhere
+    assert "slowdown" in _render(summary)
+
+
+def test_ttft_slowdown_where_the_trace_recorded_a_ttft() -> None:
+    records = [
+        with_ttft(100, ttft_recorded_s=0.05),  # 2×
+        with_ttft(300, ttft_recorded_s=0.1),  # 3×
+        with_ttft(200),  # unknown: left out
+        failed("http", ttft_recorded_s=0.01),
+    ]
+    ttft = summarize(table(records)).slowdown.ttft
+    assert ttft is not None and ttft.count == 2
+    assert ttft.mean == pytest.approx(2.5) and ttft.p50 == pytest.approx(2.5)
+    assert ttft.p99 == pytest.approx(percentile([2.0, 3.0], 99))
+
+
+def test_a_file_without_recorded_time_columns_has_no_slowdown() -> None:
+    old = table([rec(api_time_recorded_s=1.0, ttft_recorded_s=0.1)]).drop_columns(
+        ["api_time_recorded_s", "ttft_recorded_s"]
+    )
+    summary = summarize(old)
+    assert summary.counts.kept == 1
+    assert summary.slowdown == Slowdown()
+    assert [p.slowdown for p in summary.rollups.plays] == [None]
+    assert "slowdown" not in _render(summary)
+
+
+def test_loop_lag_samples_are_summarized_next_to_dispatch_lag() -> None:
+    samples = [0.001, 0.002, 0.0005, 0.050, float("nan")]
+    summary = summarize(table([rec()]), loop_lag_s=samples)
+    lag = summary.loop_lag
+    finite = [x for x in samples if math.isfinite(x)]
+    assert lag is not None and lag.samples == 4
+    assert lag.p50_s == pytest.approx(percentile(finite, 50))
+    assert lag.p99_s == pytest.approx(percentile(finite, 99))
+    assert lag.max_s == pytest.approx(0.050)
+    assert "event-loop lag" in _render(summary)
+    assert summarize(table([rec()])).loop_lag is None
+    assert summarize(table([rec()]), loop_lag_s=[]).loop_lag is None
+
+
+def test_run_metadata_shows_in_json_and_table() -> None:
+    summary = summarize(table([rec()]))
+    summary.stream_usage = "continuous"
+    summary.calibration = {"separator": "§", "overhead_tokens": 7}
+    decoded = msgspec.json.decode(msgspec.json.encode(summary))
+    assert decoded["stream_usage"] == "continuous" and decoded["calibration"]["overhead_tokens"] == 7
+    text = _render(summary)
+    assert "stream usage" in text and "continuous" in text and "overhead_tokens=7" in text
+
+
+def test_a_summary_json_of_the_previous_layout_still_decodes() -> None:
+    current = msgspec.json.decode(msgspec.json.encode(summarize(table([rec()]))))
+    for key in ("loop_lag", "slowdown", "stream_usage", "calibration"):
+        del current[key]
+    decoded = msgspec.json.decode(msgspec.json.encode(current), type=Summary)
+    assert decoded.slowdown == Slowdown() and decoded.loop_lag is None

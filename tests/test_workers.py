@@ -104,3 +104,29 @@ def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
             writer.append(_record(name, 1))
     with pytest.raises(RecordsError, match="different runs"):
         merge_records([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+
+
+def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Path) -> None:
+    from agentx.replay.client import ServerUnreachable
+
+    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    with pytest.raises(ServerUnreachable, match=r"127\.0\.0\.1:9"):
+        run_workers(SAMPLE, options, workers=2)
+
+
+def test_the_cli_runs_workers_and_summarizes_the_merged_records(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--concurrency", "2", "--sessions", "2",
+        "--workers", "2", "--delay-scale", "0", "--sim-time-scale", "0.002", "--out", str(tmp_path / "run"),
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["counts"]["kept"] == summary["counts"]["rows"] > 0
+    assert (tmp_path / "run" / "run.json").is_file()
+    assert len(to_records(read_records(tmp_path / "run" / "records.arrow"))) == summary["counts"]["rows"]

@@ -1,23 +1,25 @@
 """Running a replay: lanes of session trees over one client, records streamed to disk.
 
-INTERFACE (fixed; the CLI and the public API are written against it):
-
 - `ReplayOptions`: one immutable options object for a run.
-- `await run_replay(trace, options, *, on_record=None) -> RunResult`: drives the server with the
-  trace's sessions and returns where the records went; `on_record(record)` (optional) is called for
-  every finished request (progress displays, harnesses). Raises `ServerUnreachable` / `ModelNotServed`
-  (from agentx.replay.client) before any request when the probe fails.
-- `RunResult`: the run id, the records file, counts, and whether the run was interrupted.
+- `await run_replay(trace, options, *, on_record=None, on_sent=None) -> RunResult`: drives the server with
+  the trace's sessions and returns where the records went; `on_sent()` is called as each request goes out
+  and `on_record(record)` as it finishes (progress displays, harnesses). Raises `ServerUnreachable` /
+  `ModelNotServed` (agentx.replay.client) or `CalibrationError` (agentx.replay.calibrate) before any
+  request when the server cannot be used.
+- `RunResult`: the run id, the records file, counts, whether the run was interrupted, and what the run
+  detected (stream usage, chat calibration, event-loop lag samples).
 
-How a run goes (agentx-replay-semantics.md §4d–§4e, §8):
+How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
 
-- `GET /v1/models` first; nothing is created on disk if it fails.
-- `concurrency` lanes draw session indices from one shared `session_order(...)` stream. A lane plans its
-  session (cached per session index, with every step's full hash ids), then runs one task per step inside a
-  TaskGroup: a step waits for its anchor and joins, sleeps `delay_s × delay_scale` (an `asyncio` timer that
-  the stop event wakes early), and POSTs a streamed `/v1/completions` with `max_tokens = min_tokens = out`
-  (at least 1) and `ignore_eos`. Its body is built while its anchor is still in flight. The lane recycles only
-  when every step of the tree, background subagents included, has settled; the next tree starts at turn 0.
+- `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
+  (agentx.replay.probe) unless `stream_usage` is forced, and for `api="chat"` the calibration.
+- `concurrency` lanes draw trees from one shared `session_order(...)` stream (lane i waits
+  `i/concurrency × ramp_s` first). A lane plans its session (cached per session index, with every step's
+  full hash ids), then runs one task per step inside a TaskGroup: a step waits for its anchor and joins,
+  sleeps `delay_s × delay_scale` (an `asyncio` timer that the stop event wakes early), and POSTs a
+  streamed request forcing `out` output tokens (at least 1). Its body is built while its anchor is still in
+  flight. The lane recycles only when every step of the tree, background subagents included, has
+  settled; the next tree starts at turn 0.
 - End: after `sessions` trees have started (default with no duration: one pass, `len(trace.sessions)` trees)
   the lanes drain and stop. At `duration_s` (or on cancellation of `run_replay`) no new tree or step starts,
   in-flight requests get `grace_s`, then are cancelled and recorded as errors of kind `cancelled`; steps never
@@ -26,6 +28,8 @@ How a run goes (agentx-replay-semantics.md §4d–§4e, §8):
 - Records stream to `out_dir/records.arrow`; a ticker lets the writer flush at least once a second, and
   the writer is closed on every exit path. Prompts are the same on every play of a session (no cache-bust
   marker yet).
+- `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
+  a `--workers n` run (agentx.replay.workers).
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ class RunResult(msgspec.Struct, kw_only=True):
 
 
 OnRecord = Callable[[RequestRecord], None]
+OnSent = Callable[[], None]
+"""Called once per request that will be recorded, as it goes out (before its record's `OnRecord`)."""
 
 
 class _PreparedPlan(msgspec.Struct, frozen=True):
@@ -156,7 +162,8 @@ def _prepare(trace: Trace, index: int, child_offset: Literal["branch_start", "an
     return _PreparedPlan(plan, hash_ids, prefix_tokens)
 
 
-def _options_metadata(options: ReplayOptions) -> dict[str, Any]:
+def options_metadata(options: ReplayOptions) -> dict[str, Any]:
+    """`options` as JSON-ready builtins without credentials (no API key, header values redacted)."""
     raw = msgspec.to_builtins(options, enc_hook=str)
     assert isinstance(raw, dict)
     raw.pop("api_key", None)
@@ -187,7 +194,9 @@ def _validate(options: ReplayOptions) -> None:
             raise ValueError(f"unsupported affinity header {name!r} (allowed: {', '.join(AFFINITY_HEADERS)})")
 
 
-async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecord | None = None) -> RunResult:
+async def run_replay(
+    trace: Trace, options: ReplayOptions, *, on_record: OnRecord | None = None, on_sent: OnSent | None = None
+) -> RunResult:
     """Replay `trace` against `options.url` (see the module docstring and semantics §4d–§4e, §8).
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
@@ -205,7 +214,7 @@ async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecor
         out_dir.mkdir(parents=True, exist_ok=True)
         run_id = options.run_id or uuid.uuid4().hex
         start_ns = time.perf_counter_ns()
-        metadata = _options_metadata(options)
+        metadata = options_metadata(options)
         metadata["detected"] = {
             "stream_usage": stream_usage,
             "calibration": calibration.summary() if calibration is not None else None,
@@ -214,6 +223,7 @@ async def run_replay(trace: Trace, options: ReplayOptions, *, on_record: OnRecor
         records_path = out_dir / RECORDS_FILE
         with RecordWriter(records_path, info) as writer:
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
+            runner.on_sent = on_sent
             runner.stream_options = STREAM_OPTIONS[stream_usage]
             if calibration is not None:
                 runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
@@ -344,6 +354,7 @@ class _Runner:
         self.extra_body = options.extra_body
         self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
         self.renderer: ChatRenderer | None = None
+        self.on_sent: OnSent | None = None
         self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
         self._stop = asyncio.Event()
         self._hard_stopped = False
@@ -525,6 +536,8 @@ class _Runner:
 
     async def _send(self, tree: _Tree, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes) -> None:
         tree.sent[step.index].set()
+        if self.on_sent is not None:
+            self.on_sent()
         sent_ns = time.perf_counter_ns()
         exchange: Exchange | None = None
         if not self._hard_stopped:

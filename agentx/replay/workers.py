@@ -24,8 +24,11 @@ from typing import Final
 
 import msgspec
 
+from agentx.replay.calibrate import CalibrationError
+from agentx.replay.client import ModelNotServed, ServerUnreachable
 from agentx.replay.engine import RECORDS_FILE, ReplayOptions, RunResult, run_replay
 from agentx.replay.records import merge_records
+from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"
 RESULT_FILE: Final = "result.pickle"
@@ -43,19 +46,31 @@ def _loop_factory() -> object:
     return uvloop.new_event_loop
 
 
-def _work(trace_path: str, options: ReplayOptions, result_path: str) -> None:
+def _work(
+    trace_path: str, trace_format: Format | None, block_size: int | None, options: ReplayOptions, result_path: str
+) -> None:
     """A worker process: load the trace, run its shard, leave the result (pickled: it holds paths)."""
-    from agentx.trace.io import load_trace
-
-    trace = load_trace(trace_path)
+    trace = load_trace(trace_path, format=trace_format, block_size=block_size)
     factory = _loop_factory()
-    with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
-        result = runner.run(run_replay(trace, options))
-    Path(result_path).write_bytes(pickle.dumps(result))
+    outcome: RunResult | Exception
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
+            outcome = runner.run(run_replay(trace, options))
+    except (ServerUnreachable, ModelNotServed, CalibrationError, ValueError) as exc:
+        outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
+    Path(result_path).write_bytes(pickle.dumps(outcome))
 
 
-def run_workers(trace_path: str | os.PathLike[str], options: ReplayOptions, workers: int) -> RunResult:
-    """Run `options` over `workers` processes (module docstring); returns the merged result."""
+def run_workers(
+    trace_path: str | os.PathLike[str],
+    options: ReplayOptions,
+    workers: int,
+    *,
+    trace_format: Format | None = None,
+    block_size: int | None = None,
+) -> RunResult:
+    """Run `options` over `workers` processes (module docstring); returns the merged result. Each worker
+    loads `trace_path` with `load_trace(trace_path, format=trace_format, block_size=block_size)`."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers > options.concurrency:
@@ -70,7 +85,7 @@ def run_workers(trace_path: str | os.PathLike[str], options: ReplayOptions, work
         shard = msgspec.structs.replace(options, out_dir=str(worker_dir), run_id=run_id, shard=(index, workers))
         result_path = worker_dir / RESULT_FILE
         result_path.unlink(missing_ok=True)
-        args = (os.fspath(trace_path), shard, str(result_path))
+        args = (os.fspath(trace_path), trace_format, block_size, shard, str(result_path))
         process = context.Process(target=_work, args=args, name=f"agentx-worker-{index}")
         process.start()
         processes.append((process, result_path))
@@ -89,9 +104,11 @@ def run_workers(trace_path: str | os.PathLike[str], options: ReplayOptions, work
                 f"worker {index} exited with code {finished.exitcode} and no result; see its output above "
                 f"(its records, if any: {result_path.parent / RECORDS_FILE})"
             )
-        result = pickle.loads(result_path.read_bytes())
-        assert isinstance(result, RunResult)
-        results.append(result)
+        outcome = pickle.loads(result_path.read_bytes())
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert isinstance(outcome, RunResult)
+        results.append(outcome)
     records_path = out_dir / RECORDS_FILE
     merge_records([result.records_path for result in results], records_path)
     return RunResult(

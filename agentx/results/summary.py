@@ -8,6 +8,11 @@ pstdev of per-request 1/ITL. Duration = max `end_ns` − min `sent_ns` over the 
 ΣISL, ΣOSL and Σ(ISL + OSL) by it, with ISL = server prompt tokens else sent and OSL = server completion
 tokens else streamed (the OSL `itl_s` uses).
 
+Slowdown compares the replay with the trace: a request's observed server time is `end_ns − sent_ns`, its
+recorded one `api_time_recorded_s`; per request the ratio, per (play, session) and per play Σ observed /
+Σ recorded over the kept requests with a recorded time > 0. TTFT slowdown is `ttft_s / ttft_recorded_s` per
+kept request where both are known and > 0.
+
 Everything is read from the table's columns, so a file written by an older or newer minor version works:
 optional columns that are absent yield `None` for the quantities that need them.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import numpy as np
@@ -138,6 +143,28 @@ class DispatchLag(msgspec.Struct, kw_only=True):
     max_s: float
 
 
+class LoopLag(msgspec.Struct, kw_only=True):
+    """How late the client's event loop woke a 100 ms timer (`RunResult.loop_lag_s`): its fidelity."""
+
+    samples: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+class Slowdown(msgspec.Struct, kw_only=True):
+    """The replay's server times over the trace's recorded ones (> 1: slower than recorded); None when unknown."""
+
+    requests: Stats | None = None
+    """Per kept request with a recorded api_time > 0: (end − sent) / `api_time_recorded_s`."""
+    sessions: Stats | None = None
+    """Per (play, session): Σ observed / Σ recorded over those requests."""
+    plays: Stats | None = None
+    """Per play (one session tree): Σ observed / Σ recorded over those requests."""
+    ttft: Stats | None = None
+    """Per kept request with a recorded TTFT > 0: `ttft_s` / `ttft_recorded_s`."""
+
+
 class PlayRollup(msgspec.Struct, kw_only=True):
     """One play (one replay of a session tree); times over all its records, warmup and errors included."""
 
@@ -149,6 +176,8 @@ class PlayRollup(msgspec.Struct, kw_only=True):
     errors: int
     makespan_s: float
     """Last end − first sent of the play's requests."""
+    slowdown: float | None = None
+    """Σ (end − sent) / Σ recorded api_time over the play's kept requests with a recorded api_time > 0."""
 
 
 class Rollups(msgspec.Struct, kw_only=True):
@@ -165,7 +194,14 @@ class Summary(msgspec.Struct, kw_only=True):
     throughput: Throughput | None
     cache: Cache
     dispatch_lag: DispatchLag | None
+    loop_lag: LoopLag | None = None
+    """Event-loop lag samples of the run, when the caller passed them (`summarize(..., loop_lag_s=...)`)."""
     rollups: Rollups
+    slowdown: Slowdown = msgspec.field(default_factory=Slowdown)
+    stream_usage: str | None = None
+    """What the run's request bodies asked for in `stream_options` ("continuous", "final", "none"), when known."""
+    calibration: dict[str, Any] | None = None
+    """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,9 +325,16 @@ def _flat(table: pa.Table, name: str) -> tuple[npt.NDArray[np.int64], npt.NDArra
 
 
 def summarize(
-    records: pa.Table, *, num_gpus: int | None = None, server_metrics: ServerMetrics | None = None
+    records: pa.Table,
+    *,
+    num_gpus: int | None = None,
+    server_metrics: ServerMetrics | None = None,
+    loop_lag_s: Sequence[float] | None = None,
 ) -> Summary:
-    """The summary of a run from its records table (`read_records`); an empty table gives zero counts."""
+    """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
+
+    `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
+    """
     if num_gpus is not None and num_gpus < 1:
         raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
     # A missing phase counts as profiling (InferenceX), a missing status as ok.
@@ -338,7 +381,9 @@ def summarize(
         throughput=_throughput(table, num_gpus),
         cache=_cache(table, server_metrics),
         dispatch_lag=_dispatch_lag(records.filter(pa.array(profiling)) if records.num_rows else records),
-        rollups=_rollups(records),
+        loop_lag=_loop_lag(loop_lag_s),
+        rollups=_rollups(records, kept_mask),
+        slowdown=_slowdown(table),
     )
 
 
@@ -422,6 +467,58 @@ def _dispatch_lag(table: pa.Table) -> DispatchLag | None:
     return DispatchLag(p50_s=p50, p99_s=p99, max_s=float(lag[-1]))
 
 
+def _loop_lag(samples: Sequence[float] | None) -> LoopLag | None:
+    if samples is None:
+        return None
+    lag = np.asarray(samples, dtype=np.float64)
+    lag = np.sort(lag[np.isfinite(lag)])
+    if lag.size == 0:
+        return None
+    p50, p99 = _percentiles_sorted(lag, (50.0, 99.0))
+    return LoopLag(samples=int(lag.size), p50_s=p50, p99_s=p99, max_s=float(lag[-1]))
+
+
+def _observed_recorded(table: pa.Table) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """Per row: observed server time (end − sent, s), recorded api_time, and whether the pair counts."""
+    if table.num_rows == 0 or not _has(table, "api_time_recorded_s"):
+        return np.zeros(table.num_rows), np.zeros(table.num_rows), np.zeros(table.num_rows, dtype=bool)
+    observed = (_floats(table, "end_ns") - _floats(table, "sent_ns")) / 1e9
+    recorded = _floats(table, "api_time_recorded_s")
+    usable = np.isfinite(observed) & np.isfinite(recorded) & (recorded > 0)
+    return observed, recorded, usable
+
+
+def _ratio_by_group(keys: list[Any], observed: FloatArray, recorded: FloatArray) -> FloatArray:
+    sums: dict[Any, list[float]] = {}
+    for key, obs, rec in zip(keys, observed.tolist(), recorded.tolist(), strict=True):
+        acc = sums.setdefault(key, [0.0, 0.0])
+        acc[0] += obs
+        acc[1] += rec
+    return np.array([obs / rec for obs, rec in sums.values()], dtype=np.float64)
+
+
+def _slowdown(table: pa.Table) -> Slowdown:
+    """Slowdown vs the trace over the kept rows (`table` is already filtered to them)."""
+    observed, recorded, usable = _observed_recorded(table)
+    result = Slowdown()
+    if usable.any():
+        rows = np.flatnonzero(usable)
+        obs, rec = observed[rows], recorded[rows]
+        result.requests = _stats(obs / rec)
+        if _has(table, "play"):
+            plays = [int(p) for p in np.asarray(table.column("play").to_numpy(zero_copy_only=False))[rows]]
+            sessions = _strings(table, "session_id", "")
+            result.plays = _stats(_ratio_by_group(plays, obs, rec))
+            result.sessions = _stats(
+                _ratio_by_group([(p, sessions[i]) for p, i in zip(plays, rows, strict=True)], obs, rec)
+            )
+    if _has(table, "ttft_recorded_s"):
+        ttft, ttft_recorded = _floats(table, "ttft_s"), _floats(table, "ttft_recorded_s")
+        both = np.isfinite(ttft) & (ttft > 0) & np.isfinite(ttft_recorded) & (ttft_recorded > 0)
+        result.ttft = _stats(ttft[both] / ttft_recorded[both])
+    return result
+
+
 class _PlayAcc:
     """Running totals of one play while the rows stream by."""
 
@@ -433,9 +530,11 @@ class _PlayAcc:
         self.errors = 0
         self.first_sent_ns = sent_ns
         self.last_end_ns = end_ns
+        self.observed_s = 0.0
+        self.recorded_s = 0.0
 
 
-def _rollups(table: pa.Table) -> Rollups:
+def _rollups(table: pa.Table, kept: npt.NDArray[np.bool_]) -> Rollups:
     if table.num_rows == 0 or not _has(table, "play"):
         return Rollups(plays=[], play_makespan_s=None, session_makespan_s=None)
     # All the play's rows, warmup and errors included: the play's span is wall time the tree held its lane.
@@ -445,6 +544,8 @@ def _rollups(table: pa.Table) -> Rollups:
     sessions = [s or "" for s in _strings(table, "session_id", "")]
     failed = ~_equals(table, "status", "ok", missing=True)
     depths = table.column("depth").to_pylist() if _has(table, "depth") else [0] * n
+    observed, recorded, usable = _observed_recorded(table)
+    usable = usable & kept
     plays: dict[int, _PlayAcc] = {}
     session_spans: dict[tuple[int, str], tuple[int, int]] = {}
     for i in range(n):
@@ -456,6 +557,9 @@ def _rollups(table: pa.Table) -> Rollups:
         acc.sessions.add(session)
         acc.requests += 1
         acc.errors += int(failed[i])
+        if usable[i]:
+            acc.observed_s += float(observed[i])
+            acc.recorded_s += float(recorded[i])
         if depths[i] == 0 and not acc.root_session_id:
             acc.root_session_id = session
         first, last = session_spans.get((play, session), (sent, end))
@@ -469,6 +573,7 @@ def _rollups(table: pa.Table) -> Rollups:
             requests=acc.requests,
             errors=acc.errors,
             makespan_s=(acc.last_end_ns - acc.first_sent_ns) / 1e9,
+            slowdown=acc.observed_s / acc.recorded_s if acc.recorded_s > 0 else None,
         )
         for play, acc in sorted(plays.items())
     ]
@@ -508,12 +613,16 @@ def _s(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def _ratio(value: float) -> str:
+    return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.2f}%"
 
 
 def summary_table(summary: Summary, title: str = "") -> list[Table]:
-    """The summary as compact rich tables: overview, latency, cache."""
+    """The summary as compact rich tables: overview, latency, slowdown vs the trace (when known), cache."""
     overview = Table(title=title or f"run {summary.run_id or ''}".strip(), show_header=False, title_justify="left")
     overview.add_column("what", style="bold")
     overview.add_column("value", justify="right")
@@ -537,6 +646,15 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
     lag = summary.dispatch_lag
     if lag is not None:
         overview.add_row("dispatch lag p50 / p99 / max (s)", f"{_s(lag.p50_s)} / {_s(lag.p99_s)} / {_s(lag.max_s)}")
+    loop = summary.loop_lag
+    if loop is not None:
+        overview.add_row(
+            "event-loop lag p50 / p99 / max (s)", f"{_s(loop.p50_s)} / {_s(loop.p99_s)} / {_s(loop.max_s)}"
+        )
+    if summary.stream_usage:
+        overview.add_row("stream usage", summary.stream_usage)
+    if summary.calibration:
+        overview.add_row("chat calibration", ", ".join(f"{k}={v}" for k, v in summary.calibration.items())[:80])
     r = summary.rollups
     if r.play_makespan_s is not None:
         overview.add_row(
@@ -568,6 +686,27 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
     if i is not None:
         latency.add_row("interactivity (tok/s)", "", *(_s(v, 1) for v in (i.mean, i.p50, i.p90, i.p95, i.p99, i.std)))
 
+    tables = [overview, latency]
+    slow = summary.slowdown
+    if any(x is not None for x in (slow.requests, slow.sessions, slow.plays, slow.ttft)):
+        slowdown = Table(title="slowdown vs the trace's recorded times (×)", title_justify="left")
+        slowdown.add_column("per", no_wrap=True)
+        for column in ("count", "mean", "p50", "p90", "p99"):
+            slowdown.add_column(column, justify="right", no_wrap=True)
+        for name, stats in (
+            ("play (Σ server time)", slow.plays),
+            ("session (Σ server time)", slow.sessions),
+            ("request (server time)", slow.requests),
+            ("request TTFT", slow.ttft),
+        ):
+            if stats is None:
+                slowdown.add_row(name, "0", *("–" for _ in range(4)))
+            else:
+                slowdown.add_row(
+                    name, f"{stats.count:,}", *(_ratio(v) for v in (stats.mean, stats.p50, stats.p90, stats.p99))
+                )
+        tables.append(slowdown)
+
     cache = Table(title="prefix-cache hit", title_justify="left")
     cache.add_column("source")
     cache.add_column("hit rate", justify="right")
@@ -576,4 +715,5 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
     )
     cache.add_row("server (vLLM counters)", _pct(summary.cache.server_hit_rate))
     cache.add_row("theoretical (trace)", _pct(summary.cache.theoretical_hit_rate))
-    return [overview, latency, cache]
+    tables.append(cache)
+    return tables
