@@ -131,7 +131,7 @@ def _clock_text(seconds: float) -> str:
 class ReplayProgress:
     """Counts a replay's requests from its callbacks; with a terminal console, shows them live.
 
-    Pass `on_record` (and `on_sent`, once the engine reports sends) to the run. Time left comes from
+    Pass `on_record` and `on_sent` to the run. Time left comes from
     `duration_s` (what is left of it) or, for a run that ends by tree count, from the requests still to go
     (`planned_requests`) at the pace so far; both given: the sooner. Drawing happens on rich's refresh thread
     at 4 Hz; the callbacks only count, so the event loop pays a few hundred nanoseconds a request.

@@ -15,6 +15,7 @@ from agentx.replay.records import RequestRecord, read_records, run_info, to_reco
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.stats import prefix_cache_hits
 
 BLOCK = 16
 
@@ -221,6 +222,14 @@ def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path, ap
     for record in records:
         assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
         assert record.osl_server_tokens == max(1, record.osl_recorded_tokens)
+    # Each record carries its theoretical hit; per trace they add up to what `agentx inspect` reports.
+    hits, totals = prefix_cache_hits(trace)
+    first = 0
+    for session in trace.sessions:
+        mine = [r for r in records if r.session_id == session.session_id]
+        assert sum(r.theoretical_hit_blocks or 0 for r in mine) == hits[first : first + len(mine)].sum()
+        assert sum(r.theoretical_total_blocks or 0 for r in mine) == totals[first : first + len(mine)].sum()
+        first += len(mine)
     if api == "chat":
         # Resending the recorded history keeps the server's prefix cache warm, turn after turn.
         later = [r for r in records if r.turn > 0]

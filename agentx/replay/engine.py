@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
 
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, ChatRenderer, chat_body
@@ -54,6 +55,7 @@ from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, prompt_token_ids
 from agentx.replay.records import RecordWriter, RequestRecord, RunInfo, redact
 from agentx.trace.model import Trace
+from agentx.trace.stats import prefix_cache_hits
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
@@ -151,15 +153,50 @@ class _PreparedPlan(msgspec.Struct, frozen=True):
     hash_ids: tuple[tuple[int, ...], ...]
     prefix_tokens: dict[str, int]
     """Per agent: its turn-0 tool + system tokens (the chat system message, semantics §1e)."""
+    hit_blocks: tuple[int, ...]
+    """Per step: the theoretical prefix-cache hit in blocks (semantics §6, causal rule)."""
+    total_blocks: tuple[int, ...]
 
 
-def _prepare(trace: Trace, index: int, child_offset: Literal["branch_start", "anchor_end"]) -> _PreparedPlan:
+def _prepare(
+    trace: Trace, index: int, child_offset: Literal["branch_start", "anchor_end"], hits: _Hits
+) -> _PreparedPlan:
     session = trace.sessions[index]
     plan = plan_session(session, child_offset=child_offset)
     by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
     hash_ids = tuple(by_agent[step.agent_id][step.turn] for step in plan.steps)
     prefix_tokens = {agent.agent_id: agent.tool_tokens + agent.system_tokens for agent, _, _ in session.agents()}
-    return _PreparedPlan(plan, hash_ids, prefix_tokens)
+    session_hits, session_totals = hits.of(index)
+    # The hit arrays are in the session's row order (agents depth first, then turns): map them to the steps.
+    row_of: dict[tuple[str, int], int] = {}
+    for agent, _, _ in session.agents():
+        for turn in range(len(agent.requests)):
+            row_of[(agent.agent_id, turn)] = len(row_of)
+    rows = [row_of[(step.agent_id, step.turn)] for step in plan.steps]
+    hit_blocks = tuple(int(session_hits[row]) for row in rows)
+    total_blocks = tuple(int(session_totals[row]) for row in rows)
+    return _PreparedPlan(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks)
+
+
+class _Hits:
+    """Theoretical prefix-cache hits per session: computed per session for session-scoped ids (a session is
+    its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._whole: tuple[np.ndarray, np.ndarray] | None = None
+        self._first_rows: list[int] = []
+
+    def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        trace = self.trace
+        if trace.hash_id_scope == "session":
+            alone = Trace(sessions=[trace.sessions[index]], block_size=trace.block_size, hash_id_scope="session")
+            return prefix_cache_hits(alone)
+        if self._whole is None:
+            self._whole = prefix_cache_hits(trace)
+            self._first_rows = [0, *itertools.accumulate(s.request_count for s in trace.sessions)]
+        start, end = self._first_rows[index], self._first_rows[index + 1]
+        return self._whole[0][start:end], self._whole[1][start:end]
 
 
 def options_metadata(options: ReplayOptions) -> dict[str, Any]:
@@ -338,6 +375,7 @@ class _Runner:
             shard_count,
         )
         self.plans: dict[int, _PreparedPlan] = {}
+        self.hits = _Hits(trace)
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
         elif options.sessions is not None:
@@ -440,7 +478,7 @@ class _Runner:
             play, index = drawn
             prepared = self.plans.get(index)
             if prepared is None:
-                prepared = self.plans[index] = _prepare(self.trace, index, self.options.child_offset)
+                prepared = self.plans[index] = _prepare(self.trace, index, self.options.child_offset, self.hits)
             self.trees_started += 1
             tree = _Tree(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
             async with asyncio.TaskGroup() as steps:
@@ -584,6 +622,8 @@ class _Runner:
             "isl_recorded_tokens": request.in_tokens,
             "isl_sent_tokens": sent_tokens,
             "osl_recorded_tokens": request.out_tokens,
+            "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
+            "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
             "api_time_recorded_s": request.api_time,
             "ttft_recorded_s": request.ttft,
         }
