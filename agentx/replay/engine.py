@@ -618,6 +618,7 @@ class _Runner:
             "depth": step.depth,
             "turn": step.turn,
             "model": self.options.model,
+            "correlation_id": tree.headers["X-Correlation-ID"],
             "scheduled_ns": scheduled_ns - origin,
             "isl_recorded_tokens": request.in_tokens,
             "isl_sent_tokens": sent_tokens,

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.1"
+FORMAT_VERSION: Final = "1.2"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -65,6 +65,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     depth: int
     turn: int
     model: str
+    correlation_id: str = ""
+    """The play's `X-Correlation-ID` (one per play of a tree)."""
     scheduled_ns: int
     sent_ns: int
     first_token_ns: int | None = None
@@ -141,6 +143,7 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("depth", _INT32, nullable=False), "agent depth: 0 for the root, 1 for its subagents, ..."),
     (pa.field("turn", _INT32, nullable=False), "0-based request index within its agent"),
     (pa.field("model", _STR, nullable=False), "model name sent to the server"),
+    (pa.field("correlation_id", _STR, nullable=False), "the play's X-Correlation-ID header (one per play of a tree)"),
     (pa.field("scheduled_ns", _INT64, nullable=False), "when the request was due, ns after the run start"),
     (
         pa.field("sent_ns", _INT64, nullable=False),
