@@ -5,15 +5,18 @@ own process pinned to core 0 at a higher priority; it injects a TTFT and an ITL 
 `call_at` timers: first chunk at receive + TTFT, then one token per chunk every ITL), ends with a usage
 chunk and `data: [DONE]` on a keep-alive connection, and logs when it meant to send and when it sent each
 request's first and last chunk (`GET /log`). The client, `run_replay` over a synthetic trace of
-one-request sessions (closed loop, `delay_scale=0`, as the CLI runs it: `asyncio.run`), runs in another
-process pinned to core 1 and measures itself over a steady window (CPU from `getrusage`, RSS, chunk rate).
+one-request sessions (closed loop, `delay_scale=0`, the setup's `ramp_s`), runs in another process pinned
+to core 1, under asyncio's default loop and under uvloop (as the CLI when installed), and measures itself
+over a steady window (CPU from `getrusage`, RSS, chunk rate, dispatch lag = sent − scheduled).
 
 Client error = client-measured − injected; the server's own emission lag (sent − planned) is printed
 alongside, so a late server is not taken for a slow client. Setups A, B and the 1-stream idle cost;
-setup C (open-loop arrivals) is not implemented in agentx yet and is skipped. Prints figures; never fails
-on a number. See bench/README.md.
+setup C (open-loop arrivals) is not implemented in agentx yet and is skipped. AIPerf and inference-perf,
+when installed in their own venvs (/tmp/peers, /tmp/peers-ip), run the same load as peers. Prints figures;
+never fails on a number. See bench/README.md.
 
 Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle] [--repeat 3] [--duration 20]
+       [--loops default,uvloop] [--ramp-s S] [--no-peer]
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
+import math
 import os
 import resource
 import statistics
@@ -40,7 +45,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise, _priority
+from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise, _priority, _rss_mb
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -60,6 +65,8 @@ class Setup:
     ttft_s: float
     itl_s: float
     in_tokens: int = 16
+    ramp_s: float = 0.0
+    """`ReplayOptions.ramp_s`: lane i starts i/streams × ramp_s after the run start."""
 
     @property
     def e2e_s(self) -> float:
@@ -70,9 +77,15 @@ class Setup:
         return self.streams / self.e2e_s
 
 
+# Every request of a setup takes the same time, so a closed loop keeps its lanes' phases for ever: the ramp
+# sets the steady state. Without one, B's 1,024 lanes send together once per E2E (~70 µs of client CPU
+# each, ~70 ms in all) and their chunks land together every ITL, so the figures measure that burst.
+# Spreading the starts over one E2E makes the steady state a closed loop's (sends evenly at the offered
+# 400 req/s, chunk arrivals evenly over each ITL); a ramp of one ITL would spread the chunks but still put
+# all 1,024 sends in a 40 ms window each cycle (`--ramp-s 0.04` shows it). A keeps no ramp, as its anchors.
 SETUPS = {
     "A": Setup("A", 256, 256, 0.050, 0.010),
-    "B": Setup("B", 1024, 64, 0.050, 0.040),
+    "B": Setup("B", 1024, 64, 0.050, 0.040, ramp_s=0.050 + 63 * 0.040),
     "idle": Setup("idle", 1, 256, 0.050, 0.010),
 }
 
@@ -100,6 +113,8 @@ class _Mock:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.requests = 0
+        self.chunks = 0
+        """Content chunks written: a peer's chunk rate is counted here (`GET /stats`), not in its own output."""
         self.log: list[tuple[int, int, int, int, int, int]] = []
         """Per finished request, perf_counter_ns: received, first planned, first sent, last planned, last sent; and
         its id (also sent as `usage.prompt_tokens`, so the client's record names it: `isl_server_tokens`)."""
@@ -126,6 +141,7 @@ class _Stream:
             return
         now = time.perf_counter_ns()
         self.made += 1
+        self.mock.chunks += 1
         self.left -= 1
         last = self.left <= 0
         head = (
@@ -183,6 +199,8 @@ class _MockProtocol(asyncio.Protocol):
                 self.mock.requests += 1
                 self.transport.write(_SSE_HEAD)
                 _Stream(self.mock, self.transport, self.mock.requests, request.max_tokens)
+            elif head.startswith(b"get /stats"):
+                self._json(b'{"requests":%d,"chunks":%d}' % (self.mock.requests, self.mock.chunks))
             elif head.startswith(b"get /log"):
                 payload = msgspec.json.encode(self.mock.log)
                 self.mock.log = []
@@ -226,6 +244,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
     setup = Setup(**spec["setup"])
     duration_s: float = spec["duration_s"]
+    warmup_s = _warmup_s(setup)
     server_pid: int = spec["server_pid"]
     n_sessions = 4096
     trace = Trace(
@@ -258,7 +277,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
     async def main() -> Any:
         loop = asyncio.get_running_loop()
-        loop.call_later(WARMUP_S, snapshot, "a")
+        loop.call_later(warmup_s, snapshot, "a")
         loop.call_later(duration_s, snapshot, "b")
         options = ReplayOptions(
             url=f"http://{HOST}:{spec['port']}",
@@ -268,8 +287,17 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
             duration_s=duration_s,
             grace_s=setup.e2e_s * 3 + 5,
             delay_scale=0.0,
+            ramp_s=setup.ramp_s,
         )
-        return await run_replay(trace, options)
+        return await run_replay(trace, options, on_record=see_record)
+
+    # Records are offsets from the run's perf_counter_ns origin. Each is handed to `on_record` a few µs after
+    # its end_ns, so the origin is the least (now − end_ns) seen: this needs nothing of the engine's
+    # internals (RunInfo.wall_epoch_ns is taken a variable while after the origin).
+    origin = [2**63]
+
+    def see_record(record: Any) -> None:
+        origin[0] = min(origin[0], time.perf_counter_ns() - record.end_ns)
 
     if spec.get("uvloop"):
         import uvloop
@@ -279,10 +307,11 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
         result = asyncio.run(main())
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     table = read_records(result.records_path)
-    # Records are offsets from the run's perf_counter_ns origin, taken right before RunInfo.wall_epoch_ns:
-    # map the wall time back to perf_counter (best of a few reads of the two clocks' offset).
-    offset = min(time.time_ns() - time.perf_counter_ns() for _ in range(64))
-    base = run_info(table).wall_epoch_ns - offset
+    if origin[0] < 2**63:
+        base = origin[0]
+    else:  # no record: map the run's wall-clock start back to perf_counter
+        offset = min(time.time_ns() - time.perf_counter_ns() for _ in range(64))
+        base = run_info(table).wall_epoch_ns - offset
     a = window["a_ns"] - base
     b = window["b_ns"] - base
     span_s = (b - a) / 1e9
@@ -328,6 +357,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
         "ttft_s": col("ttft_s"),
         "e2e_s": col("e2e_s"),
         "itl_s": col("itl_s"),
+        "dispatch_lag_s": col("dispatch_lag_s"),
         "rss_mb": rss_mb,
         "startup_s": (float(min(sent)) + base - spec["spawn_ns"]) / 1e9 if len(sent) else None,
         "import_s": (imported_ns - spec["spawn_ns"]) / 1e9,
@@ -342,7 +372,273 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# the peers: AIPerf and inference-perf, each in its own venv (optional; never needed for CI)
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    venv: Path
+    executable: str
+    install: str
+
+
+PEERS = (
+    Peer(
+        "AIPerf",
+        Path(os.environ.get("AGENTX_BENCH_AIPERF_VENV", "/tmp/peers")),
+        "aiperf",
+        "python -m venv /tmp/peers && /tmp/peers/bin/pip install aiperf; or set AGENTX_BENCH_AIPERF_VENV",
+    ),
+    Peer(
+        "inference-perf",
+        Path(os.environ.get("AGENTX_BENCH_INFERENCE_PERF_VENV", "/tmp/peers-ip")),
+        "inference-perf",
+        "python3.12 -m venv /tmp/peers-ip && /tmp/peers-ip/bin/pip install inference-perf (it needs Python ≥ 3.12); "
+        "or set AGENTX_BENCH_INFERENCE_PERF_VENV",
+    ),
+)
+
+_TOKENIZER_SCRIPT = """
+import json, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+vocab = {w: i for i, w in enumerate(["[UNK]", "[BOS]", "[EOS]", "t"] + [f"w{i}" for i in range(1000)])}
+tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer.save(sys.argv[1] + "/tokenizer.json")
+config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "bos_token": "[BOS]",
+          "eos_token": "[EOS]", "model_max_length": 1000000}
+json.dump(config, open(sys.argv[1] + "/tokenizer_config.json", "w"))
+"""
+
+
+def _peer_missing(peer: Peer) -> str | None:
+    if not (peer.venv / "bin" / peer.executable).exists():
+        return f"{peer.name} not found in {peer.venv} ({peer.install})"
+    return None
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (the peers run a process per service or worker)."""
+    found = [pid]
+    for current in found:
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as children:
+                    found.extend(int(child) for child in children.read().split())
+    return found
+
+
+def _tree_cpu_rss(pid: int) -> tuple[float, float]:
+    """CPU seconds and RSS (MB) summed over a process tree."""
+    cpu = rss = 0.0
+    for member in _tree(pid):
+        with contextlib.suppress(OSError, ValueError):
+            cpu += _cpu_s(member)
+            member_rss = _rss_mb(member)
+            if not math.isnan(member_rss):  # a process exiting has no VmRSS line any more
+                rss += member_rss
+    return cpu, rss
+
+
+def _stats(port: int) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://{HOST}:{port}/stats", timeout=5) as response:
+        stats: dict[str, int] = json.loads(response.read())
+        return stats
+
+
+def _aiperf_command(peer: Peer, setup: Setup, duration_s: float, port: int, out: Path) -> list[str]:
+    command = [
+        str(peer.venv / "bin" / peer.executable),
+        "profile",
+        "--model",
+        MODEL,
+        "--url",
+        f"http://{HOST}:{port}",
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--concurrency",
+        str(setup.streams),
+        "--benchmark-duration",
+        f"{duration_s:g}",
+        "--prompt-input-tokens-mean",
+        str(setup.in_tokens),
+        "--prompt-input-tokens-stddev",
+        "0",
+        "--prompt-output-tokens-mean",
+        str(setup.out_tokens),
+        "--prompt-output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--use-legacy-max-tokens",
+        "--use-server-token-count",
+        "--tokenizer",
+        str(out),
+        "--ui",
+        "none",
+        "--output-artifact-dir",
+        str(out / "artifacts"),
+    ]
+    if setup.ramp_s > 0:
+        command += ["--concurrency-ramp-duration", f"{setup.ramp_s:g}"]
+    return command
+
+
+def _inference_perf_command(peer: Peer, setup: Setup, duration_s: float, port: int, out: Path) -> list[str]:
+    # A concurrent stage runs a number of requests, not a duration: as many as the ideal rate sends in it.
+    requests = round(setup.ideal_rps * duration_s)
+    lengths = {"type": "fixed", "std_dev": 0, "total_count": requests}
+    config = {
+        "api": {"type": "completion", "streaming": True},
+        "server": {"type": "vllm", "model_name": MODEL, "base_url": f"http://{HOST}:{port}", "ignore_eos": True},
+        "tokenizer": {"pretrained_model_name_or_path": str(out)},
+        "data": {
+            "type": "random",
+            "input_distribution": {"min": setup.in_tokens, "max": setup.in_tokens, "mean": setup.in_tokens, **lengths},
+            "output_distribution": {
+                "min": setup.out_tokens,
+                "max": setup.out_tokens,
+                "mean": setup.out_tokens,
+                **lengths,
+            },
+        },
+        "load": {
+            "type": "concurrent",
+            "stages": [{"num_requests": requests, "concurrency_level": setup.streams}],
+            "worker_max_concurrency": setup.streams,
+        },
+        "report": {"request_lifecycle": {"summary": True, "per_stage": False, "per_request": False}},
+        "storage": {"local_storage": {"path": str(out / "artifacts")}},
+    }
+    (out / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    return [str(peer.venv / "bin" / peer.executable), "-c", str(out / "config.yml")]
+
+
+def _aiperf_figures(setup: Setup, out: Path) -> dict[str, float | None]:
+    export = json.loads((out / "artifacts" / "profile_export_aiperf.json").read_text())
+
+    def metric(name: str, stat: str, injected: float = 0.0) -> float | None:
+        value = export.get(name, {}).get(stat)
+        return None if value is None else float(value) - injected * 1e3
+
+    return {
+        "req/s (lane cycle)": metric("request_throughput", "avg"),
+        "TTFT err p50 ms": metric("time_to_first_token", "p50", setup.ttft_s),
+        "TTFT err p99 ms": metric("time_to_first_token", "p99", setup.ttft_s),
+        "E2E err p50 ms": metric("request_latency", "p50", setup.e2e_s),
+        "E2E err p99 ms": metric("request_latency", "p99", setup.e2e_s),
+        "ITL err mean ms": metric("inter_token_latency", "avg", setup.itl_s),
+        "ITL err p50 ms": metric("inter_token_latency", "p50", setup.itl_s),
+        "ITL err p99 ms": metric("inter_token_latency", "p99", setup.itl_s),
+        "requests (errors)": float(metric("request_count", "avg") or 0),
+    }
+
+
+def _inference_perf_figures(setup: Setup, out: Path) -> dict[str, float | None]:
+    summary = json.loads((out / "artifacts" / "summary_lifecycle_metrics.json").read_text())
+    successes = summary.get("successes", {})
+    latency = successes.get("latency", {})
+
+    def metric(name: str, stat: str, injected: float) -> float | None:
+        value = latency.get(name, {}).get(stat)
+        return None if value is None else (float(value) - injected) * 1e3
+
+    rps = successes.get("throughput", {}).get("requests_per_sec")
+    return {
+        "req/s (lane cycle)": None if rps is None else float(rps),
+        "TTFT err p50 ms": metric("time_to_first_token", "median", setup.ttft_s),
+        "TTFT err p99 ms": metric("time_to_first_token", "p99", setup.ttft_s),
+        "E2E err p50 ms": metric("request_latency", "median", setup.e2e_s),
+        "E2E err p99 ms": metric("request_latency", "p99", setup.e2e_s),
+        "ITL err mean ms": metric("inter_token_latency", "mean", setup.itl_s),
+        "ITL err p50 ms": metric("inter_token_latency", "median", setup.itl_s),
+        "ITL err p99 ms": metric("inter_token_latency", "p99", setup.itl_s),
+        "requests (errors)": float(successes.get("count", 0))
+        + float(summary.get("failures", {}).get("count", 0)) / 1e6,
+    }
+
+
+def _peer_run(peer: Peer, setup: Setup, duration_s: float, out: Path) -> dict[str, float | None]:
+    """One peer run against a fresh mock, same setup, pinned to the client's core, measured alike.
+
+    Its client figures are its own report's (its whole run: it has no steady window of ours), the chunk rate
+    is the mock's (content chunks written in our steady window), CPU and RSS are its process tree's.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    # Their built-in tokenizers download an encoding, a model name needs the HF hub: a local word-level
+    # tokenizer keeps the run offline (the mock ignores prompt text; counts come from usage).
+    python = peer.venv / "bin" / "python"
+    subprocess.run([str(python), "-c", _TOKENIZER_SCRIPT, str(out)], check=True, capture_output=True)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_pin_and_raise(SERVER_CPU, SERVER_NICE),
+    )
+    build = _aiperf_command if peer.name == "AIPerf" else _inference_perf_command
+    command = build(peer, setup, duration_s, port, out)
+    log_path = out / "peer.log"
+    try:
+        _wait_ready(port, server)
+        spawn = time.monotonic()
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                command,
+                cwd=out,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_pin_and_raise(CLIENT_CPU, 0),
+            )
+            try:
+                while _stats(port)["requests"] == 0:
+                    if process.poll() is not None or time.monotonic() - spawn > 120:
+                        raise RuntimeError(f"{peer.name} sent no request (see {log_path})")
+                    time.sleep(0.02)
+                started = time.monotonic()
+                time.sleep(_warmup_s(setup))
+                cpu_a, _ = _tree_cpu_rss(process.pid)
+                chunks_a, at_a = _stats(port)["chunks"], time.monotonic()
+                time.sleep(max(1.0, duration_s - _warmup_s(setup) - 0.5))
+                cpu_b, rss_mb = _tree_cpu_rss(process.pid)
+                chunks_b, at_b = _stats(port)["chunks"], time.monotonic()
+                if process.wait(timeout=3 * duration_s + setup.e2e_s * 3 + 120) != 0:
+                    raise RuntimeError(f"{peer.name} exited with {process.returncode} (see {log_path})")
+            finally:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(timeout=30)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    figures = (_aiperf_figures if peer.name == "AIPerf" else _inference_perf_figures)(setup, out)
+    span_s = at_b - at_a
+    chunks = chunks_b - chunks_a
+    cpu_s = cpu_b - cpu_a
+    rps = figures["req/s (lane cycle)"]
+    figures.update(
+        {
+            "÷ ideal %": None if rps is None else 100 * rps / setup.ideal_rps,
+            "chunks/s": chunks / span_s,
+            "client CPU %": 100 * cpu_s / span_s,
+            "CPU µs/chunk": 1e6 * cpu_s / chunks if chunks else None,
+            "RSS MB": rss_mb,
+            "start-up s": started - spawn,
+        }
+    )
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------
 # orchestration
+
+
+def _warmup_s(setup: Setup) -> float:
+    """The steady window starts after the ramp has started every lane (and after WARMUP_S in any case)."""
+    return max(WARMUP_S, setup.ramp_s + 0.5)
 
 
 def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
@@ -364,6 +660,7 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 
 def _one_run(setup: Setup, duration_s: float, out: Path, use_uvloop: bool) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
@@ -382,6 +679,7 @@ def _one_run(setup: Setup, duration_s: float, out: Path, use_uvloop: bool) -> di
             "server_pid": server.pid,
             "out_dir": str(out),
             "uvloop": use_uvloop,
+            "figures_path": str(out / "figures.json"),
             "spawn_ns": time.perf_counter_ns(),
         }
         client = subprocess.run(
@@ -393,7 +691,7 @@ def _one_run(setup: Setup, duration_s: float, out: Path, use_uvloop: bool) -> di
         )
         if client.returncode != 0:
             raise RuntimeError(f"client failed: {client.stderr.decode(errors='replace')[-2000:]}")
-        figures: dict[str, Any] = json.loads(client.stdout.decode().strip().splitlines()[-1])
+        figures: dict[str, Any] = json.loads((out / "figures.json").read_text())
         with urllib.request.urlopen(f"http://{HOST}:{port}/log", timeout=10) as response:
             log: list[list[int]] = json.loads(response.read())
         figures["server_priority"] = _priority(server.pid)
@@ -423,6 +721,7 @@ def _summary(setup: Setup, run: dict[str, Any]) -> dict[str, float | None]:
 
     return {
         "req/s (lane cycle)": run["rps_cycle"],
+        "÷ ideal %": None if run["rps_cycle"] is None else 100 * run["rps_cycle"] / setup.ideal_rps,
         "req/s (ends in window)": run["rps"],
         "chunks/s": run["chunks_per_s"],
         "client CPU %": run["cpu_percent"],
@@ -432,6 +731,10 @@ def _summary(setup: Setup, run: dict[str, Any]) -> dict[str, float | None]:
         "E2E err p50 ms": ms(_pct(e2e, 0.5)),
         "E2E err p99 ms": ms(_pct(e2e, 0.99)),
         "ITL err mean ms": ms(statistics.fmean(itl)) if itl else None,
+        "ITL err p50 ms": ms(_pct(itl, 0.5)),
+        "ITL err p99 ms": ms(_pct(itl, 0.99)),
+        "dispatch lag p50 ms": ms(_pct(run["dispatch_lag_s"], 0.5)),
+        "dispatch lag p99 ms": ms(_pct(run["dispatch_lag_s"], 0.99)),
         "recycle gap p50 ms": ms(_pct(run["recycle_gap_s"], 0.5)),
         "recycle gap p99 ms": ms(_pct(run["recycle_gap_s"], 0.99)),
         "RSS MB": run["rss_mb"],
@@ -476,27 +779,60 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def _report(setup: Setup, runs: list[dict[str, float | None]]) -> None:
+LOOPS = ("default", "uvloop")
+"""`default`: asyncio.run's loop; `uvloop`: what the CLI runs when uvloop is installed (agentx.cli)."""
+
+
+def _cell(values: list[float], key: str) -> str:
+    if key == "requests (errors)":
+        return ", ".join(f"{int(v)} ({round((v - int(v)) * 1e6)})" for v in values)
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return _fmt(values[0])
+    return f"{_fmt(statistics.median(values))} ({_fmt(min(values))}–{_fmt(max(values))})"
+
+
+def _report(setup: Setup, by_loop: dict[str, list[dict[str, float | None]]]) -> None:
+    loops = [loop for loop in by_loop if by_loop[loop]]
+    if not loops:
+        return
+    counts = ", ".join(f"{loop}: {len(by_loop[loop])}" for loop in loops)
     print(
         f"\nSetup {setup.name}: {setup.streams} streams, {setup.in_tokens}-token prompts, {setup.out_tokens} output "
-        f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms; ideal {setup.ideal_rps:.1f} req/s, "
-        f"{setup.ideal_rps * setup.out_tokens:,.0f} chunks/s, E2E {setup.e2e_s * 1e3:,.0f} ms. "
-        f"{len(runs)} run(s): median (min–max)"
+        f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms, ramp {setup.ramp_s:g} s; ideal "
+        f"{setup.ideal_rps:.1f} req/s, {setup.ideal_rps * setup.out_tokens:,.0f} chunks/s, E2E "
+        f"{setup.e2e_s * 1e3:,.0f} ms. Runs ({counts}): median (min–max)"
     )
     targets = TARGETS.get(setup.name, {})
-    print(f"| {'figure':<34} | {'median (min–max)':<28} | {'target':<22} |")
-    print(f"|{'-' * 36}|{'-' * 30}|{'-' * 24}|")
-    for key in runs[0]:
-        values = [v for run in runs if (v := run[key]) is not None]
-        if key == "requests (errors)":
-            cell = ", ".join(f"{int(v)} ({round((v - int(v)) * 1e6)})" for v in values)
-        elif not values:
-            cell = "—"
-        elif len(values) == 1:
-            cell = _fmt(values[0])
-        else:
-            cell = f"{_fmt(statistics.median(values))} ({_fmt(min(values))}–{_fmt(max(values))})"
-        print(f"| {key:<34} | {cell:<28} | {targets.get(key, ''):<22} |")
+    header = "".join(f" {loop + ' loop' if loop in LOOPS else 'peer: ' + loop:<28} |" for loop in loops)
+    print(f"| {'figure':<34} |{header} {'target':<22} |")
+    print(f"|{'-' * 36}|" + f"{'-' * 30}|" * len(loops) + f"{'-' * 24}|")
+    first = by_loop[loops[0]][0]
+    for key in first:
+        cells = "".join(
+            f" {_cell([v for run in by_loop[loop] if (v := run.get(key)) is not None], key):<28} |" for loop in loops
+        )
+        print(f"| {key:<34} |{cells} {targets.get(key, ''):<22} |")
+    peers = [loop for loop in loops if loop not in LOOPS]
+    for peer in peers:
+        for loop in (loop for loop in loops if loop in LOOPS):
+            parts = []
+            # Ratios for costs and rates; errors near zero make meaningless ratios, so those are differences.
+            for key in ("CPU µs/chunk", "RSS MB", "req/s (lane cycle)"):
+                ours, theirs = _median(by_loop[loop], key), _median(by_loop[peer], key)
+                if ours is not None and theirs:
+                    parts.append(f"{key} ×{ours / theirs:.2f}")
+            for key in ("TTFT err p50 ms", "TTFT err p99 ms", "E2E err p50 ms"):
+                ours, theirs = _median(by_loop[loop], key), _median(by_loop[peer], key)
+                if ours is not None and theirs is not None:
+                    parts.append(f"{key} {ours - theirs:+.1f}")
+            print(f"agentx ({loop}) vs {peer}, medians (ratio ×, difference ±): {'; '.join(parts) or '—'}")
+
+
+def _median(runs: list[dict[str, float | None]], key: str) -> float | None:
+    values = [v for run in runs if (v := run.get(key)) is not None]
+    return statistics.median(values) if values else None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -505,7 +841,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         _serve_mock(int(args_in[1]), float(args_in[2]), float(args_in[3]))
         return
     if args_in[:1] == ["--worker-client"]:
-        print(json.dumps(_client(json.loads(args_in[1]))))
+        spec = json.loads(args_in[1])
+        # Through a file, not stdout: an event loop may leave stdout non-blocking, and a line longer than
+        # the pipe's buffer is then cut at 64 KiB.
+        Path(spec["figures_path"]).write_text(json.dumps(_client(spec)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--setups", default="A,B,idle", help="comma-separated: A, B, idle")
@@ -513,36 +852,72 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per run (setups A and B)")
     parser.add_argument("--idle-duration", type=float, default=10.0)
     parser.add_argument(
-        "--uvloop", action="store_true", help="run the client under uvloop (the CLI uses asyncio.run's default loop)"
+        "--loops",
+        default=",".join(LOOPS),
+        help="comma-separated client event loops, runs interleaved: default (asyncio.run), uvloop (as the CLI)",
+    )
+    parser.add_argument("--ramp-s", type=float, default=None, help="override every setup's ramp (seconds)")
+    parser.add_argument(
+        "--no-peer", action="store_true", help="skip the peers (each runs, when installed, once per repeat of A and B)"
     )
     args = parser.parse_args(args_in)
-    loop_name = "uvloop" if args.uvloop else "asyncio default loop, as the CLI"
+    loops = [part.strip() for part in args.loops.split(",") if part.strip()]
+    for loop in loops:
+        if loop not in LOOPS:
+            parser.error(f"unknown loop {loop!r} (known: {', '.join(LOOPS)})")
     print(
         f"replay_overhead: server pinned to core {SERVER_CPU} (nice {SERVER_NICE} if permitted), "
-        f"client pinned to core {CLIENT_CPU} ({loop_name}); "
-        f"cores here: {os.cpu_count()}; steady window from {WARMUP_S:g} s"
+        f"client pinned to core {CLIENT_CPU} (loops: {', '.join(loops)}; the CLI uses uvloop when installed); "
+        f"cores here: {os.cpu_count()}; steady window from max({WARMUP_S:g} s, ramp + 0.5 s)"
     )
     print("Setup C (open-loop Poisson arrivals): skipped, agentx replay has no open-loop mode yet.")
+    peers: list[Peer] = []
+    for peer in PEERS:
+        missing = "--no-peer" if args.no_peer else _peer_missing(peer)
+        if missing:
+            print(f"Peer {peer.name} skipped: {missing}")
+        else:
+            peers.append(peer)
     with tempfile.TemporaryDirectory(prefix="replay_overhead_") as tmp:
         for name in (part.strip() for part in args.setups.split(",") if part.strip()):
             setup = SETUPS[name]
+            if args.ramp_s is not None and name != "idle":
+                setup = dataclasses.replace(setup, ramp_s=args.ramp_s)
             duration = args.idle_duration if name == "idle" else args.duration
             repeat = 1 if name == "idle" else args.repeat
-            runs: list[dict[str, float | None]] = []
+            by_loop: dict[str, list[dict[str, float | None]]] = {loop: [] for loop in loops}
+            setup_peers = [] if name == "idle" else peers
+            for peer in setup_peers:
+                by_loop[peer.name] = []
             for number in range(repeat):
-                try:
-                    raw = _one_run(setup, duration, Path(tmp) / f"{name}{number}", args.uvloop)
-                except RuntimeError as exc:
-                    print(f"setup {name} run {number + 1}: {exc}")
-                    continue
-                runs.append(_summary(setup, raw))
-                print(
-                    f"  setup {name} run {number + 1}: {_fmt(runs[-1]['req/s (lane cycle)'])} req/s, "
-                    f"{_fmt(runs[-1]['client CPU %'])}% client CPU ({raw['server_priority']} server)",
-                    flush=True,
-                )
-            if runs:
-                _report(setup, runs)
+                for peer in setup_peers:
+                    try:
+                        figures = _peer_run(peer, setup, duration, Path(tmp) / f"{name}{number}{peer.executable}")
+                    except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+                        print(f"setup {name} run {number + 1} ({peer.name}): {exc}")
+                        continue
+                    by_loop[peer.name].append(figures)
+                    print(
+                        f"  setup {name} run {number + 1} ({peer.name}): {_fmt(figures['req/s (lane cycle)'])} "
+                        f"req/s, {_fmt(figures['client CPU %'])}% client CPU, "
+                        f"TTFT err p50 {_fmt(figures['TTFT err p50 ms'])} ms",
+                        flush=True,
+                    )
+                for loop in loops:  # interleaved, so that a drift in machine speed touches both loops alike
+                    try:
+                        raw = _one_run(setup, duration, Path(tmp) / f"{name}{number}{loop}", loop == "uvloop")
+                    except RuntimeError as exc:
+                        print(f"setup {name} run {number + 1} ({loop}): {exc}")
+                        continue
+                    summary = _summary(setup, raw)
+                    by_loop[loop].append(summary)
+                    print(
+                        f"  setup {name} run {number + 1} ({loop}): {_fmt(summary['req/s (lane cycle)'])} req/s, "
+                        f"{_fmt(summary['client CPU %'])}% client CPU, TTFT err p50 "
+                        f"{_fmt(summary['TTFT err p50 ms'])} ms ({raw['server_priority']} server)",
+                        flush=True,
+                    )
+            _report(setup, by_loop)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -287,16 +288,11 @@ def chunk(delta: dict[str, Any] | None = None, usage: dict[str, Any] | None = No
     return b"data: " + msgspec.json.encode({"choices": choices, "usage": usage}) + b"\r\n\r\n"
 
 
-def serve_canned(pieces: list[bytes], use: Callable[[Client], Awaitable[T]]) -> T:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):  # the client hangs up on errors
-            for piece in pieces:
-                await response.write(piece)
-                await asyncio.sleep(0.002)
-            await response.write_eof()
-        return response
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def serve(handler: Handler, use: Callable[[Client], Awaitable[T]], **options: Any) -> T:
+    """Run `use` with a client of a loopback aiohttp app answering `POST /v1/chat/completions` with `handler`."""
 
     async def main() -> T:
         app = web.Application()
@@ -307,12 +303,34 @@ def serve_canned(pieces: list[bytes], use: Callable[[Client], Awaitable[T]]) -> 
         await site.start()
         port = runner.addresses[0][1]
         try:
-            async with Client(f"http://127.0.0.1:{port}", api_key=SECRET) as client:
+            async with Client(f"http://127.0.0.1:{port}", api_key=SECRET, **options) as client:
                 return await use(client)
         finally:
             await runner.cleanup()
 
     return asyncio.run(main())
+
+
+def paced(pieces: list[bytes], gaps_s: list[float], *, headers_after_s: float = 0.0) -> Handler:
+    """A handler writing `pieces[i]` `gaps_s[i]` seconds after the previous one (headers after `headers_after_s`)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        await asyncio.sleep(headers_after_s)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the client hangs up on errors
+            for piece, gap_s in zip(pieces, gaps_s, strict=True):
+                await asyncio.sleep(gap_s)
+                await response.write(piece)
+            await response.write_eof()
+        return response
+
+    return handler
+
+
+def serve_canned(pieces: list[bytes], use: Callable[[Client], Awaitable[T]]) -> T:
+    return serve(paced(pieces, [0.002] * len(pieces)), use)
 
 
 def canned(pieces: list[bytes]) -> Exchange:
@@ -363,3 +381,91 @@ def test_secret_scrubbed_from_messages() -> None:
     exchange = canned([f'data: {{"error": {{"message": "bad key {SECRET}"}}}}\n\n'.encode()])
     assert exchange.error_kind == "http"
     assert_secret_hidden(exchange)
+
+
+# The idle timeout (one watchdog per client, not a timer per read).
+
+IDLE_S = 0.3
+
+
+def stream_of(count: int) -> list[bytes]:
+    return [chunk({"content": "a"}, usage={"completion_tokens": n + 1}) for n in range(count)] + [b"data: [DONE]\n\n"]
+
+
+def test_stalled_stream_times_out() -> None:
+    pieces = stream_of(4)
+    handler = paced(pieces, [0.01, 0.01, 4 * IDLE_S] + [0.01] * (len(pieces) - 3))
+    exchange = serve(handler, lambda client: client.stream(CHAT, b"{}"), idle_timeout_s=IDLE_S)
+    assert exchange.error_kind == "timeout", exchange.error_message
+    assert exchange.error_message is not None and "idle" in exchange.error_message
+    assert len(exchange.chunk_ns) == 2, "chunks before the stall are kept"
+    idle_s = (exchange.end_ns - exchange.last_token_ns) / 1e9
+    assert IDLE_S <= idle_s < 4 * IDLE_S, "aborted after the idle timeout, well before the stall would end"
+
+
+def test_silent_server_times_out_before_headers() -> None:
+    handler = paced(stream_of(1), [0.0, 0.0], headers_after_s=4 * IDLE_S)
+    exchange = serve(handler, lambda client: client.stream(CHAT, b"{}"), idle_timeout_s=IDLE_S)
+    assert (exchange.error_kind, exchange.status) == ("timeout", 0), exchange.error_message
+    assert IDLE_S <= (exchange.end_ns - exchange.sent_ns) / 1e9 < 4 * IDLE_S
+
+
+def test_slow_but_alive_stream_does_not_time_out() -> None:
+    """Every gap is under the idle timeout while the whole stream lasts several times longer."""
+    pieces = stream_of(8)
+    handler = paced(pieces, [IDLE_S / 2] * len(pieces), headers_after_s=IDLE_S / 2)
+    exchange = serve(handler, lambda client: client.stream(CHAT, b"{}"), idle_timeout_s=IDLE_S)
+    assert exchange.ok, exchange.error_message
+    assert (exchange.end_ns - exchange.sent_ns) / 1e9 > 3 * IDLE_S
+    assert exchange.completion_tokens == 8 == sum(exchange.chunk_tokens)
+
+
+@pytest.mark.parametrize("idle_timeout_s", [None, 0.0])
+def test_no_idle_timeout(idle_timeout_s: float | None) -> None:
+    pieces = stream_of(2)
+    handler = paced(pieces, [0.01, 2 * IDLE_S, 0.01])
+    exchange = serve(handler, lambda client: client.stream(CHAT, b"{}"), idle_timeout_s=idle_timeout_s)
+    assert exchange.ok, exchange.error_message
+
+
+def test_watchdog_spares_other_streams_and_stops_when_idle() -> None:
+    stalled = paced(stream_of(2), [0.01, 4 * IDLE_S, 0.01])
+    alive = paced(stream_of(10), [IDLE_S / 3] * 11)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        return await (stalled if body == b"stall" else alive)(request)
+
+    async def use(client: Client) -> tuple[Exchange, Exchange, bool]:
+        results = await asyncio.gather(client.stream(CHAT, b"stall"), client.stream(CHAT, b"live"))
+        await asyncio.sleep(2 * IDLE_S)
+        return results[0], results[1], client._watchdog is None
+
+    stall, live, stopped = serve(handler, use, idle_timeout_s=IDLE_S)
+    assert stall.error_kind == "timeout" and live.ok, (stall.error_message, live.error_message)
+    assert stopped, "no timer is left running once nothing is in flight"
+
+
+# When a request counts as sent.
+
+
+def test_sent_when_written_not_when_queued() -> None:
+    """With a pool of one connection, the second request waits for the first to end: that wait is queueing
+    (`queued_ns` → `sent_ns`), not time-to-first-token."""
+    received: list[int] = []
+    inner = paced(stream_of(3), [0.05] * 4)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        received.append(time.perf_counter_ns())
+        return await inner(request)
+
+    async def use(client: Client) -> list[Exchange]:
+        return list(await asyncio.gather(client.stream(CHAT, b"{}"), client.stream(CHAT, b"{}")))
+
+    first, second = sorted(serve(handler, use, limit=1), key=lambda exchange: exchange.sent_ns)
+    assert first.ok and second.ok, (first.error_message, second.error_message)
+    for exchange, arrival in zip((first, second), received, strict=True):
+        assert 0 < exchange.queued_ns <= exchange.sent_ns <= arrival <= exchange.headers_ns
+    assert second.queued_ns < first.end_ns <= second.sent_ns
+    waited_ns = second.sent_ns - second.queued_ns
+    assert second.first_token_ns - second.sent_ns < waited_ns, "the wait for the connection is not in the TTFT"

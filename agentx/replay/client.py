@@ -5,14 +5,22 @@ It knows HTTP and SSE, not traces: callers hand it a path and a pre-encoded JSON
 never raise; they are recorded in the `Exchange`. `asyncio.CancelledError` propagates untouched.
 
 Timestamps are `time.perf_counter_ns()` taken as soon as a read returns bytes, before any parsing; every
-event completed by one read shares that read's timestamp.
+event completed by one read shares that read's timestamp. A request's `sent_ns` is taken when aiohttp hands
+its first bytes to the socket (a trace hook), so time spent queued in the client before that (the pool, the
+request path, a burst of other requests on the same loop) is not charged to the server's TTFT; it stays
+visible as `sent_ns − queued_ns`.
+
+The idle timeout is not aiohttp's `sock_read` (which re-arms a timer on every read): one watchdog per client
+wakes at most once a second while requests are in flight and aborts those whose last read is older than
+`idle_timeout_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Final, Literal
 
 import aiohttp
@@ -30,6 +38,9 @@ CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
 )
 MESSAGE_MAX_CHARS: Final = 500
 _ERROR_BODY_MAX_BYTES: Final = 64 * 1024
+WATCHDOG_PERIOD_MAX_S: Final = 1.0
+"""The idle watchdog's longest period; a stalled stream is aborted between idle and idle + period after its
+last read (a quarter of the idle timeout when that is shorter, so short timeouts stay meaningful)."""
 
 
 class ServerUnreachable(Exception):  # noqa: N818 (the name the engine and CLI use)
@@ -45,8 +56,12 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
 
     status: int = 0
     """HTTP status; 0 when no response arrived."""
+    queued_ns: int = 0
+    """When the request was handed to the client (`stream` / `complete` called), before the connection pool
+    and aiohttp's request path: `sent_ns − queued_ns` is the client's own queueing."""
     sent_ns: int = 0
-    """Just before the request was handed to the connection."""
+    """When the request's first bytes (its headers, coalesced with the body) were handed to the socket; 0
+    when they never were (e.g. the connection was refused)."""
     headers_ns: int = 0
     first_token_ns: int = 0
     """Arrival of the first non-empty content chunk (text, reasoning or tool-call delta)."""
@@ -135,7 +150,49 @@ _error_decoder: Final = msgspec.json.Decoder(_ErrorResponse)
 _models_decoder: Final = msgspec.json.Decoder(_ModelList)
 
 
-_Reader = Callable[[aiohttp.ClientResponse, Exchange], Awaitable[None]]
+class _Flight:
+    """The watchdog's view of one in-flight request (also aiohttp's per-request trace context)."""
+
+    __slots__ = ("exchange", "expired", "last_ns", "timeout", "wrote")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.timeout: asyncio.Timeout | None = None
+        self.last_ns = 0
+        """The last sign of life: the request's bytes written, headers, any read; 0 before the request is
+        written, so waiting for a pooled connection is not idle time (the connect has its own timeout)."""
+        self.expired = False
+        self.wrote = False
+
+
+async def _on_headers_sent(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
+    # aiohttp buffers the headers here and writes them with the body's first chunk (below), from a task
+    # that runs on a later loop iteration; this stamp only stands for a request without a body chunk.
+    flight: _Flight | None = context.trace_request_ctx  # None: a probe or plain JSON request
+    if flight is not None:
+        flight.exchange.sent_ns = flight.last_ns = time.perf_counter_ns()
+
+
+async def _on_chunk_sent(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    # Fired right before the transport write that carries the headers and the body's start.
+    flight: _Flight | None = context.trace_request_ctx
+    if flight is not None and not flight.wrote:
+        flight.wrote = True
+        flight.exchange.sent_ns = flight.last_ns = time.perf_counter_ns()
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    config.on_request_headers_sent.append(_on_headers_sent)
+    config.on_request_chunk_sent.append(_on_chunk_sent)
+    return config
+
+
+_Reader = Callable[[aiohttp.ClientResponse, Exchange, _Flight], Awaitable[None]]
 
 
 class _ExchangeError(Exception):
@@ -181,6 +238,8 @@ class Client:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
+        self._flights: set[_Flight] = set()
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         key = ", api_key=<redacted>" if self._secret else ""
@@ -204,15 +263,20 @@ class Client:
         connector = aiohttp.TCPConnector(
             limit=self.limit, limit_per_host=0, keepalive_timeout=self.keepalive_timeout_s, enable_cleanup_closed=False
         )
-        # sock_read is aiohttp's per-read timeout, i.e. an idle timeout: agentic streams run for minutes.
-        timeout = aiohttp.ClientTimeout(
-            total=self.total_timeout_s, sock_connect=self.connect_timeout_s, sock_read=self.idle_timeout_s
-        )
+        # No sock_read: the idle timeout is the watchdog's (aiohttp's re-arms a timer on every read).
+        timeout = aiohttp.ClientTimeout(total=self.total_timeout_s, sock_connect=self.connect_timeout_s)
         self._session = aiohttp.ClientSession(
-            connector=connector, headers=self._headers, timeout=timeout, raise_for_status=False
+            connector=connector,
+            headers=self._headers,
+            timeout=timeout,
+            raise_for_status=False,
+            trace_configs=[_trace_config()],
         )
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -280,24 +344,59 @@ class Client:
     ) -> Exchange:
         session = self._require_session()
         exchange = Exchange()
-        exchange.sent_ns = time.perf_counter_ns()
+        exchange.queued_ns = time.perf_counter_ns()
+        watched = bool(self.idle_timeout_s)  # None or 0: no idle timeout, as aiohttp's sock_read had it
+        flight = _Flight(exchange)
         try:
-            async with session.post(self.base_url + path, data=body, headers=extra_headers) as response:
-                exchange.headers_ns = time.perf_counter_ns()
-                exchange.status = response.status
-                if response.status != 200:
-                    await self._http_error(response)
-                else:
-                    await read(response, exchange)
+            # A Timeout with no deadline costs no timer; the watchdog reschedules it to now to abort the
+            # request, and it tells that apart from a cancellation coming from the caller.
+            async with asyncio.timeout(None) as flight.timeout:
+                if watched:
+                    self._flights.add(flight)
+                    if self._watchdog is None:
+                        self._arm_watchdog()
+                try:
+                    async with session.post(
+                        self.base_url + path, data=body, headers=extra_headers, trace_request_ctx=flight
+                    ) as response:
+                        exchange.headers_ns = flight.last_ns = time.perf_counter_ns()
+                        exchange.status = response.status
+                        if response.status != 200:
+                            await self._http_error(response)
+                        else:
+                            await read(response, exchange, flight)
+                finally:
+                    if watched:
+                        self._flights.discard(flight)
         except _ExchangeError as failure:
             _fail(exchange, failure.kind, self._scrub(failure.message))
-        except TimeoutError as exc:  # aiohttp's timeouts subclass it
-            _fail(exchange, "timeout", self._scrub(_describe(exc) or "no bytes within the idle timeout"))
+        except TimeoutError as exc:  # the watchdog's, and aiohttp's (connect, total), which subclass it
+            if flight.expired:
+                message = f"idle timeout: no bytes from the server for {self.idle_timeout_s:g} s"
+            else:
+                message = _describe(exc)
+            _fail(exchange, "timeout", self._scrub(message))
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
             _fail(exchange, "connection", self._scrub(_describe(exc)))
         except aiohttp.ClientError as exc:
             _fail(exchange, "protocol", self._scrub(_describe(exc)))
         return exchange
+
+    def _arm_watchdog(self) -> None:
+        assert self.idle_timeout_s
+        period = min(WATCHDOG_PERIOD_MAX_S, self.idle_timeout_s / 4)
+        self._watchdog = asyncio.get_running_loop().call_later(period, self._watch, period)
+
+    def _watch(self, period: float) -> None:
+        """Abort the requests idle for longer than the idle timeout; re-arm only while requests are in flight."""
+        assert self.idle_timeout_s
+        oldest_ns = time.perf_counter_ns() - int(self.idle_timeout_s * 1e9)
+        loop = asyncio.get_running_loop()
+        for flight in self._flights:
+            if 0 < flight.last_ns < oldest_ns and not flight.expired and flight.timeout is not None:
+                flight.expired = True
+                flight.timeout.reschedule(loop.time())
+        self._watchdog = loop.call_later(period, self._watch, period) if self._flights else None
 
     async def _http_error(self, response: aiohttp.ClientResponse) -> None:
         raw = await response.content.read(_ERROR_BODY_MAX_BYTES)
@@ -335,7 +434,7 @@ def _error_message(raw: bytes) -> str:
     return parsed.message or parsed.detail or raw[:MESSAGE_MAX_CHARS].decode("utf-8", "replace")
 
 
-async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange, flight: _Flight) -> None:
     """Read SSE to the end of the body, filling `exchange`; raises _ExchangeError for protocol and in-band errors."""
     parser = SSEParser()
     feed = parser.feed
@@ -349,7 +448,7 @@ async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange) -> 
     done = False
     while True:
         raw = await read()
-        now_ns = clock()
+        now_ns = flight.last_ns = clock()
         if not raw:
             break
         if done:
@@ -412,9 +511,14 @@ async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange) -> 
         raise _ExchangeError("protocol", "the stream ended without data: [DONE]")
 
 
-async def _read_whole(response: aiohttp.ClientResponse, exchange: Exchange) -> None:
+async def _read_whole(response: aiohttp.ClientResponse, exchange: Exchange, flight: _Flight) -> None:
     """A non-streaming answer: its content, if any, is one chunk arriving with the end of the body."""
-    raw = await response.read()
+    parts: list[bytes] = []
+    read = response.content.readany
+    while piece := await read():
+        flight.last_ns = time.perf_counter_ns()  # a large body arriving slowly is not idle
+        parts.append(piece)
+    raw = b"".join(parts)
     exchange.end_ns = time.perf_counter_ns()
     try:
         answer = _chunk_decoder.decode(raw)
