@@ -437,5 +437,40 @@ def _only_model(url: str) -> str:
     return models[0]
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "export_format",
+    type=click.Choice(("aiperf-jsonl", "aiperf-summary")),
+    required=True,
+    help="aiperf-jsonl: profile_export.jsonl (one object per request); "
+    "aiperf-summary: profile_export_aiperf.json (statistics and submission validity).",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), metavar="PATH", help="File to write, or a directory (default: RUN_DIR)."
+)
+def export(run_dir: Path, export_format: str, out: Path | None) -> None:
+    """Export the run in RUN_DIR (records.arrow, run.json) in AIPerf's file formats, for InferenceX tooling."""
+    from agentx.results.export import ExportError, export_run
+
+    started = time.perf_counter()
+    try:
+        written = export_run(run_dir, export_format, out)
+    except ExportError as exc:
+        _fail(f"{exc}. Pass the directory a replay wrote (its --out), which holds records.arrow and run.json.")
+    except OSError as exc:
+        _fail(f"{exc.filename or out}: cannot write the export ({exc.strerror or exc})")
+    _stdout.print(f"wrote {written} in {time.perf_counter() - started:.2f} s", markup=False)
+    if export_format == "aiperf-summary":
+        metadata = msgspec.json.decode(written.read_bytes())["metadata"]
+        reasons = ", ".join(metadata["submission_invalid_reasons"]) or "none"
+        valid = "true" if metadata["submission_valid"] else "false"
+        _stdout.print(f"submission_valid: {valid} (reasons: {reasons})", markup=False)
+        if metadata["agentx"]["validity"]["run_file_missing"]:
+            note = f"{run_dir} has no run.json (a crashed or unfinished run): counted as run_cancelled"
+            _stderr.print(note, markup=False)
+
+
 if __name__ == "__main__":
     main()

@@ -250,13 +250,14 @@ async def run_replay(
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         run_id = options.run_id or uuid.uuid4().hex
-        start_ns = time.perf_counter_ns()
+        # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
+        start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
         metadata = options_metadata(options)
         metadata["detected"] = {
             "stream_usage": stream_usage,
             "calibration": calibration.summary() if calibration is not None else None,
         }
-        info = RunInfo(run_id=run_id, wall_epoch_ns=time.time_ns(), options=metadata)
+        info = RunInfo(run_id=run_id, wall_epoch_ns=wall_epoch_ns, options=metadata)
         records_path = out_dir / RECORDS_FILE
         with RecordWriter(records_path, info) as writer:
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
@@ -641,7 +642,9 @@ class _Runner:
         else:
             record = RequestRecord(
                 **common,
+                queued_ns=offset(exchange.queued_ns),
                 sent_ns=(exchange.sent_ns or sent_ns) - origin,
+                response_ns=offset(exchange.headers_ns),
                 first_token_ns=offset(exchange.first_token_ns),
                 last_token_ns=offset(exchange.last_token_ns),
                 end_ns=end_ns - origin,

@@ -68,7 +68,11 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     correlation_id: str = ""
     """The play's `X-Correlation-ID` (one per play of a tree)."""
     scheduled_ns: int
+    queued_ns: int | None = None
+    """When the request was handed to the HTTP client; `sent_ns − queued_ns` is the client's own queueing."""
     sent_ns: int
+    response_ns: int | None = None
+    """When the response headers arrived."""
     first_token_ns: int | None = None
     last_token_ns: int | None = None
     end_ns: int
@@ -145,10 +149,12 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("model", _STR, nullable=False), "model name sent to the server"),
     (pa.field("correlation_id", _STR, nullable=False), "the play's X-Correlation-ID header (one per play of a tree)"),
     (pa.field("scheduled_ns", _INT64, nullable=False), "when the request was due, ns after the run start"),
+    (pa.field("queued_ns", _INT64), "handed to the HTTP client (before the connection pool), ns after the run start"),
     (
         pa.field("sent_ns", _INT64, nullable=False),
-        "when the request was sent (the latency zero), ns after the run start",
+        "when its bytes reached the socket (the latency zero), ns after the run start",
     ),
+    (pa.field("response_ns", _INT64), "response headers received, ns after the run start; null if none"),
     (pa.field("first_token_ns", _INT64), "first non-empty content chunk (text, reasoning or tool call); null if none"),
     (pa.field("last_token_ns", _INT64), "last non-empty content chunk (a trailing usage-only chunk excluded)"),
     (pa.field("end_ns", _INT64, nullable=False), "response fully read, or the failure, ns after the run start"),
@@ -518,7 +524,15 @@ def describe_layout() -> str:
 # ---------------------------------------------------------------------------------------------
 # merging (a `--workers` run writes one file per process)
 
-TIME_COLUMNS: Final = ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns")
+TIME_COLUMNS: Final = (
+    "scheduled_ns",
+    "queued_ns",
+    "sent_ns",
+    "response_ns",
+    "first_token_ns",
+    "last_token_ns",
+    "end_ns",
+)
 
 
 def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:

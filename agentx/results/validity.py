@@ -1,0 +1,204 @@
+"""Whether a run is a valid submission (semantics §5): AIPerf's `submission_valid` and its reasons.
+
+A run is valid unless one of these applies (reasons are reported in this order):
+
+- `unsafe_override`: the run's options say `unsafe_override: true` (JSON boolean), either as
+  `options["rules"]["unsafe_override"]` or as `options["unsafe_override"]`, in `run.json` or in the records
+  file's metadata. Absent means false.
+- `context_overflow_rate_exceeded`: over the profiling records,
+  `overflows / (request_count + error_request_count + skipped_context_overflow)` > 1 %, where overflows are
+  records with `error_kind = "context_overflow"`, `request_count` the successes, `error_request_count` every
+  other record (cancelled ones included), and `skipped_context_overflow` is `run.skipped_context_overflow` from
+  `run.json` (0 when absent).
+- `run_cancelled`: `run.interrupted` is true or `run.cancel_reason` is non-empty; also when there is no run
+  file at all, since every run that ends (interrupted ones included) writes `run.json`, so a run without one
+  crashed or is still going.
+- `insufficient_profile_metric_coverage`, the test agentx chose (the reference's is unconfirmed):
+  the profiling window is [min `sent_ns`, max `end_ns`] over all profiling records (any status). The test
+  applies only when the window lasts ≥ `COVERAGE_MIN_PHASE_S` (900 s). An *observation* is a profiling record
+  with status ok and a finite TTFT > 0 and ITL > 0 (so OSL ≥ 2); it covers [`sent_ns`, `last_token_ns` +
+  `COVERAGE_IDLE_ALLOWANCE_S`], clipped to the window. The run fails when the union of those intervals
+  covers < `COVERAGE_MIN_FRACTION` (98 %) of the window. The 10 s allowance is the scenario's system-idle
+  cap (§4b): a healthy run is never idle longer, so idle think time between turns is not a hole, but a
+  stretch with no successful streamed request for more than 10 s (a dead or erroring server, a stalled client)
+  is.
+
+Apart from the reasons, `details["inferencex_gate_passed"]` is InferenceX's post-run gate:
+`error_request_count / completed_request_count ≤ 0.10` (inclusive), with completed = successes + errors > 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agentx.replay.records import RecordsError, run_info
+
+CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01
+COVERAGE_MIN_PHASE_S: Final = 900.0
+COVERAGE_MIN_FRACTION: Final = 0.98
+COVERAGE_IDLE_ALLOWANCE_S: Final = 10.0
+INFERENCEX_MAX_ERROR_RATE: Final = 0.10
+
+UNSAFE_OVERRIDE: Final = "unsafe_override"
+CONTEXT_OVERFLOW_RATE_EXCEEDED: Final = "context_overflow_rate_exceeded"
+RUN_CANCELLED: Final = "run_cancelled"
+INSUFFICIENT_COVERAGE: Final = "insufficient_profile_metric_coverage"
+
+_NS_PER_S: Final = 1e9
+
+
+class Validity(msgspec.Struct, kw_only=True):
+    """The verdict on a run: `valid` is true exactly when `reasons` is empty; `details` holds the figures."""
+
+    valid: bool
+    reasons: list[str]
+    details: dict[str, Any]
+
+
+def _builtins(run_file: Mapping[str, Any] | msgspec.Struct | None) -> dict[str, Any] | None:
+    if run_file is None:
+        return None
+    if isinstance(run_file, msgspec.Struct):
+        converted = msgspec.to_builtins(run_file, enc_hook=str)
+        return converted if isinstance(converted, dict) else {}
+    return dict(run_file)
+
+
+def _unsafe(options: Any) -> bool:
+    if not isinstance(options, Mapping):
+        return False
+    rules = options.get("rules")
+    nested = isinstance(rules, Mapping) and rules.get("unsafe_override") is True
+    return nested or options.get("unsafe_override") is True
+
+
+def _mask(table: pa.Table, name: str, value: str, *, missing: bool) -> npt.NDArray[np.bool_]:
+    if name not in table.schema.names:
+        return np.full(table.num_rows, missing, dtype=bool)
+    mask = pc.fill_null(pc.equal(table.column(name), value), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _floats(table: pa.Table, name: str) -> npt.NDArray[np.float64]:
+    if name not in table.schema.names:
+        return np.full(table.num_rows, np.nan)
+    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def covered_ns(starts_ns: FloatArray, ends_ns: FloatArray, lo_ns: float, hi_ns: float) -> float:
+    """Length of the union of the intervals [start, end] clipped to [lo, hi] (empty ones ignored)."""
+    starts, ends = np.clip(starts_ns, lo_ns, hi_ns), np.clip(ends_ns, lo_ns, hi_ns)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # Holes: before the first interval, between an interval and everything before it, after the last.
+    holes = float(starts[0] - lo_ns) + float(np.maximum(starts[1:] - reach[:-1], 0.0).sum()) + float(hi_ns - reach[-1])
+    return (hi_ns - lo_ns) - holes
+
+
+def _coverage(table: pa.Table, profiling: npt.NDArray[np.bool_], ok: npt.NDArray[np.bool_]) -> dict[str, Any]:
+    if not profiling.any():
+        return {"applies": False, "phase_s": 0.0, "observations": 0, "covered_fraction": None}
+    sent = _floats(table, "sent_ns")
+    end = _floats(table, "end_ns")
+    lo, hi = float(sent[profiling].min()), float(end[profiling].max())
+    phase_s = (hi - lo) / _NS_PER_S
+    ttft, itl = _floats(table, "ttft_s"), _floats(table, "itl_s")
+    last = _floats(table, "last_token_ns")
+    observed = (
+        profiling
+        & ok
+        & np.isfinite(ttft)
+        & (ttft > 0)
+        & np.isfinite(itl)
+        & (itl > 0)
+        & np.isfinite(last)
+        & np.isfinite(sent)
+    )
+    fraction = None
+    if hi > lo:
+        allowance_ns = COVERAGE_IDLE_ALLOWANCE_S * _NS_PER_S
+        fraction = covered_ns(sent[observed], last[observed] + allowance_ns, lo, hi) / (hi - lo)
+    return {
+        "applies": phase_s >= COVERAGE_MIN_PHASE_S,
+        "phase_s": phase_s,
+        "observations": int(observed.sum()),
+        "covered_fraction": fraction,
+    }
+
+
+def validity(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct | None) -> Validity:
+    """The validity of a run from its records table and its `run.json` (a `RunFile`, its decoded dict, or None).
+
+    The rules are the module docstring's. A dict keeps keys `RunFile` does not know yet (such as
+    `run.skipped_context_overflow` and `run.cancel_reason`), so pass the decoded `run.json` when there is one.
+    """
+    document = _builtins(run_file)
+    run: Mapping[str, Any] = {}
+    options: Any = {}
+    if document is not None:
+        run = document.get("run") or {}
+        options = document.get("options") or {}
+    try:
+        record_options: Any = run_info(table).options
+    except RecordsError:  # a table built in memory, without the file's metadata
+        record_options = {}
+    reasons: list[str] = []
+    details: dict[str, Any] = {"run_file_missing": document is None}
+
+    unsafe = _unsafe(options) or _unsafe(record_options)
+    details["unsafe_override"] = unsafe
+    if unsafe:
+        reasons.append(UNSAFE_OVERRIDE)
+
+    profiling = ~_mask(table, "phase", "warmup", missing=False)
+    ok = _mask(table, "status", "ok", missing=True)
+    overflow = _mask(table, "error_kind", "context_overflow", missing=False)
+    request_count = int((profiling & ok).sum())
+    error_count = int((profiling & ~ok).sum())
+    overflows = int((profiling & ~ok & overflow).sum())
+    skipped_raw = run.get("skipped_context_overflow", 0) if isinstance(run, Mapping) else 0
+    skipped = int(skipped_raw) if isinstance(skipped_raw, int | float) else 0
+    denominator = request_count + error_count + skipped
+    overflow_rate = overflows / denominator if denominator else 0.0
+    details |= {
+        "request_count": request_count,
+        "error_request_count": error_count,
+        "context_overflow_count": overflows,
+        "skipped_context_overflow_count": skipped,
+        "context_overflow_rate": overflow_rate,
+    }
+    if overflow_rate > CONTEXT_OVERFLOW_MAX_RATE:
+        reasons.append(CONTEXT_OVERFLOW_RATE_EXCEEDED)
+
+    interrupted = bool(run.get("interrupted", False)) if isinstance(run, Mapping) else False
+    cancel_reason = run.get("cancel_reason") if isinstance(run, Mapping) else None
+    details |= {"interrupted": interrupted, "cancel_reason": cancel_reason or None}
+    if interrupted or cancel_reason or document is None:
+        reasons.append(RUN_CANCELLED)
+
+    coverage = _coverage(table, profiling, ok)
+    details["coverage"] = coverage
+    fraction = coverage["covered_fraction"]
+    if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
+        reasons.append(INSUFFICIENT_COVERAGE)
+
+    completed = request_count + error_count
+    error_rate = error_count / completed if completed else None
+    details["inferencex_error_rate"] = error_rate
+    details["inferencex_gate_passed"] = error_rate is not None and error_rate <= INFERENCEX_MAX_ERROR_RATE
+    return Validity(valid=not reasons, reasons=reasons, details=details)
