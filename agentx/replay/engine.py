@@ -44,18 +44,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import numpy as np
 
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, ChatRenderer, chat_body
 from agentx.replay.client import Client, Exchange
 from agentx.replay.conversation import Conversation
-from agentx.replay.plan import SessionPlan, Step, plan_session, session_order
+from agentx.replay.plan import Step, session_order
+from agentx.replay.play import Hits, Play, PreparedSession, prepare
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, prompt_token_ids
 from agentx.replay.records import RecordWriter, RequestRecord, RunInfo, redact
 from agentx.trace.model import Trace
-from agentx.trace.stats import prefix_cache_hits
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
@@ -144,59 +143,6 @@ class RunResult(msgspec.Struct, kw_only=True):
 OnRecord = Callable[[RequestRecord], None]
 OnSent = Callable[[], None]
 """Called once per request that will be recorded, as it goes out (before its record's `OnRecord`)."""
-
-
-class _PreparedPlan(msgspec.Struct, frozen=True):
-    """A session's plan plus each step's full hash ids (computed once per session, reused on recycling)."""
-
-    plan: SessionPlan
-    hash_ids: tuple[tuple[int, ...], ...]
-    prefix_tokens: dict[str, int]
-    """Per agent: its turn-0 tool + system tokens (the chat system message, semantics §1e)."""
-    hit_blocks: tuple[int, ...]
-    """Per step: the theoretical prefix-cache hit in blocks (semantics §6, causal rule)."""
-    total_blocks: tuple[int, ...]
-
-
-def _prepare(
-    trace: Trace, index: int, child_offset: Literal["branch_start", "anchor_end"], hits: _Hits
-) -> _PreparedPlan:
-    session = trace.sessions[index]
-    plan = plan_session(session, child_offset=child_offset)
-    by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
-    hash_ids = tuple(by_agent[step.agent_id][step.turn] for step in plan.steps)
-    prefix_tokens = {agent.agent_id: agent.tool_tokens + agent.system_tokens for agent, _, _ in session.agents()}
-    session_hits, session_totals = hits.of(index)
-    # The hit arrays are in the session's row order (agents depth first, then turns): map them to the steps.
-    row_of: dict[tuple[str, int], int] = {}
-    for agent, _, _ in session.agents():
-        for turn in range(len(agent.requests)):
-            row_of[(agent.agent_id, turn)] = len(row_of)
-    rows = [row_of[(step.agent_id, step.turn)] for step in plan.steps]
-    hit_blocks = tuple(int(session_hits[row]) for row in rows)
-    total_blocks = tuple(int(session_totals[row]) for row in rows)
-    return _PreparedPlan(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks)
-
-
-class _Hits:
-    """Theoretical prefix-cache hits per session: computed per session for session-scoped ids (a session is
-    its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise."""
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-        self._whole: tuple[np.ndarray, np.ndarray] | None = None
-        self._first_rows: list[int] = []
-
-    def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        trace = self.trace
-        if trace.hash_id_scope == "session":
-            alone = Trace(sessions=[trace.sessions[index]], block_size=trace.block_size, hash_id_scope="session")
-            return prefix_cache_hits(alone)
-        if self._whole is None:
-            self._whole = prefix_cache_hits(trace)
-            self._first_rows = [0, *itertools.accumulate(s.request_count for s in trace.sessions)]
-        start, end = self._first_rows[index], self._first_rows[index + 1]
-        return self._whole[0][start:end], self._whole[1][start:end]
 
 
 def options_metadata(options: ReplayOptions) -> dict[str, Any]:
@@ -321,30 +267,6 @@ async def _calibrate(client: Client, options: ReplayOptions, block_size: int) ->
     return await calibrate(counter, block_size=block_size, source=source)
 
 
-class _Tree:
-    """The state of one play of a session tree: completion events and times of its steps."""
-
-    def __init__(
-        self, prepared: _PreparedPlan, lane: int, play: int, start_ns: int, affinity_headers: tuple[str, ...] = ()
-    ) -> None:
-        self.prepared = prepared
-        self.lane = lane
-        self.play = play
-        self.start_ns = start_ns
-        n = len(prepared.plan.steps)
-        self.done = [asyncio.Event() for _ in range(n)]
-        self.sent = [asyncio.Event() for _ in range(n)]
-        """Set when a step's request goes out (or the step is settled without one)."""
-        self.completed_ns = [0] * n
-        self.conversations: dict[str, Conversation] = {}
-        """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
-        self.last_out_tokens: dict[str, int] = {}
-        # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
-        correlation_id = uuid.uuid4().hex
-        self.headers = {"X-Correlation-ID": correlation_id}
-        self.headers.update((name, correlation_id) for name in affinity_headers)
-
-
 class _Runner:
     def __init__(
         self,
@@ -375,8 +297,8 @@ class _Runner:
             None,
             shard_count,
         )
-        self.plans: dict[int, _PreparedPlan] = {}
-        self.hits = _Hits(trace)
+        self.plans: dict[int, PreparedSession] = {}
+        self.hits = Hits(trace)
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
         elif options.sessions is not None:
@@ -479,16 +401,16 @@ class _Runner:
             play, index = drawn
             prepared = self.plans.get(index)
             if prepared is None:
-                prepared = self.plans[index] = _prepare(self.trace, index, self.options.child_offset, self.hits)
+                prepared = self.plans[index] = prepare(self.trace, index, self.options.child_offset, self.hits)
             self.trees_started += 1
-            tree = _Tree(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
+            tree = Play(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
             async with asyncio.TaskGroup() as steps:
                 for step in prepared.plan.steps:
                     steps.create_task(self._step(tree, step))
             self.trees_finished += 1
             await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
-    async def _step(self, tree: _Tree, step: Step) -> None:
+    async def _step(self, tree: Play, step: Step) -> None:
         try:
             # Build the body while the anchor is in flight (it needs nothing from the server), so a
             # step due right at its anchor's completion does not pay for it then; waiting for the
@@ -523,7 +445,7 @@ class _Runner:
             tree.sent[step.index].set()
             tree.done[step.index].set()
 
-    def _build(self, tree: _Tree, step: Step) -> tuple[int, bytes]:
+    def _build(self, tree: Play, step: Step) -> tuple[int, bytes]:
         """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
         if self.renderer is not None:
             return self._build_chat(tree, step, self.renderer)
@@ -548,7 +470,7 @@ class _Runner:
         )
         return len(prompt), body
 
-    def _build_chat(self, tree: _Tree, step: Step, renderer: ChatRenderer) -> tuple[int, bytes]:
+    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer) -> tuple[int, bytes]:
         session_id = tree.prepared.plan.session_id
         request = step.request
         conversation = tree.conversations.get(step.agent_id)
@@ -573,7 +495,7 @@ class _Runner:
         )
         return sent_tokens, body
 
-    async def _send(self, tree: _Tree, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes) -> None:
+    async def _send(self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes) -> None:
         tree.sent[step.index].set()
         if self.on_sent is not None:
             self.on_sent()
@@ -595,7 +517,7 @@ class _Runner:
 
     def _record(
         self,
-        tree: _Tree,
+        tree: Play,
         step: Step,
         scheduled_ns: int,
         sent_ns: int,
