@@ -258,6 +258,47 @@ def _header(value: str) -> tuple[str, str]:
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
 @click.option(
+    "--mode",
+    type=click.Choice(("agentx", "closed")),
+    default="agentx",
+    show_default=True,
+    help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from turn 0.",
+)
+@click.option(
+    "--tstar-window",
+    default="0.25,0.75",
+    show_default=True,
+    metavar="LOW,HIGH",
+    help="agentx: where in each session's span a lane's t* falls.",
+)
+@click.option(
+    "--warmup",
+    type=click.Choice(("spread", "burst")),
+    default="spread",
+    show_default=True,
+    help="agentx: primer timing.",
+)
+@click.option(
+    "--warmup-max-tokens",
+    default="1",
+    show_default=True,
+    metavar="N|recorded",
+    help="agentx: output tokens of a warmup primer.",
+)
+@click.option(
+    "--cache-bust",
+    type=click.Choice(("marker", "salt", "off")),
+    default="marker",
+    show_default=True,
+    help="agentx: a per-tree marker in every prompt, or as cache_salt, or none.",
+)
+@click.option(
+    "--failed-request-threshold",
+    type=click.FloatRange(0, 1),
+    metavar="FRACTION",
+    help="Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
+)
+@click.option(
     "--workers",
     default=1,
     show_default=True,
@@ -289,6 +330,12 @@ def replay(
     extra_body: str | None,
     gpus: int | None,
     sim_time_scale: float,
+    mode: str,
+    tstar_window: str,
+    warmup: str,
+    warmup_max_tokens: str,
+    cache_bust: str,
+    failed_request_threshold: float | None,
     workers: int,
     as_json: bool,
     input_format: Format | None,
@@ -303,7 +350,7 @@ def replay(
     """
     from agentx.replay.calibrate import CalibrationError
     from agentx.replay.client import ModelNotServed, ServerUnreachable
-    from agentx.replay.engine import ReplayOptions
+    from agentx.replay.engine import ReplayOptions, WarmupFailed
     from agentx.replay.workers import WorkerFailed
     from agentx.results.summary import summary_table
     from agentx.run import RUN_FILE, replay_workers
@@ -318,6 +365,10 @@ def replay(
     try:
         loaded = load_trace(trace, format=input_format, block_size=block_size)
         parsed_headers = tuple(_header(h) for h in headers)
+        window = _window(tstar_window)
+        primer_tokens = (
+            None if warmup_max_tokens == "recorded" else _positive_int("--warmup-max-tokens", warmup_max_tokens)
+        )
         body = msgspec.json.decode(extra_body) if extra_body else None
         if body is not None and not isinstance(body, dict):
             raise click.BadParameter("--extra-body must be a JSON object")
@@ -355,6 +406,12 @@ def replay(
             headers=parsed_headers,
             affinity_headers=affinity_headers,
             extra_body=body,
+            mode=mode,  # type: ignore[arg-type]
+            tstar_window=window,
+            warmup=warmup,  # type: ignore[arg-type]
+            warmup_max_tokens=primer_tokens,
+            cache_bust=cache_bust,  # type: ignore[arg-type]
+            failed_request_threshold=failed_request_threshold,
         )
         progress = ReplayProgress(
             console=None if as_json else _stderr, duration_s=duration_s, planned=planned_requests(loaded, options)
@@ -372,6 +429,8 @@ def replay(
                 )
                 with asyncio.Runner(loop_factory=_loop_factory()) as runner, progress:
                     result = runner.run(work)
+        except WarmupFailed as exc:
+            _fail(f"{url}: {exc}")
         except CalibrationError as exc:
             _fail(f"{url}: cannot calibrate chat prompts: {exc}")
         except WorkerFailed as exc:
@@ -399,6 +458,22 @@ def replay(
         _stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
     if result.run.interrupted:
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"--tstar-window wants LOW,HIGH (two fractions), got {text!r}") from None
+    if not 0.0 <= low <= high <= 1.0:
+        raise click.BadParameter(f"--tstar-window wants 0 <= LOW <= HIGH <= 1, got {text!r}")
+    return low, high
+
+
+def _positive_int(flag: str, text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise click.BadParameter(f"{flag} wants a positive integer or 'recorded', got {text!r}")
+    return int(text)
 
 
 async def _interruptible(work: Coroutine[Any, Any, T]) -> T:

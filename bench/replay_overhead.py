@@ -280,6 +280,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
         loop.call_later(warmup_s, snapshot, "a")
         loop.call_later(duration_s, snapshot, "b")
         options = ReplayOptions(
+            mode="closed",
             url=f"http://{HOST}:{spec['port']}",
             model=MODEL,
             out_dir=spec["out_dir"],

@@ -56,6 +56,9 @@ def main() -> None:
             parser.error("--model is required with --url")
         out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agentx-")))
         options = agentx.ReplayOptions(
+            # Every turn from the start of each session; the default mode, "agentx", resumes each lane
+            # mid-session at its t* after a warmup, as the AgentX benchmark does.
+            mode="closed",
             url=url,
             model=model,
             out_dir=out,

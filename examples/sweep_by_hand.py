@@ -45,6 +45,9 @@ def main() -> None:
                     server.enter_context(sim)
                     url, model = sim.url, sim.model
                 options = agentx.ReplayOptions(
+                    # Every turn from the start of each session; the default mode, "agentx", resumes each lane
+                    # mid-session at its t* after a warmup, as the AgentX benchmark does.
+                    mode="closed",
                     url=url,
                     model=model,
                     out_dir=out / f"c{level}",

@@ -198,7 +198,13 @@ def test_a_local_tokenizer_file_calibrates_like_the_server(tmp_path: Path) -> No
         trace.sessions = trace.sessions[:2]
         trace.block_size = 16
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path / "run", api="chat", tokenizer=str(path), delay_scale=0
+            mode="closed",
+            url=sim.url,
+            model=sim.model,
+            out_dir=tmp_path / "run",
+            api="chat",
+            tokenizer=str(path),
+            delay_scale=0,
         )
         result = asyncio.run(run_replay(trace, options))
     assert result.calibration is not None and result.calibration["source"] == "tokenizer.json"

@@ -102,7 +102,7 @@ def test_replay_without_url_runs_against_the_simulator_and_prints_the_summary(tm
     sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
     out = tmp_path / "run"
     args = ["replay", str(sample), "--sessions", "2", "--concurrency", "2", "--sim-time-scale", "0.01"]
-    args += ["--delay-scale", "0", "--out", str(out), "--json"]
+    args += ["--mode", "closed", "--delay-scale", "0", "--out", str(out), "--json"]
     result = subprocess.run([sys.executable, "-m", "agentx.cli", *args], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     assert "built-in simulator" in result.stderr
@@ -172,7 +172,8 @@ def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = _replay(
-        "--sessions", "1", "--concurrency", "2", "--ramp", "0.3", "--stream-usage", "final", "--out", str(out),
+        "--sessions", "1", "--concurrency", "2", "--ramp", "0.3", "--mode", "closed", "--stream-usage", "final",
+        "--out", str(out),
         "--header", "X-Team: hidden-header-value", "--api-key-env", "AGENTX_TEST_KEY",
         env={"AGENTX_TEST_KEY": "sk-secretsecret12345"},
     )  # fmt: skip
@@ -195,7 +196,7 @@ def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path
 
 def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result = _replay("--sessions", "1", "--api", "chat", "--out", str(out), "--json")
+    result = _replay("--sessions", "1", "--api", "chat", "--mode", "closed", "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["counts"]["kept"] == load_trace(SAMPLE).sessions[0].request_count

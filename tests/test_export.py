@@ -168,6 +168,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     with SimServer(time_scale=0.01, block_size=BLOCK, faults=faults) as sim:
         options = ReplayOptions(
+            mode="closed",
             url=sim.url,
             model=sim.model,
             out_dir=out,

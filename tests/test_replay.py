@@ -78,7 +78,7 @@ def _trace(*sessions: Session) -> Trace:
 def _options(server: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptions:
     fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": 5.0}
     fields.update(kwargs)
-    return ReplayOptions(url=server.url, model=server.model, out_dir=out_dir, **fields)  # type: ignore[arg-type]
+    return ReplayOptions(mode="closed", url=server.url, model=server.model, out_dir=out_dir, **fields)  # type: ignore[arg-type]
 
 
 def _replay(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestRecord]]:
@@ -187,7 +187,7 @@ def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> No
 
 
 def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:
-    options = ReplayOptions(url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
+    options = ReplayOptions(mode="closed", url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
     with pytest.raises(ModelNotServed):
         asyncio.run(run_replay(_trace(_flat_session("a", 1)), options))
     assert not (tmp_path / "out").exists()
@@ -278,7 +278,12 @@ def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
         try:
             trace = _trace(_flat_session("a", 3), _flat_session("b", 2))
             options = ReplayOptions(
-                url=f"http://127.0.0.1:{port}", model="m", out_dir=tmp_path, delay_scale=0, stream_usage="final"
+                mode="closed",
+                url=f"http://127.0.0.1:{port}",
+                model="m",
+                out_dir=tmp_path,
+                delay_scale=0,
+                stream_usage="final",
             )
             await run_replay(trace, options)
         finally:

@@ -72,7 +72,13 @@ def _key(session_id: str, agent_id: str, turn: int) -> Key:
 def test_replay_honours_the_dag(sim: SimServer, trace: Trace, concurrency: int) -> None:
     with tempfile.TemporaryDirectory() as out_dir:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=out_dir, concurrency=concurrency, delay_scale=0, grace_s=30.0
+            mode="closed",
+            url=sim.url,
+            model=sim.model,
+            out_dir=out_dir,
+            concurrency=concurrency,
+            delay_scale=0,
+            grace_s=30.0,
         )
         result = asyncio.run(run_replay(trace, options))
         records = to_records(read_records(result.records_path))
@@ -165,7 +171,13 @@ def _header_run(tmp_path: Path, affinity: tuple[str, ...]) -> list[dict[str, str
         async with _header_server(seen) as url:
             trace = Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
             options = ReplayOptions(
-                url=url, model="m", out_dir=tmp_path, delay_scale=0, affinity_headers=affinity, stream_usage="final"
+                mode="closed",
+                url=url,
+                model="m",
+                out_dir=tmp_path,
+                delay_scale=0,
+                affinity_headers=affinity,
+                stream_usage="final",
             )
             await run_replay(trace, options)
 
@@ -194,7 +206,7 @@ def test_no_affinity_headers_by_default(tmp_path: Path) -> None:
 
 def test_unknown_affinity_header_is_rejected_before_any_io(tmp_path: Path) -> None:
     options = ReplayOptions(
-        url="http://127.0.0.1:9", model="m", out_dir=tmp_path / "out", affinity_headers=("X-Whatever",)
+        mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path / "out", affinity_headers=("X-Whatever",)
     )
     with pytest.raises(ValueError, match="affinity header"):
         asyncio.run(run_replay(Trace(sessions=[_flat("a", 1)], block_size=BLOCK), options))

@@ -33,7 +33,13 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
 
     with SimServer(time_scale=0.002) as sim:
         base = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path / "one", concurrency=4, sessions=6, delay_scale=0.001
+            mode="closed",
+            url=sim.url,
+            model=sim.model,
+            out_dir=tmp_path / "one",
+            concurrency=4,
+            sessions=6,
+            delay_scale=0.001,
         )
         single = asyncio.run(run_replay(load_trace(SAMPLE), base))
         sharded = run_workers(SAMPLE, msgspec.structs.replace(base, out_dir=tmp_path / "two"), workers=2)
@@ -53,7 +59,7 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
 
 
 def test_more_workers_than_lanes_is_refused(tmp_path: Path) -> None:
-    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
     with pytest.raises(ValueError, match="exceeds --concurrency"):
         run_workers(SAMPLE, options, workers=3)
 
@@ -109,7 +115,7 @@ def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
 def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Path) -> None:
     from agentx.replay.client import ServerUnreachable
 
-    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
     with pytest.raises(ServerUnreachable, match=r"127\.0\.0\.1:9"):
         run_workers(SAMPLE, options, workers=2)
 
@@ -127,6 +133,7 @@ def test_the_cli_runs_workers_and_summarizes_the_merged_records(tmp_path: Path) 
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["counts"]["kept"] == summary["counts"]["rows"] > 0
+    counts = summary["counts"]
+    assert counts["kept"] == counts["rows"] - counts["warmup_excluded"] > 0
     assert (tmp_path / "run" / "run.json").is_file()
     assert len(to_records(read_records(tmp_path / "run" / "records.arrow"))) == summary["counts"]["rows"]

@@ -29,6 +29,8 @@ from agentx.replay.conversation import Segment
 from agentx.replay.prompts import DEFAULT_CACHE_BLOCKS, BlockTokens, TokenSpace, filler
 
 CHAT_PATH: Final = "/v1/chat/completions"
+MARKER_WORDS: Final = 4
+"""A marker of 4 words from a vocabulary of thousands: ~10^14 distinct markers, as unlikely to collide as 12 hex."""
 MESSAGE_CACHE: Final = 8192
 """Message texts kept: a session resends its whole history every turn, one message at a time."""
 
@@ -73,10 +75,27 @@ class ChatRenderer:
         spaced = self._spaced
         return "".join([spaced[i] for i in filler(self.seed, session_id, key, n_tokens, self.space)])
 
+    def marker_text(self, marker: str) -> tuple[str, int]:
+        """A cache-bust marker as calibrated words (text, tokens): `MARKER_WORDS` words drawn from its hex."""
+        spaced = self._spaced
+        value = int(marker, 16)
+        words = []
+        for _ in range(MARKER_WORDS):
+            value, index = divmod(value, len(spaced))
+            words.append(spaced[index])
+        return "".join(words), MARKER_WORDS
+
     def render(
-        self, segments: Sequence[Segment], *, target_tokens: int, scope_key: str, session_id: str
+        self,
+        segments: Sequence[Segment],
+        *,
+        target_tokens: int,
+        scope_key: str,
+        session_id: str,
+        marker: tuple[str, int] = ("", 0),
     ) -> tuple[list[_Message], int]:
-        """The messages of `segments` and the prompt tokens the server will count (aimed at `target_tokens`)."""
+        """The messages of `segments` and the prompt tokens the server will count (aimed at `target_tokens`),
+        with `marker` (text, tokens: `marker_text`) right after the head of the first user message."""
         if not segments:
             raise ValueError("a chat request needs at least one segment")
         calibration = self.calibration
@@ -95,6 +114,14 @@ class ChatRenderer:
             _Message(segment.role, self._message_text(segment, budget, scope_key, session_id))
             for segment, budget in zip(segments, budgets, strict=True)
         ]
+        marker_words, marker_tokens = marker
+        if marker_words:
+            for message in messages:
+                if message.role == "user":
+                    head = self.calibration.head
+                    message.content = head + marker_words + message.content[len(head) :]
+                    predicted += marker_tokens
+                    break
         return messages, predicted
 
     def _message_text(self, segment: Segment, budget: int, scope_key: str, session_id: str) -> str:
@@ -140,6 +167,7 @@ def chat_body(
     *,
     stream_options: Mapping[str, object] | None,
     extra_body: Mapping[str, object] | None = None,
+    cache_salt: str | None = None,
 ) -> bytes:
     """The JSON body of a streamed chat request forcing exactly `max_tokens` output tokens.
 
@@ -157,6 +185,8 @@ def chat_body(
     }
     if stream_options is not None:
         body["stream_options"] = dict(stream_options)
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     if extra_body:
         body.update(extra_body)
     return msgspec.json.encode(body)

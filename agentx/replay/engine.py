@@ -46,14 +46,15 @@ from typing import Any, Literal
 import msgspec
 
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
-from agentx.replay.chat import CHAT_PATH, ChatRenderer, chat_body
+from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
 from agentx.replay.client import Client, Exchange
-from agentx.replay.conversation import Conversation
+from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.plan import Step, session_order
-from agentx.replay.play import Hits, Play, PreparedSession, prepare
+from agentx.replay.play import Hits, Play, PreparedSession, marker_hex, prepare
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
-from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, prompt_token_ids
-from agentx.replay.records import RecordWriter, RequestRecord, RunInfo, redact
+from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
+from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
+from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
 from agentx.trace.model import Trace
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
@@ -64,6 +65,11 @@ AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
 FLUSH_TICK_S = 0.5
 COMPLETIONS_PATH = "/v1/completions"
 LOOP_LAG_TICK_S = 0.1
+FAILURE_THRESHOLD_MIN_REQUESTS = 20
+"""The failure threshold is judged only once this many profiling requests have ended: one early error must
+not cancel a run."""
+MARKER_TOKENS = 8
+"""Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
 """How often the ticker lets the writer flush (it writes at most once per its own interval)."""
 
 
@@ -110,6 +116,26 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """`--api chat`: a local `tokenizer.json` to calibrate words with, instead of the server's `/tokenize`."""
     ramp_s: float = 0.0
     """Lane i starts its first tree i/concurrency × ramp_s after the run start, so lanes do not stay in step."""
+    mode: Literal["agentx", "closed"] = "agentx"
+    """`agentx` (semantics §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
+    start at turn 0, and every tree carries a cache-bust marker; `closed`: every tree from turn 0, no warmup,
+    no marker."""
+    tstar_window: tuple[float, float] = DEFAULT_WINDOW
+    """Where in a session's span t* falls (fractions); InferenceX runs 0.25–0.75, the scenario file 0–1."""
+    warmup: Literal["spread", "burst"] = "spread"
+    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst`: all
+    primers at once."""
+    warmup_max_tokens: int | None = 1
+    """Output tokens of a warmup primer (the reference's code sends 1); None: the recorded output."""
+    cache_bust: Literal["marker", "salt", "off"] = "marker"
+    """agentx mode: a per-tree marker at the start of every prompt (`marker`), or the tree's marker as
+    vLLM's `cache_salt` body field (`salt`; the prompt is left untouched), or nothing."""
+    benchmark_id: str | None = None
+    """The run-level key of the cache-bust markers (§2e); None: the run id, fresh every run, so a rerun never
+    hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
+    failed_request_threshold: float | None = None
+    """Cancel the run once more than this fraction of profiling requests failed (InferenceX: 0.10); judged
+    from `FAILURE_THRESHOLD_MIN_REQUESTS` requests on."""
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
     shard: tuple[int, int] = (0, 1)
@@ -138,6 +164,16 @@ class RunResult(msgspec.Struct, kw_only=True):
     """What the run's bodies asked for: "continuous", "final" or "none" (after the `auto` probe)."""
     calibration: dict[str, Any] | None = None
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start."""
+    cancel_reason: str | None = None
+    """Why the run stopped early: "interrupted" (Ctrl-C, cancellation) or "failure_threshold"; None otherwise."""
+    skipped_context_overflow: int = 0
+    """Steps not sent because their session had ended on a context overflow (semantics §5)."""
+    warmup_requests: int = 0
+    """Warmup primers sent (their records have `phase = "warmup"`)."""
+
+
+class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
+    """A root agent's warmup primer failed: the run stops before profiling (semantics §5)."""
 
 
 OnRecord = Callable[[RequestRecord], None]
@@ -170,6 +206,14 @@ def _validate(options: ReplayOptions) -> None:
     shard_index, shard_count = options.shard
     if shard_count < 1 or not 0 <= shard_index < shard_count:
         raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {options.shard}")
+    low, high = options.tstar_window
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {options.tstar_window}")
+    if options.warmup_max_tokens is not None and options.warmup_max_tokens < 1:
+        raise ValueError(f"warmup_max_tokens must be at least 1, got {options.warmup_max_tokens}")
+    threshold = options.failed_request_threshold
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"failed_request_threshold must be within [0, 1], got {threshold}")
     if options.api not in ("completions", "chat"):
         raise ValueError(f"unsupported api {options.api!r}")
     for name in options.affinity_headers:
@@ -221,6 +265,7 @@ async def run_replay(
                     raise
                 interrupted = True
                 current.uncancel()
+                runner.cancel_reason = runner.cancel_reason or "interrupted"
                 runner.stop()
                 try:
                     await asyncio.shield(main)
@@ -244,6 +289,9 @@ async def run_replay(
         loop_lag_s=runner.loop_lag_s,
         stream_usage=stream_usage,
         calibration=calibration.summary() if calibration is not None else None,
+        cancel_reason=runner.cancel_reason,
+        skipped_context_overflow=runner.skipped_context_overflow,
+        warmup_requests=runner.warmup_requests,
     )
 
 
@@ -322,6 +370,14 @@ class _Runner:
         self._in_flight: set[asyncio.Timeout] = set()
         self.requests = 0
         self.errors = 0
+        self.warmup_requests = 0
+        self.profiling_requests = 0
+        self.profiling_errors = 0
+        self.skipped_context_overflow = 0
+        self.cancel_reason: str | None = None
+        self.passes: dict[int, int] = {}
+        """Per session index: plays so far (the marker's recycle pass)."""
+        self.marker_tokens = MARKER_WORDS if options.api == "chat" else MARKER_TOKENS
         self.cancelled = 0
         self.skipped = 0
         self.trees_started = 0
@@ -341,6 +397,7 @@ class _Runner:
             timeout.reschedule(now)
 
     async def run(self) -> None:
+        failure: WarmupFailed | None = None
         async with asyncio.TaskGroup() as services:
             background = [
                 services.create_task(self._tick()),
@@ -348,12 +405,114 @@ class _Runner:
                 services.create_task(self._watch_loop()),
             ]
             try:
+                firsts: dict[int, Play] = {}
+                if self.options.mode == "agentx":
+                    firsts = self._first_plays()
+                    await self._warmup(list(firsts.values()))
+                    profiling_start_ns = time.perf_counter_ns()
+                    for play in firsts.values():
+                        play.start_ns = profiling_start_ns
                 async with asyncio.TaskGroup() as lanes:
                     for lane in self.lanes:
-                        lanes.create_task(self._lane(lane))
+                        lanes.create_task(self._lane(lane, firsts.get(lane)))
+            except WarmupFailed as exc:
+                failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
             finally:
                 for task in background:
                     task.cancel()
+        if failure is not None:
+            raise failure
+
+    # -- the agentx start: t*, snapshot, warmup (semantics §4d)
+
+    def _first_plays(self) -> dict[int, Play]:
+        """Each lane's first tree, resumed at the lane's t*; a session with nothing to send from its t* is
+        passed over for the next one (at most concurrency + 2 × sessions draws in all, as the reference)."""
+        firsts: dict[int, Play] = {}
+        attempts = self.options.concurrency + 2 * len(self.trace.sessions)
+        for lane in self.lanes:
+            while attempts > 0 and (drawn := self._next_tree()) is not None:
+                attempts -= 1
+                position, index = drawn
+                prepared = self._prepared(index)
+                at = t_star(self.options.seed, prepared.plan.session_id, lane, prepared.plan, self.options.tstar_window)
+                state = snapshot(prepared.plan, at)
+                if not state.sendable:
+                    continue
+                self.trees_started += 1
+                firsts[lane] = self._play(prepared, index, lane, position, state)
+                break
+        return firsts
+
+    async def _warmup(self, plays: list[Play]) -> None:
+        """Send every first tree's primers (the turn before each live agent's t*) and wait for all of them.
+
+        Spread: a primer with lead `t* − t` goes out `max_lead − lead` after the warmup starts, so that every
+        lane's t* falls at the profiling start. A failed root primer stops the run (`WarmupFailed`).
+        """
+        primers = [
+            (play, index, lead) for play in plays if play.snapshot for index, lead in play.snapshot.primers.items()
+        ]
+        if not primers:
+            return
+        max_lead = max(lead for _, _, lead in primers)
+        start_ns = time.perf_counter_ns()
+        failures: list[RequestRecord] = []
+
+        async def prime(play: Play, index: int, lead: float) -> None:
+            step = play.prepared.plan.steps[index]
+            sent_tokens, body = self._build(play, step, phase="warmup")
+            offset_s = (max_lead - lead) * self.options.delay_scale if self.options.warmup == "spread" else 0.0
+            due_ns = start_ns + int(offset_s * 1e9)
+            if await self._sleep_until(due_ns):
+                return
+            record = await self._send(play, step, due_ns, sent_tokens, body, phase="warmup")
+            if record.status == "error" and step.depth == 0:
+                failures.append(record)
+
+        async with asyncio.TaskGroup() as group:
+            for play, index, lead in primers:
+                group.create_task(prime(play, index, lead))
+        if failures and not self._stop.is_set():
+            first = failures[0]
+            raise WarmupFailed(
+                f"the warmup primer of session {first.session_id!r} (turn {first.turn}) failed with "
+                f"{first.error_kind}: {first.error_message}; the run stops before profiling, as AgentX does "
+                f"({len(failures)} root primer(s) failed)"
+            )
+
+    async def _sleep_until(self, due_ns: int) -> bool:
+        """Sleep until `due_ns` (perf_counter) unless the run stops first; True if it stopped."""
+        remaining_s = (due_ns - time.perf_counter_ns()) / 1e9
+        if remaining_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining_s):
+                    await self._stop.wait()
+        return self._stop.is_set()
+
+    def _prepared(self, index: int) -> PreparedSession:
+        prepared = self.plans.get(index)
+        if prepared is None:
+            prepared = self.plans[index] = prepare(self.trace, index, self.options.child_offset, self.hits)
+        return prepared
+
+    def _play(
+        self, prepared: PreparedSession, index: int, lane: int, position: int, state: Snapshot | None = None
+    ) -> Play:
+        marker = None
+        if self.options.mode == "agentx" and self.options.cache_bust != "off":
+            recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
+            key = self.options.benchmark_id or self.run_id
+            marker = marker_hex(key, recycle_pass, lane, prepared.plan.session_id)
+        return Play(
+            prepared,
+            lane,
+            position,
+            time.perf_counter_ns(),
+            self.options.affinity_headers,
+            snapshot=state,
+            marker=marker,
+        )
 
     async def _watch_loop(self) -> None:
         """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
@@ -391,27 +550,32 @@ class _Runner:
             return None
         return next(self.order, None)
 
-    async def _lane(self, lane: int) -> None:
+    async def _lane(self, lane: int, first: Play | None = None) -> None:
         ramp_s = self.options.ramp_s * lane / self.options.concurrency
-        if ramp_s > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(ramp_s):
-                    await self._stop.wait()
+        if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
+            return
+        if first is not None:
+            await self._run_play(first)
         while (drawn := self._next_tree()) is not None:
-            play, index = drawn
-            prepared = self.plans.get(index)
-            if prepared is None:
-                prepared = self.plans[index] = prepare(self.trace, index, self.options.child_offset, self.hits)
+            position, index = drawn
             self.trees_started += 1
-            tree = Play(prepared, lane, play, time.perf_counter_ns(), self.options.affinity_headers)
-            async with asyncio.TaskGroup() as steps:
-                for step in prepared.plan.steps:
-                    steps.create_task(self._step(tree, step))
-            self.trees_finished += 1
-            await asyncio.sleep(0)  # a tree without steps must not starve the loop
+            await self._run_play(self._play(self._prepared(index), index, lane, position))
+
+    async def _run_play(self, tree: Play) -> None:
+        if tree.snapshot is None:
+            tree.start_ns = time.perf_counter_ns()
+        async with asyncio.TaskGroup() as steps:
+            for step in tree.prepared.plan.steps:
+                steps.create_task(self._step(tree, step))
+        self.trees_finished += 1
+        await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
     async def _step(self, tree: Play, step: Step) -> None:
+        state = tree.snapshot
         try:
+            if state is not None and step.index in state.not_sent:
+                tree.completed_ns[step.index] = tree.start_ns  # happened before t*: settled, never sent
+                return
             # Build the body while the anchor is in flight (it needs nothing from the server), so a
             # step due right at its anchor's completion does not pay for it then; waiting for the
             # anchor's dispatch keeps at most ~2 bodies per agent alive.
@@ -426,17 +590,19 @@ class _Runner:
             if self._stop.is_set():
                 self.skipped += 1
                 return
-            base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
-            due_ns = base_ns + int(step.delay_s * self.options.delay_scale * 1e9)
+            if self._ended(tree, step):
+                return
+            if state is not None and step.index in state.first_live:
+                due_ns = tree.start_ns + int(state.first_live[step.index] * self.options.delay_scale * 1e9)
+            else:
+                base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
+                due_ns = base_ns + int(step.delay_s * self.options.delay_scale * 1e9)
             for joined in step.joins:
                 due_ns = max(due_ns, tree.completed_ns[joined])
-            remaining_s = (due_ns - time.perf_counter_ns()) / 1e9
-            if remaining_s > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining_s):
-                        await self._stop.wait()
-            if self._stop.is_set():
+            if await self._sleep_until(due_ns):
                 self.skipped += 1
+                return
+            if self._ended(tree, step):
                 return
             await self._send(tree, step, due_ns, sent_tokens, body)
         finally:
@@ -445,11 +611,27 @@ class _Runner:
             tree.sent[step.index].set()
             tree.done[step.index].set()
 
-    def _build(self, tree: Play, step: Step) -> tuple[int, bytes]:
+    def _ended(self, tree: Play, step: Step) -> bool:
+        """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
+        tree, semantics §5); counts it as skipped for that reason."""
+        if "" in tree.ended_agents or step.agent_id in tree.ended_agents:
+            self.skipped_context_overflow += 1
+            return True
+        return False
+
+    def _max_tokens(self, step: Step, phase: Phase) -> int:
+        if phase == "warmup" and self.options.warmup_max_tokens is not None:
+            return self.options.warmup_max_tokens
+        return max(1, step.request.out_tokens)
+
+    def _build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
         """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
         if self.renderer is not None:
-            return self._build_chat(tree, step, self.renderer)
+            return self._build_chat(tree, step, self.renderer, phase)
         session_id = tree.prepared.plan.session_id
+        marker_ids: list[int] = []
+        if tree.marker is not None and self.options.cache_bust == "marker":
+            marker_ids = filler(self.options.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
         prompt = prompt_token_ids(
             step.request,
             tree.prepared.hash_ids[step.index],
@@ -458,8 +640,9 @@ class _Runner:
             session_id,
             f"{step.agent_id}:{step.turn}",
             session_id if self.session_scope else "",
+            prefix_ids=marker_ids,
         )
-        out = max(1, step.request.out_tokens)
+        out = self._max_tokens(step, phase)
         body = completions_body(
             self.options.model,
             prompt,
@@ -467,35 +650,56 @@ class _Runner:
             min_tokens=out,
             stream_options=self.stream_options,
             extra_body=self.extra_body,
+            cache_salt=tree.marker if self.options.cache_bust == "salt" else None,
         )
         return len(prompt), body
 
-    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer) -> tuple[int, bytes]:
+    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, bytes]:
         session_id = tree.prepared.plan.session_id
         request = step.request
-        conversation = tree.conversations.get(step.agent_id)
+        agent = step.agent_id
+        conversation = tree.conversations.get(agent)
         if conversation is None:
-            prefix_blocks = -(-tree.prepared.prefix_tokens.get(step.agent_id, 0) // self.trace.block_size)
-            conversation = tree.conversations[step.agent_id] = Conversation(
-                self.trace.block_size, prefix_blocks=prefix_blocks, filler_key=step.agent_id
+            prefix_blocks = -(-tree.prepared.prefix_tokens.get(agent, 0) // self.trace.block_size)
+            conversation = tree.conversations[agent] = Conversation(
+                self.trace.block_size, prefix_blocks=prefix_blocks, filler_key=agent
             )
-        turn = conversation.next_turn(
-            tree.prepared.hash_ids[step.index], request.in_tokens, tree.last_out_tokens.get(step.agent_id)
-        )
-        tree.last_out_tokens[step.agent_id] = request.out_tokens
+        # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
+        steps = tree.prepared.plan.steps
+        for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
+            self._advance(tree, conversation, steps[earlier])
+        turn = self._advance(tree, conversation, step)
+        marker = ("", 0)
+        if tree.marker is not None and self.options.cache_bust == "marker":
+            marker = renderer.marker_text(tree.marker)
         messages, sent_tokens = renderer.render(
             turn.segments,
             target_tokens=request.in_tokens,
             scope_key=session_id if self.session_scope else "",
             session_id=session_id,
+            marker=marker,
         )
-        out = max(1, request.out_tokens)
         body = chat_body(
-            self.options.model, messages, out, stream_options=self.stream_options, extra_body=self.extra_body
+            self.options.model,
+            messages,
+            self._max_tokens(step, phase),
+            stream_options=self.stream_options,
+            extra_body=self.extra_body,
+            cache_salt=tree.marker if self.options.cache_bust == "salt" else None,
         )
         return sent_tokens, body
 
-    async def _send(self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes) -> None:
+    def _advance(self, tree: Play, conversation: Conversation, step: Step) -> ChatTurn:
+        turn = conversation.next_turn(
+            tree.prepared.hash_ids[step.index], step.request.in_tokens, tree.last_out_tokens.get(step.agent_id)
+        )
+        tree.last_out_tokens[step.agent_id] = step.request.out_tokens
+        tree.conversation_turn[step.agent_id] = step.turn
+        return turn
+
+    async def _send(
+        self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes, phase: Phase = "profiling"
+    ) -> RequestRecord:
         tree.sent[step.index].set()
         if self.on_sent is not None:
             self.on_sent()
@@ -513,7 +717,9 @@ class _Runner:
                 exchange = None
         end_ns = exchange.end_ns if exchange is not None and exchange.end_ns else time.perf_counter_ns()
         tree.completed_ns[step.index] = end_ns
-        self._record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange)
+        if exchange is not None and exchange.error_kind == "context_overflow" and phase == "profiling":
+            tree.ended_agents.add(step.agent_id)  # the root's ends the whole tree (`_ended`)
+        return self._record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase)
 
     def _record(
         self,
@@ -524,7 +730,8 @@ class _Runner:
         end_ns: int,
         sent_tokens: int,
         exchange: Exchange | None,
-    ) -> None:
+        phase: Phase,
+    ) -> RequestRecord:
         origin = self.start_ns
         request = step.request
 
@@ -533,7 +740,7 @@ class _Runner:
 
         common: dict[str, Any] = {
             "run_id": self.run_id,
-            "phase": "profiling",
+            "phase": phase,
             "lane": tree.lane,
             "play": tree.play,
             "session_id": tree.prepared.plan.session_id,
@@ -545,6 +752,7 @@ class _Runner:
             "scheduled_ns": scheduled_ns - origin,
             "isl_recorded_tokens": request.in_tokens,
             "isl_sent_tokens": sent_tokens,
+            "cache_bust_tokens": self.marker_tokens if tree.marker is not None else 0,
             "osl_recorded_tokens": request.out_tokens,
             "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
             "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
@@ -585,6 +793,26 @@ class _Runner:
         self.requests += 1
         if record.status == "error":
             self.errors += 1
+        if phase == "warmup":
+            self.warmup_requests += 1
+        else:
+            self._judge_failures(record)
         self.writer.append(record)
         if self.on_record is not None:
             self.on_record(record)
+        return record
+
+    def _judge_failures(self, record: RequestRecord) -> None:
+        """Cancel the run once the profiling error ratio crosses `failed_request_threshold` (semantics §5)."""
+        self.profiling_requests += 1
+        if record.status == "error" and record.error_kind != "cancelled":
+            self.profiling_errors += 1
+        threshold = self.options.failed_request_threshold
+        if (
+            threshold is not None
+            and self.cancel_reason is None
+            and self.profiling_requests >= FAILURE_THRESHOLD_MIN_REQUESTS
+            and self.profiling_errors > threshold * self.profiling_requests
+        ):
+            self.cancel_reason = "failure_threshold"
+            self.stop()

@@ -5,6 +5,7 @@ mutable state of a play (completion events and times, chat conversations, its co
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import uuid
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from agentx.replay.conversation import Conversation
 from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
+from agentx.replay.tstar import Snapshot
 from agentx.trace.model import Trace
 from agentx.trace.stats import prefix_cache_hits
 
@@ -27,6 +29,8 @@ class PreparedSession(msgspec.Struct, frozen=True):
     hit_blocks: tuple[int, ...]
     """Per step: the theoretical prefix-cache hit in blocks (semantics §6, causal rule)."""
     total_blocks: tuple[int, ...]
+    agent_steps: dict[str, tuple[int, ...]]
+    """Per agent: its step indices in turn order."""
 
 
 def prepare(trace: Trace, index: int, child_offset: ChildOffset, hits: Hits) -> PreparedSession:
@@ -45,7 +49,11 @@ def prepare(trace: Trace, index: int, child_offset: ChildOffset, hits: Hits) -> 
     rows = [row_of[(step.agent_id, step.turn)] for step in plan.steps]
     hit_blocks = tuple(int(session_hits[row]) for row in rows)
     total_blocks = tuple(int(session_totals[row]) for row in rows)
-    return PreparedSession(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks)
+    agent_steps: dict[str, list[int]] = {}
+    for step in plan.steps:
+        agent_steps.setdefault(step.agent_id, []).append(step.index)
+    steps_of = {agent: tuple(indices) for agent, indices in agent_steps.items()}
+    return PreparedSession(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks, steps_of)
 
 
 class Hits:
@@ -69,11 +77,29 @@ class Hits:
         return self._whole[0][start:end], self._whole[1][start:end]
 
 
+def marker_hex(run_id: str, recycle_pass: int, lane: int, session_id: str) -> str:
+    """The cache-bust marker of a tree (semantics §2e): 12 hex digits, new for every play."""
+    base_trace_id = session_id.split("::", 1)[0]
+    return hashlib.sha256(f"{run_id}:{recycle_pass}:{lane}:{base_trace_id}".encode()).hexdigest()[:12]
+
+
 class Play:
-    """The state of one play of a session tree: completion events and times of its steps."""
+    """The state of one play of a session tree: completion events and times of its steps.
+
+    `snapshot` (agentx mode, a lane's first tree) says which steps are settled at t* without a request and
+    when the first live ones are due; `marker` is the tree's cache-bust marker (None: no cache-bust).
+    """
 
     def __init__(
-        self, prepared: PreparedSession, lane: int, play: int, start_ns: int, affinity_headers: tuple[str, ...] = ()
+        self,
+        prepared: PreparedSession,
+        lane: int,
+        play: int,
+        start_ns: int,
+        affinity_headers: tuple[str, ...] = (),
+        *,
+        snapshot: Snapshot | None = None,
+        marker: str | None = None,
     ) -> None:
         self.prepared = prepared
         self.lane = lane
@@ -87,6 +113,12 @@ class Play:
         self.conversations: dict[str, Conversation] = {}
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
         self.last_out_tokens: dict[str, int] = {}
+        self.conversation_turn: dict[str, int] = {}
+        """`--api chat`: the last turn each agent's conversation has been advanced through."""
+        self.snapshot = snapshot
+        self.marker = marker
+        self.ended_agents: set[str] = set()
+        """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
         # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
         correlation_id = uuid.uuid4().hex
         self.headers = {"X-Correlation-ID": correlation_id}

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.2"
+FORMAT_VERSION: Final = "1.3"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -80,6 +80,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     chunk_tokens: list[int] = []
     isl_recorded_tokens: int
     isl_sent_tokens: int
+    cache_bust_tokens: int = 0
+    """Tokens of the tree's cache-bust marker inside `isl_sent_tokens` (not in the trace's `in`)."""
     isl_server_tokens: int | None = None
     osl_recorded_tokens: int
     osl_server_tokens: int | None = None
@@ -165,6 +167,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("chunk_tokens", pa.list_(_INT32), nullable=False), "tokens in each content chunk (same length as above)"),
     (pa.field("isl_recorded_tokens", _INT64, nullable=False), "input tokens of the request in the trace"),
     (pa.field("isl_sent_tokens", _INT64, nullable=False), "input tokens of the prompt agentx built and sent"),
+    (
+        pa.field("cache_bust_tokens", _INT64, nullable=False),
+        "tokens of the tree's cache-bust marker included in isl_sent_tokens (0: none)",
+    ),
     (pa.field("isl_server_tokens", _INT64), "`usage.prompt_tokens` (includes cached tokens and the chat template)"),
     (pa.field("osl_recorded_tokens", _INT64, nullable=False), "output tokens of the request in the trace"),
     (pa.field("osl_server_tokens", _INT64), "`usage.completion_tokens`; null when the server sent no usage"),

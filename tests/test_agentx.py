@@ -1,0 +1,204 @@
+"""The agentx mode end to end against the simulator: t* and warmup, cache-bust markers, errors (semantics §2e,
+§4d, §5)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from agentx.replay.engine import ReplayOptions, RunResult, WarmupFailed, run_replay
+from agentx.replay.plan import plan_session
+from agentx.replay.records import RequestRecord, read_records, to_records
+from agentx.replay.tstar import snapshot, t_star
+from agentx.results.summary import summarize
+from agentx.sim.faults import FaultConfig
+from agentx.sim.process import SimServer
+from agentx.trace.model import Agent, Request, Session, Trace
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(time_scale=0.01, block_size=BLOCK) as server:
+        yield server
+
+
+def _chain(session_id: str, n: int, *, gap_s: float = 1.0, base: int = 0) -> Session:
+    """`n` root turns `gap_s` apart, each 0.5 s long, the context growing by ~2 blocks a turn."""
+    requests = []
+    kept = 0
+    for i in range(n):
+        in_tokens = 40 + 37 * i
+        blocks = -(-in_tokens // BLOCK)
+        requests.append(
+            Request(
+                t=i * gap_s,
+                model="m",
+                in_tokens=in_tokens,
+                out_tokens=4,
+                api_time=0.5,
+                hash_ids_kept=kept,
+                hash_ids_added=tuple(range(base + kept, base + blocks)),
+            )
+        )
+        kept = blocks
+    return Session(session_id=session_id, root=Agent(requests=requests))
+
+
+def _run(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestRecord]]:
+    result = asyncio.run(run_replay(trace, options))
+    return result, to_records(read_records(result.records_path))
+
+
+def _options(sim: SimServer, out_dir: Path, **fields: object) -> ReplayOptions:
+    base: dict[str, object] = {"delay_scale": 0.02, "grace_s": 5.0, "seed": 3}
+    base.update(fields)
+    return ReplayOptions(url=sim.url, model=sim.model, out_dir=out_dir, **base)  # type: ignore[arg-type]
+
+
+def test_warmup_primes_the_turn_before_t_star_and_every_lane_resumes_together(sim: SimServer, tmp_path: Path) -> None:
+    trace = Trace(sessions=[_chain(f"s{i}", 12, base=1000 * i) for i in range(3)], block_size=BLOCK)
+    options = _options(sim, tmp_path, concurrency=3, sessions=3)
+    result, records = _run(trace, options)
+    warmup = [r for r in records if r.phase == "warmup"]
+    profiling = [r for r in records if r.phase == "profiling"]
+    assert result.warmup_requests == len(warmup) == 3
+    for lane, session in enumerate(trace.sessions):
+        plan = plan_session(session)
+        at = t_star(3, session.session_id, lane, plan, options.tstar_window)
+        state = snapshot(plan, at)
+        (primer,) = state.primers
+        (first,) = state.first_live
+        mine = [r for r in warmup if r.session_id == session.session_id]
+        assert [r.turn for r in mine] == [plan.steps[primer].turn]
+        assert mine[0].osl_server_tokens == 1  # a primer asks for one token
+        # Profiling sends exactly the turns from t* on, once each.
+        sent = sorted(r.turn for r in profiling if r.session_id == session.session_id)
+        assert sent == list(range(plan.steps[first].turn, 12))
+    # No profiling request starts before the last primer returned: every lane's t* is the same instant.
+    assert min(r.sent_ns for r in profiling) >= max(r.end_ns for r in warmup)
+    # The spread: a primer with lead L goes out (max lead − L) × delay_scale after the warmup starts.
+    leads = {}
+    for lane, session in enumerate(trace.sessions):
+        plan = plan_session(session)
+        (lead,) = snapshot(plan, t_star(3, session.session_id, lane, plan, options.tstar_window)).primers.values()
+        leads[session.session_id] = lead
+    start = min(r.scheduled_ns for r in warmup)
+    for record in warmup:
+        expected_ns = (max(leads.values()) - leads[record.session_id]) * options.delay_scale * 1e9
+        assert record.scheduled_ns - start == pytest.approx(expected_ns, abs=2e6)
+    # The summary leaves the warmup out of every figure.
+    summary = summarize(read_records(result.records_path))
+    assert summary.counts.warmup_excluded == 3
+    assert summary.counts.kept == len(profiling)
+
+
+def test_a_recycled_tree_gets_a_new_marker_and_no_cache_from_its_previous_play(sim: SimServer, tmp_path: Path) -> None:
+    trace = Trace(sessions=[_chain("only", 4)], block_size=BLOCK)
+    _, records = _run(trace, _options(sim, tmp_path, mode="agentx", sessions=3, tstar_window=(0.0, 0.0)))
+    plays = sorted({r.play for r in records})
+    assert len(plays) == 3
+    for play in plays:
+        mine = sorted((r for r in records if r.play == play and r.phase == "profiling"), key=lambda r: r.turn)
+        assert mine[0].cache_bust_tokens == 8 and mine[0].isl_sent_tokens == mine[0].isl_recorded_tokens + 8
+        assert mine[0].isl_server_tokens == mine[0].isl_sent_tokens
+        # Within a play the prefix cache works; a new play's marker makes its first turn miss entirely.
+        assert (mine[0].cached_tokens or 0) == 0
+        assert all((r.cached_tokens or 0) > 0 for r in mine[1:])
+
+
+def test_markers_are_identical_across_runs_with_one_benchmark_id(sim: SimServer, tmp_path: Path) -> None:
+    """Same seed and benchmark id: the second run's first turns hit the cache the first run left."""
+    trace = Trace(sessions=[_chain("again", 3, base=777)], block_size=BLOCK)
+    fields = {"sessions": 1, "tstar_window": (0.0, 0.0), "benchmark_id": "fixed"}
+    _, first = _run(trace, _options(sim, tmp_path / "a", **fields))
+    _, second = _run(trace, _options(sim, tmp_path / "b", **fields))
+    assert (min(first, key=lambda r: r.turn).cached_tokens or 0) == 0
+    assert (min(second, key=lambda r: r.turn).cached_tokens or 0) > 0
+    _, third = _run(trace, _options(sim, tmp_path / "c", sessions=1, tstar_window=(0.0, 0.0)))
+    assert (min(third, key=lambda r: r.turn).cached_tokens or 0) == 0  # a fresh run id: a fresh marker
+
+
+def test_same_seed_same_t_star_other_seed_other(sim: SimServer, tmp_path: Path) -> None:
+    trace = Trace(sessions=[_chain("x", 30)], block_size=BLOCK)
+
+    def first_profiled_turn(seed: int, name: str) -> int:
+        _, records = _run(trace, _options(sim, tmp_path / name, seed=seed, sessions=1, delay_scale=0.0))
+        return min(r.turn for r in records if r.phase == "profiling")
+
+    assert first_profiled_turn(1, "a") == first_profiled_turn(1, "b")
+    assert len({first_profiled_turn(seed, f"s{seed}") for seed in range(2, 8)}) > 1
+
+
+def test_chat_markers_count_exactly(sim: SimServer, tmp_path: Path) -> None:
+    trace = Trace(sessions=[_chain("c", 5)], block_size=BLOCK)
+    _, records = _run(trace, _options(sim, tmp_path, api="chat", sessions=2, tstar_window=(0.5, 0.5)))
+    for record in records:
+        assert record.cache_bust_tokens == 4
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens + 4
+
+
+def test_a_failed_root_primer_stops_the_run_before_profiling(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
+        trace = Trace(sessions=[_chain("big", 12)], block_size=BLOCK)  # later turns exceed 200 tokens
+        options = ReplayOptions(
+            url=small.url, model=small.model, out_dir=tmp_path, sessions=1, tstar_window=(0.9, 0.9), delay_scale=0
+        )
+        with pytest.raises(WarmupFailed, match="warmup primer"):
+            asyncio.run(run_replay(trace, options))
+    records = to_records(read_records(tmp_path / "records.arrow"))
+    assert records and all(r.phase == "warmup" for r in records)
+
+
+def test_a_context_overflow_ends_the_session_and_a_generic_error_does_not(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
+        trace = Trace(sessions=[_chain("grows", 10)], block_size=BLOCK)
+        options = ReplayOptions(
+            url=small.url, model=small.model, out_dir=tmp_path, mode="closed", sessions=1, delay_scale=0
+        )
+        result, records = _run(trace, options)
+    overflows = [r for r in records if r.error_kind == "context_overflow"]
+    assert len(overflows) == 1  # the first too-long turn; the session ended there
+    assert max(r.turn for r in records) == overflows[0].turn
+    assert result.skipped_context_overflow == 10 - len(records)
+
+
+def test_generic_errors_never_end_a_session(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.01, block_size=BLOCK, faults=FaultConfig(error_500_rate=0.5, seed=1)) as flaky:
+        trace = Trace(sessions=[_chain("flaky", 10)], block_size=BLOCK)
+        options = ReplayOptions(
+            url=flaky.url,
+            model=flaky.model,
+            out_dir=tmp_path,
+            mode="closed",
+            sessions=1,
+            delay_scale=0,
+            stream_usage="final",
+        )
+        result, records = _run(trace, options)
+    assert sorted(r.turn for r in records) == list(range(10))  # every turn sent, failed ones included
+    assert 0 < result.errors < 10 and result.skipped_context_overflow == 0
+
+
+def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.001, block_size=BLOCK, faults=FaultConfig(error_500_rate=1.0)) as failing:
+        trace = Trace(sessions=[_chain(f"f{i}", 5, base=100 * i) for i in range(20)], block_size=BLOCK)
+        options = ReplayOptions(
+            url=failing.url,
+            model=failing.model,
+            out_dir=tmp_path,
+            mode="closed",
+            concurrency=2,
+            delay_scale=0,
+            failed_request_threshold=0.1,
+            stream_usage="final",
+        )
+        result, records = _run(trace, options)
+    assert result.cancel_reason == "failure_threshold"
+    assert len(records) < trace.request_count
+    assert msgspec.structs.asdict(result)["interrupted"] is False
