@@ -293,6 +293,20 @@ def _header(value: str) -> tuple[str, str]:
     help="agentx: a per-tree marker in every prompt, or as cache_salt, or none.",
 )
 @click.option(
+    "--system-idle-cap",
+    "system_idle_cap",
+    default="10",
+    show_default=True,
+    metavar="SECONDS|off",
+    help="When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
+)
+@click.option(
+    "--tree-idle-cap",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="The same per session tree (InferenceX: 300); also caps warmup leads.",
+)
+@click.option(
     "--failed-request-threshold",
     type=click.FloatRange(0, 1),
     metavar="FRACTION",
@@ -336,6 +350,8 @@ def replay(
     warmup_max_tokens: str,
     cache_bust: str,
     failed_request_threshold: float | None,
+    system_idle_cap: str,
+    tree_idle_cap: float | None,
     workers: int,
     as_json: bool,
     input_format: Format | None,
@@ -366,6 +382,7 @@ def replay(
         loaded = load_trace(trace, format=input_format, block_size=block_size)
         parsed_headers = tuple(_header(h) for h in headers)
         window = _window(tstar_window)
+        system_cap = _seconds_or_off("--system-idle-cap", system_idle_cap)
         primer_tokens = (
             None if warmup_max_tokens == "recorded" else _positive_int("--warmup-max-tokens", warmup_max_tokens)
         )
@@ -412,6 +429,8 @@ def replay(
             warmup_max_tokens=primer_tokens,
             cache_bust=cache_bust,  # type: ignore[arg-type]
             failed_request_threshold=failed_request_threshold,
+            system_idle_cap_s=system_cap,
+            tree_idle_cap_s=tree_idle_cap,
         )
         progress = ReplayProgress(
             console=None if as_json else _stderr, duration_s=duration_s, planned=planned_requests(loaded, options)
@@ -468,6 +487,18 @@ def _window(text: str) -> tuple[float, float]:
     if not 0.0 <= low <= high <= 1.0:
         raise click.BadParameter(f"--tstar-window wants 0 <= LOW <= HIGH <= 1, got {text!r}")
     return low, high
+
+
+def _seconds_or_off(flag: str, text: str) -> float | None:
+    if text == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise click.BadParameter(f"{flag} wants seconds or 'off', got {text!r}") from None
+    if value < 0:
+        raise click.BadParameter(f"{flag} wants non-negative seconds, got {text!r}")
+    return value
 
 
 def _positive_int(flag: str, text: str) -> int:

@@ -49,6 +49,7 @@ from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
 from agentx.replay.client import Client, Exchange
 from agentx.replay.conversation import ChatTurn, Conversation
+from agentx.replay.idle import IdleCaps
 from agentx.replay.plan import Step, session_order
 from agentx.replay.play import Hits, Play, PreparedSession, marker_hex, prepare
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
@@ -130,6 +131,11 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     cache_bust: Literal["marker", "salt", "off"] = "marker"
     """agentx mode: a per-tree marker at the start of every prompt (`marker`), or the tree's marker as
     vLLM's `cache_salt` body field (`salt`; the prompt is left untouched), or nothing."""
+    system_idle_cap_s: float | None = 10.0
+    """When nothing is in flight anywhere, every pending timer moves earlier so that the earliest fires at
+    most this long after the system went idle (semantics §4b; AgentX locks it at 10 s). None: off."""
+    tree_idle_cap_s: float | None = None
+    """The same per tree (§4c; InferenceX passes 300); it also caps warmup leads and a lane's first offset."""
     benchmark_id: str | None = None
     """The run-level key of the cache-bust markers (§2e); None: the run id, fresh every run, so a rerun never
     hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
@@ -170,6 +176,10 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Steps not sent because their session had ended on a context overflow (semantics §5)."""
     warmup_requests: int = 0
     """Warmup primers sent (their records have `phase = "warmup"`)."""
+    idle_jumps: int = 0
+    """Times an idle cap moved timers earlier."""
+    idle_skipped_s: float = 0.0
+    """Idle time the system cap removed in all (the per-tree cap's shifts are not summed here)."""
 
 
 class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
@@ -211,6 +221,10 @@ def _validate(options: ReplayOptions) -> None:
         raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {options.tstar_window}")
     if options.warmup_max_tokens is not None and options.warmup_max_tokens < 1:
         raise ValueError(f"warmup_max_tokens must be at least 1, got {options.warmup_max_tokens}")
+    for name in ("system_idle_cap_s", "tree_idle_cap_s"):
+        cap = getattr(options, name)
+        if cap is not None and cap < 0:
+            raise ValueError(f"{name} must be non-negative, got {cap}")
     threshold = options.failed_request_threshold
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValueError(f"failed_request_threshold must be within [0, 1], got {threshold}")
@@ -292,6 +306,8 @@ async def run_replay(
         cancel_reason=runner.cancel_reason,
         skipped_context_overflow=runner.skipped_context_overflow,
         warmup_requests=runner.warmup_requests,
+        idle_jumps=len(runner.idle.jumps),
+        idle_skipped_s=runner.idle.shift_ns / 1e9,
     )
 
 
@@ -366,6 +382,7 @@ class _Runner:
         self.on_sent: OnSent | None = None
         self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
         self._stop = asyncio.Event()
+        self.idle = IdleCaps(options.system_idle_cap_s, options.tree_idle_cap_s)
         self._hard_stopped = False
         self._in_flight: set[asyncio.Timeout] = set()
         self.requests = 0
@@ -388,6 +405,7 @@ class _Runner:
     def stop(self) -> None:
         """No new tree or request starts from now on; in-flight requests get the grace period."""
         self._stop.set()
+        self.idle.wake_all()
 
     def _hard_stop(self) -> None:
         """Cancel every in-flight request (the grace period is over)."""
@@ -455,6 +473,9 @@ class _Runner:
         ]
         if not primers:
             return
+        cap = self.options.tree_idle_cap_s
+        if cap is not None:
+            primers = [(play, index, min(lead, cap)) for play, index, lead in primers]
         max_lead = max(lead for _, _, lead in primers)
         start_ns = time.perf_counter_ns()
         failures: list[RequestRecord] = []
@@ -463,8 +484,8 @@ class _Runner:
             step = play.prepared.plan.steps[index]
             sent_tokens, body = self._build(play, step, phase="warmup")
             offset_s = (max_lead - lead) * self.options.delay_scale if self.options.warmup == "spread" else 0.0
-            due_ns = start_ns + int(offset_s * 1e9)
-            if await self._sleep_until(due_ns):
+            stopped, due_ns = await self.idle.wait(play, start_ns + int(offset_s * 1e9), self._stop)
+            if stopped:
                 return
             record = await self._send(play, step, due_ns, sent_tokens, body, phase="warmup")
             if record.status == "error" and step.depth == 0:
@@ -593,13 +614,15 @@ class _Runner:
             if self._ended(tree, step):
                 return
             if state is not None and step.index in state.first_live:
-                due_ns = tree.start_ns + int(state.first_live[step.index] * self.options.delay_scale * 1e9)
+                offset_s = state.first_live[step.index] - self._first_offset_cut(state)
+                due_ns = tree.start_ns + int(offset_s * self.options.delay_scale * 1e9)
             else:
                 base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
                 due_ns = base_ns + int(step.delay_s * self.options.delay_scale * 1e9)
             for joined in step.joins:
                 due_ns = max(due_ns, tree.completed_ns[joined])
-            if await self._sleep_until(due_ns):
+            stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
+            if stopped:
                 self.skipped += 1
                 return
             if self._ended(tree, step):
@@ -610,6 +633,14 @@ class _Runner:
                 tree.completed_ns[step.index] = time.perf_counter_ns()
             tree.sent[step.index].set()
             tree.done[step.index].set()
+
+    def _first_offset_cut(self, state: Snapshot) -> float:
+        """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is
+        due at most the cap after the profiling start (§4c)."""
+        cap = self.options.tree_idle_cap_s
+        if cap is None or not state.first_live:
+            return 0.0
+        return max(0.0, min(state.first_live.values()) - cap)
 
     def _ended(self, tree: Play, step: Step) -> bool:
         """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
@@ -706,6 +737,7 @@ class _Runner:
         sent_ns = time.perf_counter_ns()
         exchange: Exchange | None = None
         if not self._hard_stopped:
+            self.idle.started(tree)
             try:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
@@ -715,6 +747,8 @@ class _Runner:
                         self._in_flight.discard(timeout)
             except TimeoutError:
                 exchange = None
+            finally:
+                self.idle.finished(tree)
         end_ns = exchange.end_ns if exchange is not None and exchange.end_ns else time.perf_counter_ns()
         tree.completed_ns[step.index] = end_ns
         if exchange is not None and exchange.error_kind == "context_overflow" and phase == "profiling":

@@ -117,6 +117,11 @@ class Play:
         """`--api chat`: the last turn each agent's conversation has been advanced through."""
         self.snapshot = snapshot
         self.marker = marker
+        self.in_flight = 0
+        self.idle_since_ns: int | None = None
+        self.idle_shift_ns = 0
+        self.pending_due_ns: dict[int, int] = {}
+        """The idle caps' view of the play (agentx.replay.idle)."""
         self.ended_agents: set[str] = set()
         """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
         # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.

@@ -1,0 +1,103 @@
+"""Idle caps (semantics §4b, §4c): timers move earlier together when nothing is in flight; joins never move."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+from agentx.replay.engine import ReplayOptions, run_replay
+from agentx.replay.idle import IdleCaps
+from agentx.replay.records import read_records, to_records
+from agentx.sim.process import SimServer
+from agentx.trace.model import Agent, Request, Session, Trace
+
+MS = 1_000_000
+
+
+class _Tree:
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.idle_since_ns: int | None = None
+        self.idle_shift_ns = 0
+        self.pending_due_ns: dict[int, int] = {}
+
+
+def test_the_system_cap_moves_every_pending_timer_by_one_amount() -> None:
+    async def go() -> tuple[list[int], list[int], list[tuple[int, str, int]]]:
+        caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None)
+        a, b = _Tree(), _Tree()
+        stop = asyncio.Event()
+        caps.started(a)
+        now = time.perf_counter_ns()
+        dues = [now + 5_000 * MS, now + 6_000 * MS]
+        waits = [
+            asyncio.create_task(caps.wait(a, dues[0], stop)),
+            asyncio.create_task(caps.wait(b, dues[1], stop)),
+        ]
+        await asyncio.sleep(0.01)
+        caps.finished(a)  # nothing in flight any more: the earliest timer comes to 50 ms from now
+        idle_ns = caps.idle_since_ns or 0
+        first_stopped, first_due = await waits[0]
+        assert not first_stopped
+        effective = [first_due, caps.effective_ns(b, dues[1])]
+        sent = [time.perf_counter_ns() - idle_ns]
+        stop.set()
+        caps.wake_all()
+        await waits[1]
+        return effective, sent, caps.jumps
+
+    effective, sent, jumps = asyncio.run(go())
+    assert len(jumps) == 1 and jumps[0][1] == "system"
+    # The same shift for both: their spacing (1 s) is kept.
+    assert effective[1] - effective[0] == 1_000 * MS
+    assert 40 * MS <= sent[0] <= 150 * MS
+
+
+def test_the_tree_cap_moves_only_that_trees_timers() -> None:
+    async def go() -> tuple[int, int]:
+        caps = IdleCaps(system_cap_s=None, tree_cap_s=0.05)
+        idle, busy = _Tree(), _Tree()
+        stop = asyncio.Event()
+        caps.started(busy)  # another tree keeps a request in flight throughout
+        caps.started(idle)
+        now = time.perf_counter_ns()
+        waits = [
+            asyncio.create_task(caps.wait(idle, now + 5_000 * MS, stop)),
+            asyncio.create_task(caps.wait(busy, now + 5_000 * MS, stop)),
+        ]
+        await asyncio.sleep(0.01)
+        caps.finished(idle)
+        await waits[0]
+        stop.set()
+        caps.wake_all()
+        await waits[1]
+        return idle.idle_shift_ns, busy.idle_shift_ns
+
+    idle_shift, busy_shift = asyncio.run(go())
+    assert idle_shift > 4_800 * MS and busy_shift == 0
+
+
+def _req(t: float, api: float = 0.05) -> Request:
+    return Request(t=t, model="m", in_tokens=20, out_tokens=2, api_time=api, hash_ids_added=(int(t * 10),))
+
+
+def test_a_replay_skips_idle_gaps_but_never_a_join(tmp_path: Path) -> None:
+    """Recorded gaps of 20–40 s run in well under a second with a 50 ms cap; the root's second turn still
+    goes out only after its subagent's last turn ended."""
+    sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=[_req(1.0), _req(21.0)])
+    root = Agent(requests=[_req(0.0), _req(40.0)], subagents=[sub])
+    trace = Trace(sessions=[Session(session_id="gaps", root=root)], block_size=16)
+    with SimServer(time_scale=0.01, block_size=16) as sim:
+        options = ReplayOptions(
+            url=sim.url, model=sim.model, out_dir=tmp_path, mode="closed", system_idle_cap_s=0.05, sessions=1
+        )
+        result = asyncio.run(run_replay(trace, options))
+    records = sorted(to_records(read_records(result.records_path)), key=lambda r: r.sent_ns)
+    assert [(r.agent_id, r.turn) for r in records] == [("", 0), ("sub", 0), ("sub", 1), ("", 1)]
+    assert result.elapsed_s < 5.0 and result.idle_jumps >= 2 and result.idle_skipped_s > 30
+    for before, after in itertools.pairwise(records):
+        # Nothing was in flight between them, so the gap is at most the cap (plus scheduling noise).
+        assert (after.sent_ns - before.end_ns) / 1e9 < 0.05 + 0.05
+    assert records[3].sent_ns >= records[2].end_ns  # the join held
