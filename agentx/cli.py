@@ -259,10 +259,22 @@ def _header(value: str) -> tuple[str, str]:
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
 @click.option(
     "--mode",
-    type=click.Choice(("agentx", "closed")),
+    type=click.Choice(("agentx", "closed", "trace", "rate")),
     default="agentx",
     show_default=True,
-    help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from turn 0.",
+    help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
+    "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
+)
+@click.option(
+    "--speedup", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="trace: time ÷."
+)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="rate: session arrivals per second.")
+@click.option(
+    "--burstiness",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="rate: gamma shape of the gaps (1: Poisson).",
 )
 @click.option(
     "--tstar-window",
@@ -345,6 +357,9 @@ def replay(
     gpus: int | None,
     sim_time_scale: float,
     mode: str,
+    speedup: float,
+    rate: float | None,
+    burstiness: float,
     tstar_window: str,
     warmup: str,
     warmup_max_tokens: str,
@@ -424,6 +439,9 @@ def replay(
             affinity_headers=affinity_headers,
             extra_body=body,
             mode=mode,  # type: ignore[arg-type]
+            speedup=speedup,
+            rate=rate,
+            burstiness=burstiness,
             tstar_window=window,
             warmup=warmup,  # type: ignore[arg-type]
             warmup_max_tokens=primer_tokens,

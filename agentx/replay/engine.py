@@ -39,12 +39,13 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from agentx.replay.arrivals import rate_arrivals, trace_arrivals
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
 from agentx.replay.client import Client, Exchange
@@ -69,6 +70,8 @@ LOOP_LAG_TICK_S = 0.1
 FAILURE_THRESHOLD_MIN_REQUESTS = 20
 """The failure threshold is judged only once this many profiling requests have ended: one early error must
 not cancel a run."""
+ARRIVAL_LEAD_NS = 2_000_000
+"""Open-loop trees are set up this long before their arrival (2 ms: a first body of ~100k tokens)."""
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
 """How often the ticker lets the writer flush (it writes at most once per its own interval)."""
@@ -102,7 +105,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     token_high: int = 30000
     """Token ids of synthetic prompts are drawn from [token_low, token_high)."""
     max_connections: int | None = None
-    """Connection pool size (default: 2 × concurrency)."""
+    """Connection pool size (default: 2 × concurrency; unbounded in the open-loop modes)."""
     delay_scale: float = 1.0
     """Multiplies every planned delay (think times, subagent offsets): 1.0 replays the recorded timing,
     0.01 runs a trace's idle gaps 100x faster (tests, demos, a simulator with a fast `time_scale`), 0 sends
@@ -117,10 +120,18 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """`--api chat`: a local `tokenizer.json` to calibrate words with, instead of the server's `/tokenize`."""
     ramp_s: float = 0.0
     """Lane i starts its first tree i/concurrency × ramp_s after the run start, so lanes do not stay in step."""
-    mode: Literal["agentx", "closed"] = "agentx"
+    mode: Literal["agentx", "closed", "trace", "rate"] = "agentx"
     """`agentx` (semantics §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
     start at turn 0, and every tree carries a cache-bust marker; `closed`: every tree from turn 0, no warmup,
-    no marker."""
+    no marker. The open-loop modes have no lanes: `trace` starts each session at its recorded start (÷
+    `speedup`), `rate` starts sessions at `rate` per second (agentx.replay.arrivals); turns still follow
+    each tree's DAG, and records have `lane = -1`."""
+    speedup: float = 1.0
+    """`trace` mode: divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
+    rate: float | None = None
+    """`rate` mode: session arrivals per second."""
+    burstiness: float = 1.0
+    """`rate` mode: the gamma shape of the gaps between arrivals (1: Poisson)."""
     tstar_window: tuple[float, float] = DEFAULT_WINDOW
     """Where in a session's span t* falls (fractions); InferenceX runs 0.25–0.75, the scenario file 0–1."""
     warmup: Literal["spread", "burst"] = "spread"
@@ -228,6 +239,10 @@ def _validate(options: ReplayOptions) -> None:
     threshold = options.failed_request_threshold
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValueError(f"failed_request_threshold must be within [0, 1], got {threshold}")
+    if options.mode == "rate" and (options.rate is None or options.rate <= 0):
+        raise ValueError(f"mode 'rate' needs a positive rate, got {options.rate}")
+    if options.speedup <= 0 or options.burstiness <= 0:
+        raise ValueError(f"speedup and burstiness must be positive, got {options.speedup}, {options.burstiness}")
     if options.api not in ("completions", "chat"):
         raise ValueError(f"unsupported api {options.api!r}")
     for name in options.affinity_headers:
@@ -246,7 +261,9 @@ async def run_replay(
     """
     _validate(options)
     space = TokenSpace(options.token_low, options.token_high)  # validates the range before any I/O
-    limit = options.max_connections or 2 * options.concurrency
+    # Lanes bound the requests in flight; an open loop does not, so neither may its connection pool (0: none).
+    lanes_limit = 0 if options.mode in ("trace", "rate") else 2 * options.concurrency
+    limit = options.max_connections or lanes_limit
     async with Client(options.url, api_key=options.api_key, headers=dict(options.headers), limit=limit) as client:
         await client.probe_models(require=options.model)
         stream_usage = await _stream_usage(client, options, space)
@@ -381,6 +398,7 @@ class _Runner:
         self.renderer: ChatRenderer | None = None
         self.on_sent: OnSent | None = None
         self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
+        self.delay_scale = options.delay_scale / (options.speedup if options.mode == "trace" else 1.0)
         self._stop = asyncio.Event()
         self.idle = IdleCaps(options.system_idle_cap_s, options.tree_idle_cap_s)
         self._hard_stopped = False
@@ -430,9 +448,12 @@ class _Runner:
                     profiling_start_ns = time.perf_counter_ns()
                     for play in firsts.values():
                         play.start_ns = profiling_start_ns
-                async with asyncio.TaskGroup() as lanes:
-                    for lane in self.lanes:
-                        lanes.create_task(self._lane(lane, firsts.get(lane)))
+                if self.options.mode in ("trace", "rate"):
+                    await self._arrivals()
+                else:
+                    async with asyncio.TaskGroup() as lanes:
+                        for lane in self.lanes:
+                            lanes.create_task(self._lane(lane, firsts.get(lane)))
             except WarmupFailed as exc:
                 failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
             finally:
@@ -483,7 +504,7 @@ class _Runner:
         async def prime(play: Play, index: int, lead: float) -> None:
             step = play.prepared.plan.steps[index]
             sent_tokens, body = self._build(play, step, phase="warmup")
-            offset_s = (max_lead - lead) * self.options.delay_scale if self.options.warmup == "spread" else 0.0
+            offset_s = (max_lead - lead) * self.delay_scale if self.options.warmup == "spread" else 0.0
             stopped, due_ns = await self.idle.wait(play, start_ns + int(offset_s * 1e9), self._stop)
             if stopped:
                 return
@@ -582,8 +603,32 @@ class _Runner:
             self.trees_started += 1
             await self._run_play(self._play(self._prepared(index), index, lane, position))
 
-    async def _run_play(self, tree: Play) -> None:
-        if tree.snapshot is None:
+    async def _arrivals(self) -> None:
+        """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
+        options = self.options
+        shard_index, shard_count = options.shard
+        if options.mode == "trace":
+            schedule: Iterator[tuple[float, int]] = iter(trace_arrivals(self.trace, options.speedup))
+        else:
+            assert options.rate is not None
+            order = session_order(len(self.trace.sessions), options.session_order, options.seed)
+            schedule = zip(rate_arrivals(options.rate, options.burstiness, options.seed), order, strict=False)
+        origin_ns = time.perf_counter_ns()
+        async with asyncio.TaskGroup() as trees:
+            for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
+                if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+                    break
+                due_ns = origin_ns + int(offset_s * 1e9)
+                # Wake a little early: the tree's first body is built before its due time, not after.
+                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                    break
+                self.trees_started += 1
+                play = self._play(self._prepared(index), index, -1, position)
+                play.start_ns = due_ns
+                trees.create_task(self._run_play(play, started=True))
+
+    async def _run_play(self, tree: Play, *, started: bool = False) -> None:
+        if tree.snapshot is None and not started:
             tree.start_ns = time.perf_counter_ns()
         async with asyncio.TaskGroup() as steps:
             for step in tree.prepared.plan.steps:
@@ -615,10 +660,10 @@ class _Runner:
                 return
             if state is not None and step.index in state.first_live:
                 offset_s = state.first_live[step.index] - self._first_offset_cut(state)
-                due_ns = tree.start_ns + int(offset_s * self.options.delay_scale * 1e9)
+                due_ns = tree.start_ns + int(offset_s * self.delay_scale * 1e9)
             else:
                 base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
-                due_ns = base_ns + int(step.delay_s * self.options.delay_scale * 1e9)
+                due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
             for joined in step.joins:
                 due_ns = max(due_ns, tree.completed_ns[joined])
             stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
