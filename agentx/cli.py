@@ -203,7 +203,31 @@ def _header(value: str) -> tuple[str, str]:
 @main.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
-@click.option("--model", help="Model every request names (default: the server's only model).")
+@click.option(
+    "--model",
+    "served_models",
+    multiple=True,
+    help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct recorded "
+    "model, main model first, to the (i mod n)-th --model.",
+)
+@click.option(
+    "--max-context-length",
+    type=click.IntRange(min=1),
+    metavar="TOKENS",
+    help="Drop sessions whose peak in+out exceeds this, whole.",
+)
+@click.option(
+    "--max-output-tokens",
+    type=click.IntRange(min=1),
+    metavar="TOKENS",
+    help="Cap the output of the root's turns (subagent turns are never capped).",
+)
+@click.option(
+    "--split-flattened-agents/--no-split-flattened-agents",
+    default=True,
+    show_default=True,
+    help="Split agents recorded flattened into their parent's requests into agents of their own (§3b).",
+)
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
 @click.option(
     "--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS", help="Run this long."
@@ -337,7 +361,10 @@ def _header(value: str) -> tuple[str, str]:
 def replay(
     trace: Path,
     url: str | None,
-    model: str | None,
+    served_models: tuple[str, ...],
+    max_context_length: int | None,
+    max_output_tokens: int | None,
+    split_flattened_agents: bool,
     concurrency: int,
     duration_s: float | None,
     sessions: int | None,
@@ -409,6 +436,7 @@ def replay(
     except (click.BadParameter, msgspec.DecodeError) as exc:
         _fail(str(exc))
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         if url is None:
             try:
@@ -422,6 +450,10 @@ def replay(
         options = ReplayOptions(
             url=url,
             model=model,
+            models=served_models[1:],
+            max_context_length=max_context_length,
+            max_output_tokens=max_output_tokens,
+            split_flattened_agents=split_flattened_agents,
             out_dir=run_dir,
             concurrency=concurrency,
             duration_s=duration_s,

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import itertools
 import json
 import math
@@ -373,6 +374,234 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# setup C: open-loop Poisson arrivals (`--worker-open-client JSON`)
+
+
+@dataclass(frozen=True)
+class OpenSetup:
+    name: str
+    rate: float
+    """Session arrivals per second (`ReplayOptions(mode="rate")`, burstiness 1: Poisson)."""
+    requests: int
+    in_tokens: int = 1000
+    out_tokens: int = 32
+    ttft_s: float = 0.050
+    itl_s: float = 0.010
+
+    @property
+    def e2e_s(self) -> float:
+        return self.ttft_s + (self.out_tokens - 1) * self.itl_s
+
+
+# PERFORMANCE.md fixes C's arrivals and lengths, not the server's timing: setup A's TTFT 50 ms / ITL 10 ms
+# (E2E 360 ms, ~72 requests in flight at 200/s, ~360 at 1,000/s). The chunk rate (rate × 32) does not depend
+# on them. C1000 is the issue's second point: dispatch lag p99 < 1 ms at 1,000 requests/s.
+OPEN_SETUPS = {"C200": OpenSetup("C200", 200.0, 2000), "C1000": OpenSetup("C1000", 1000.0, 5000)}
+"""`--setups C` runs both."""
+BLOCK_C = 16
+
+
+def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
+    from agentx.replay.engine import ReplayOptions, run_replay
+    from agentx.replay.records import read_records, run_info
+    from agentx.trace.model import Agent, Request, Session, Trace
+
+    setup = OpenSetup(**spec["setup"])
+    server_pid: int = spec["server_pid"]
+    blocks = setup.in_tokens // BLOCK_C
+    # Distinct hash ids per session (no prefix sharing; the mock ignores the prompt anyway): 62 blocks of 16
+    # plus 8 filler tokens = 1,000 prompt tokens, ~6 KB of JSON per body.
+    trace = Trace(
+        sessions=[
+            Session(
+                session_id=f"s{i}",
+                root=Agent(
+                    requests=[
+                        Request(
+                            t=0.0,
+                            model=MODEL,
+                            in_tokens=setup.in_tokens,
+                            out_tokens=setup.out_tokens,
+                            hash_ids_added=tuple(range(i * blocks, (i + 1) * blocks)),
+                        )
+                    ]
+                ),
+            )
+            for i in range(setup.requests)
+        ],
+        block_size=BLOCK_C,
+    )
+    origin = [2**63]
+
+    def see_record(record: Any) -> None:
+        origin[0] = min(origin[0], time.perf_counter_ns() - record.end_ns)
+
+    async def main() -> Any:
+        options = ReplayOptions(
+            mode="rate",
+            rate=setup.rate,
+            burstiness=1.0,
+            seed=spec["seed"],
+            sessions=setup.requests,
+            url=f"http://{HOST}:{spec['port']}",
+            model=MODEL,
+            out_dir=spec["out_dir"],
+            grace_s=setup.e2e_s * 3 + 5,
+        )
+        return await run_replay(trace, options, on_record=see_record)
+
+    # The collector's pauses, to tell them from other stalls (agentx leaves the collector on; this only watches).
+    pauses: list[tuple[int, int, int]] = []
+    gc_start = [0]
+
+    def watch_gc(phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter_ns()
+        if phase == "start":
+            gc_start[0] = now
+        else:
+            pauses.append((gc_start[0], now, info["generation"]))
+
+    if spec.get("gc_freeze"):
+        gc.freeze()
+    gc.callbacks.append(watch_gc)
+    usage_a = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_a, server_a, at_a = usage_a.ru_utime + usage_a.ru_stime, _cpu_s(server_pid), time.perf_counter_ns()
+    if spec.get("uvloop"):
+        import uvloop
+
+        result = uvloop.run(main())
+    else:
+        result = asyncio.run(main())
+    gc.callbacks.remove(watch_gc)
+    usage_b = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_b, server_b, at_b = usage_b.ru_utime + usage_b.ru_stime, _cpu_s(server_pid), time.perf_counter_ns()
+    table = read_records(result.records_path)
+    if origin[0] < 2**63:
+        base = origin[0]
+    else:
+        offset = min(time.time_ns() - time.perf_counter_ns() for _ in range(64))
+        base = run_info(table).wall_epoch_ns - offset
+
+    def ints(name: str) -> list[int | None]:
+        return cast(list[int | None], table.column(name).to_pylist())
+
+    span_s = (at_b - at_a) / 1e9
+    return {
+        "requests": result.requests,
+        "errors": result.errors,
+        "scheduled_ns": [None if v is None else v + base for v in ints("scheduled_ns")],
+        "queued_ns": [None if v is None else v + base for v in ints("queued_ns")],
+        "sent_ns": [None if v is None else v + base for v in ints("sent_ns")],
+        "ids": ints("isl_server_tokens"),
+        "ttft_s": [v for v in table.column("ttft_s").to_pylist() if v is not None],
+        "e2e_s": [v for v in table.column("e2e_s").to_pylist() if v is not None],
+        "loop_lag_s": list(result.loop_lag_s),
+        "gc_pauses_ns": pauses,
+        # The whole run (set-up, schedule, drain): a share of the schedule's length, not a steady window.
+        "cpu_percent": 100 * (cpu_b - cpu_a) / span_s,
+        "server_cpu_percent": 100 * (server_b - server_a) / span_s,
+        "run_s": span_s,
+    }
+
+
+def _open_run(setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, gc_freeze: bool = False) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_pin_and_raise(SERVER_CPU, SERVER_NICE),
+    )
+    try:
+        _wait_ready(port, server)
+        spec = {
+            "setup": setup.__dict__,
+            "port": port,
+            "seed": seed,
+            "server_pid": server.pid,
+            "out_dir": str(out),
+            "uvloop": use_uvloop,
+            "gc_freeze": gc_freeze,
+            "figures_path": str(out / "figures.json"),
+        }
+        client = subprocess.run(
+            [sys.executable, __file__, "--worker-open-client", json.dumps(spec)],
+            cwd=ROOT,
+            capture_output=True,
+            preexec_fn=_pin_and_raise(CLIENT_CPU, 0),
+            check=False,
+        )
+        if client.returncode != 0:
+            raise RuntimeError(f"client failed: {client.stderr.decode(errors='replace')[-2000:]}")
+        figures: dict[str, Any] = json.loads((out / "figures.json").read_text())
+        with urllib.request.urlopen(f"http://{HOST}:{port}/log", timeout=10) as response:
+            log: list[list[int]] = json.loads(response.read())
+        figures["server_priority"] = _priority(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    # The mock numbers requests in the order it receives them and returns the number as `usage.prompt_tokens`,
+    # which the record keeps as `isl_server_tokens`: each server receive time maps to its record's schedule.
+    received = {row[5]: row[0] for row in log}
+    figures["server_recv_ns"] = [None if rid is None else received.get(rid) for rid in figures["ids"]]
+    return figures
+
+
+def _open_summary(setup: OpenSetup, run: dict[str, Any]) -> dict[str, float | None]:
+    rows = [
+        (s, q, t, r)
+        for s, q, t, r in zip(run["scheduled_ns"], run["queued_ns"], run["sent_ns"], run["server_recv_ns"], strict=True)
+        if s is not None and t is not None
+    ]
+
+    def lags(values: list[float]) -> tuple[float | None, float | None, float | None]:
+        return _pct(values, 0.5), _pct(values, 0.99), max(values) if values else None
+
+    client = [(t - s) / 1e6 for s, _, t, _ in rows]
+    server = [(r - s) / 1e6 for s, _, _, r in rows if r is not None]
+    queued = [(q - s) / 1e6 for s, q, _, _ in rows if q is not None]
+    pool = [(t - q) / 1e6 for _, q, t, _ in rows if q is not None]
+    wire = [(r - t) / 1e6 for _, _, t, r in rows if r is not None]
+    scheduled = [s for s, _, _, _ in rows]
+    recv = [r for _, _, _, r in rows if r is not None]
+    sent = [t for _, _, t, _ in rows]
+    nominal_s = (max(scheduled) - min(scheduled)) / 1e9 if scheduled else 0.0
+    ttft = [(t - setup.ttft_s) * 1e3 for t in run["ttft_s"]]
+    e2e = [(t - setup.e2e_s) * 1e3 for t in run["e2e_s"]]
+    c50, c99, cmax = lags(client)
+    s50, s99, smax = lags(server)
+    return {
+        "dispatch lag p50 ms (sent − sched)": c50,
+        "dispatch lag p99 ms (sent − sched)": c99,
+        "dispatch lag max ms (sent − sched)": cmax,
+        "server recv − sched p50 ms": s50,
+        "server recv − sched p99 ms": s99,
+        "server recv − sched max ms": smax,
+        "queued − sched p99 ms": _pct(queued, 0.99),
+        "queued − sched max ms": max(queued) if queued else None,
+        "sent − queued p99 ms": _pct(pool, 0.99),
+        "sent − queued max ms": max(pool) if pool else None,
+        "sent → server recv p99 ms": _pct(wire, 0.99),
+        "sent → server recv max ms": max(wire) if wire else None,
+        "schedule s (last − first arrival)": nominal_s,
+        "sends s (last − first sent)": (max(sent) - min(sent)) / 1e9 if sent else None,
+        "server recv span s": (max(recv) - min(recv)) / 1e9 if recv else None,
+        "event-loop lag max ms": max(run["loop_lag_s"]) * 1e3 if run["loop_lag_s"] else None,
+        "GC pauses ≥ 1 ms (count)": float(sum(1 for a, b, _ in run["gc_pauses_ns"] if b - a >= 1_000_000)),
+        "GC pause max ms": max((b - a) / 1e6 for a, b, _ in run["gc_pauses_ns"]) if run["gc_pauses_ns"] else None,
+        "GC pause total ms": sum(b - a for a, b, _ in run["gc_pauses_ns"]) / 1e6,
+        "TTFT err p50 ms": _pct(ttft, 0.5),
+        "TTFT err p99 ms": _pct(ttft, 0.99),
+        "E2E err p50 ms": _pct(e2e, 0.5),
+        "client CPU % (whole run)": run["cpu_percent"],
+        "server CPU % (whole run)": run["server_cpu_percent"],
+        "requests (errors)": float(run["requests"]) + run["errors"] / 1e6,
+        "matched at server": float(len(server)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # the peers: AIPerf and inference-perf, each in its own venv (optional; never needed for CI)
 
 
@@ -633,6 +862,181 @@ def _peer_run(peer: Peer, setup: Setup, duration_s: float, out: Path) -> dict[st
     return figures
 
 
+def _open_peer_command(peer: Peer, setup: OpenSetup, port: int, out: Path, seed: int) -> list[str]:
+    if peer.name == "AIPerf":
+        return [
+            str(peer.venv / "bin" / peer.executable),
+            "profile",
+            "--model",
+            MODEL,
+            "--url",
+            f"http://{HOST}:{port}",
+            "--endpoint-type",
+            "completions",
+            "--streaming",
+            "--request-rate",
+            f"{setup.rate:g}",
+            "--arrival-pattern",
+            "poisson",
+            "--request-count",
+            str(setup.requests),
+            "--random-seed",
+            str(seed),
+            "--prompt-input-tokens-mean",
+            str(setup.in_tokens),
+            "--prompt-input-tokens-stddev",
+            "0",
+            "--prompt-output-tokens-mean",
+            str(setup.out_tokens),
+            "--prompt-output-tokens-stddev",
+            "0",
+            "--extra-inputs",
+            "ignore_eos:true",
+            "--use-legacy-max-tokens",
+            "--use-server-token-count",
+            "--tokenizer",
+            str(out),
+            "--ui",
+            "none",
+            "--output-artifact-dir",
+            str(out / "artifacts"),
+        ]
+    # inference-perf's `poisson` stage runs for a duration, not a count: as long as the count takes at the rate.
+    # Its timer draws a Poisson count per second and spaces those evenly within the second.
+    lengths = {"type": "fixed", "std_dev": 0, "total_count": setup.requests}
+    config = {
+        "api": {"type": "completion", "streaming": True},
+        "server": {"type": "vllm", "model_name": MODEL, "base_url": f"http://{HOST}:{port}", "ignore_eos": True},
+        "tokenizer": {"pretrained_model_name_or_path": str(out)},
+        "data": {
+            "type": "random",
+            "input_distribution": {"min": setup.in_tokens, "max": setup.in_tokens, "mean": setup.in_tokens, **lengths},
+            "output_distribution": {
+                "min": setup.out_tokens,
+                "max": setup.out_tokens,
+                "mean": setup.out_tokens,
+                **lengths,
+            },
+        },
+        "load": {"type": "poisson", "stages": [{"rate": setup.rate, "duration": round(setup.requests / setup.rate)}]},
+        "report": {
+            "request_lifecycle": {
+                "summary": True,
+                "per_stage": False,
+                "per_request": True,
+                "per_request_fields": {"request": False, "info": False, "response_chunks": False},
+            }
+        },
+        "storage": {"local_storage": {"path": str(out / "artifacts")}},
+    }
+    (out / "config.yml").write_text(json.dumps(config))
+    return [str(peer.venv / "bin" / peer.executable), "-c", str(out / "config.yml")]
+
+
+def _open_peer_run(peer: Peer, setup: OpenSetup, out: Path, seed: int) -> dict[str, float | None]:
+    """One peer run of setup C against a fresh mock; figures from its per-request export joined to the mock's log.
+
+    AIPerf: the schedule is each record's `credit_issued_ns` (wall clock, mapped to perf_counter here), sent is
+    its `request_start_ns`. inference-perf exports no per-request schedule: its own `schedule_delay` (start −
+    scheduled) fills the client-side rows, and server recv − sched stays empty. Both name the mock's request
+    number (AIPerf: `usage_prompt_tokens`; inference-perf: the response's `cmpl-N` id).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    python = peer.venv / "bin" / "python"
+    subprocess.run([str(python), "-c", _TOKENIZER_SCRIPT, str(out)], check=True, capture_output=True)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_pin_and_raise(SERVER_CPU, SERVER_NICE),
+    )
+    command = _open_peer_command(peer, setup, port, out, seed)
+    log_path = out / "peer.log"
+    try:
+        _wait_ready(port, server)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                command,
+                cwd=out,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_pin_and_raise(CLIENT_CPU, 0),
+            )
+            try:
+                returncode = process.wait(timeout=setup.requests / setup.rate * 4 + 180)
+            finally:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(timeout=30)
+        if returncode != 0:
+            raise RuntimeError(f"{peer.name} exited with {returncode} (see {log_path})")
+        with urllib.request.urlopen(f"http://{HOST}:{port}/log", timeout=10) as response:
+            server_log: list[list[int]] = json.loads(response.read())
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    received = {row[5]: row[0] for row in server_log}
+    wall_minus_perf = min(time.time_ns() - time.perf_counter_ns() for _ in range(64))
+    sched: list[int | None] = []
+    start: list[int] = []
+    rids: list[int] = []
+    own: list[float] = []
+    delay: dict[str, float] = {}
+    if peer.name == "AIPerf":
+        for line in (out / "artifacts" / "profile_export.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            meta, metrics = row["metadata"], row.get("metrics", {})
+            rid = metrics.get("usage_prompt_tokens", {}).get("value")
+            if rid is None or meta.get("request_start_ns") is None:
+                continue
+            issued = meta.get("credit_issued_ns")
+            sched.append(None if issued is None else issued - wall_minus_perf)
+            start.append(meta["request_start_ns"] - wall_minus_perf)
+            rids.append(int(rid))
+            if issued is not None:
+                own.append((meta["request_start_ns"] - issued) / 1e6)
+    else:
+        for row in json.loads((out / "artifacts" / "per_request_lifecycle_metrics.json").read_text()):
+            head = str(row.get("response") or "")
+            at = head.find('"id":"cmpl-')
+            if at < 0:
+                continue
+            rids.append(int(head[at + 11 : head.index('"', at + 11)]))
+            start.append(round(float(row["start_time"]) * 1e9))
+            sched.append(None)
+        summary = json.loads((out / "artifacts" / "summary_lifecycle_metrics.json").read_text())
+        delay = summary.get("load_summary", {}).get("schedule_delay", {})
+    at_server = [(received[r] - s) / 1e6 for r, s in zip(rids, sched, strict=True) if s is not None and r in received]
+    wire = [(received[r] - t) / 1e6 for r, t in zip(rids, start, strict=True) if r in received]
+    recv = [received[r] for r in rids if r in received]
+    figures: dict[str, float | None] = {
+        "dispatch lag p50 ms (sent − sched)": _pct(own, 0.5),
+        "dispatch lag p99 ms (sent − sched)": _pct(own, 0.99),
+        "dispatch lag max ms (sent − sched)": max(own) if own else None,
+        "server recv − sched p50 ms": _pct(at_server, 0.5),
+        "server recv − sched p99 ms": _pct(at_server, 0.99),
+        "server recv − sched max ms": max(at_server) if at_server else None,
+        "sent → server recv p99 ms": _pct(wire, 0.99),
+        "sent → server recv max ms": max(wire) if wire else None,
+        "schedule s (last − first arrival)": (
+            (max(s for s in sched if s is not None) - min(s for s in sched if s is not None)) / 1e9
+            if any(s is not None for s in sched)
+            else None
+        ),
+        "sends s (last − first sent)": (max(start) - min(start)) / 1e9 if start else None,
+        "server recv span s": (max(recv) - min(recv)) / 1e9 if recv else None,
+        "requests (errors)": float(len(rids)),
+        "matched at server": float(len(recv)),
+    }
+    if peer.name != "AIPerf":
+        for key, stat in (("p50", "median"), ("p99", "p99"), ("max", "max")):
+            value = delay.get(stat)
+            figures[f"dispatch lag {key} ms (sent − sched)"] = None if value is None else float(value) * 1e3
+    return figures
+
+
 # ---------------------------------------------------------------------------------------------
 # orchestration
 
@@ -767,6 +1171,16 @@ TARGETS: dict[str, dict[str, str]] = {
     },
     "B": {"TTFT err p50 ms": "≤ 3", "E2E err p50 ms": "≤ 10", "ITL err mean ms": "≤ 0.1"},
     "idle": {"client CPU %": "≤ 3"},
+    "C200": {
+        "dispatch lag p99 ms (sent − sched)": "≤ 2",
+        "dispatch lag max ms (sent − sched)": "≤ 5",
+        "server recv − sched p99 ms": "≤ 2 (PERFORMANCE.md)",
+        "server recv − sched max ms": "≤ 5 (PERFORMANCE.md)",
+    },
+    "C1000": {
+        "dispatch lag p99 ms (sent − sched)": "< 1 (issue)",
+        "server recv − sched p99 ms": "< 1 (issue)",
+    },
 }
 
 
@@ -784,6 +1198,16 @@ LOOPS = ("default", "uvloop")
 """`default`: asyncio.run's loop; `uvloop`: what the CLI runs when uvloop is installed (agentx.cli)."""
 
 
+FROZEN = "uvloop + gc.freeze()"
+"""Setup C's diagnostic column: uvloop, the bench calling `gc.freeze()` after building the trace (agentx does not)."""
+
+
+def _label(column: str) -> str:
+    if column in LOOPS:
+        return column + " loop"
+    return column if column == FROZEN else "peer: " + column
+
+
 def _cell(values: list[float], key: str) -> str:
     if key == "requests (errors)":
         return ", ".join(f"{int(v)} ({round((v - int(v)) * 1e6)})" for v in values)
@@ -794,19 +1218,30 @@ def _cell(values: list[float], key: str) -> str:
     return f"{_fmt(statistics.median(values))} ({_fmt(min(values))}–{_fmt(max(values))})"
 
 
-def _report(setup: Setup, by_loop: dict[str, list[dict[str, float | None]]]) -> None:
+def _title(setup: Setup | OpenSetup) -> str:
+    if isinstance(setup, OpenSetup):
+        return (
+            f'Setup {setup.name}: open loop, Poisson arrivals at {setup.rate:g} requests/s (agentx `mode="rate"`), '
+            f"{setup.requests:,} one-request sessions, {setup.in_tokens}-token prompts, {setup.out_tokens} output "
+            f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms (E2E {setup.e2e_s * 1e3:,.0f} ms, "
+            f"~{setup.rate * setup.e2e_s:,.0f} in flight, {setup.rate * setup.out_tokens:,.0f} chunks/s)"
+        )
+    return (
+        f"Setup {setup.name}: {setup.streams} streams, {setup.in_tokens}-token prompts, {setup.out_tokens} output "
+        f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms, ramp {setup.ramp_s:g} s; ideal "
+        f"{setup.ideal_rps:.1f} req/s, {setup.ideal_rps * setup.out_tokens:,.0f} chunks/s, E2E "
+        f"{setup.e2e_s * 1e3:,.0f} ms"
+    )
+
+
+def _report(setup: Setup | OpenSetup, by_loop: dict[str, list[dict[str, float | None]]]) -> None:
     loops = [loop for loop in by_loop if by_loop[loop]]
     if not loops:
         return
     counts = ", ".join(f"{loop}: {len(by_loop[loop])}" for loop in loops)
-    print(
-        f"\nSetup {setup.name}: {setup.streams} streams, {setup.in_tokens}-token prompts, {setup.out_tokens} output "
-        f"tokens, TTFT {setup.ttft_s * 1e3:g} ms, ITL {setup.itl_s * 1e3:g} ms, ramp {setup.ramp_s:g} s; ideal "
-        f"{setup.ideal_rps:.1f} req/s, {setup.ideal_rps * setup.out_tokens:,.0f} chunks/s, E2E "
-        f"{setup.e2e_s * 1e3:,.0f} ms. Runs ({counts}): median (min–max)"
-    )
+    print(f"\n{_title(setup)}. Runs ({counts}): median (min–max)")
     targets = TARGETS.get(setup.name, {})
-    header = "".join(f" {loop + ' loop' if loop in LOOPS else 'peer: ' + loop:<28} |" for loop in loops)
+    header = "".join(f" {_label(loop):<28} |" for loop in loops)
     print(f"| {'figure':<34} |{header} {'target':<22} |")
     print(f"|{'-' * 36}|" + f"{'-' * 30}|" * len(loops) + f"{'-' * 24}|")
     first = by_loop[loops[0]][0]
@@ -815,7 +1250,7 @@ def _report(setup: Setup, by_loop: dict[str, list[dict[str, float | None]]]) -> 
             f" {_cell([v for run in by_loop[loop] if (v := run.get(key)) is not None], key):<28} |" for loop in loops
         )
         print(f"| {key:<34} |{cells} {targets.get(key, ''):<22} |")
-    peers = [loop for loop in loops if loop not in LOOPS]
+    peers = [loop for loop in loops if loop not in (*LOOPS, FROZEN)]
     for peer in peers:
         for loop in (loop for loop in loops if loop in LOOPS):
             parts = []
@@ -824,7 +1259,13 @@ def _report(setup: Setup, by_loop: dict[str, list[dict[str, float | None]]]) -> 
                 ours, theirs = _median(by_loop[loop], key), _median(by_loop[peer], key)
                 if ours is not None and theirs:
                     parts.append(f"{key} ×{ours / theirs:.2f}")
-            for key in ("TTFT err p50 ms", "TTFT err p99 ms", "E2E err p50 ms"):
+            for key in (
+                "TTFT err p50 ms",
+                "TTFT err p99 ms",
+                "E2E err p50 ms",
+                "server recv − sched p99 ms",
+                "server recv − sched max ms",
+            ):
                 ours, theirs = _median(by_loop[loop], key), _median(by_loop[peer], key)
                 if ours is not None and theirs is not None:
                     parts.append(f"{key} {ours - theirs:+.1f}")
@@ -836,10 +1277,59 @@ def _median(runs: list[dict[str, float | None]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _run_open(setup: OpenSetup, repeat: int, loops: list[str], tmp: Path, frozen: bool, peers: list[Peer]) -> None:
+    """Setup C at one rate: `repeat` rounds of every loop and peer, interleaved; round n uses arrival seed n."""
+    columns = [*loops, FROZEN] if frozen else loops
+    by_loop: dict[str, list[dict[str, float | None]]] = {loop: [] for loop in [*columns, *(p.name for p in peers)]}
+    for number in range(repeat):
+        for peer in peers:
+            try:
+                figures = _open_peer_run(peer, setup, tmp / f"{setup.name}{number}{peer.executable}", seed=number)
+            except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+                print(f"setup {setup.name} run {number + 1} ({peer.name}): {exc}")
+                continue
+            by_loop[peer.name].append(figures)
+            print(
+                f"  setup {setup.name} run {number + 1} ({peer.name}): server recv − sched p50/p99/max "
+                f"{_fmt(figures['server recv − sched p50 ms'])}/{_fmt(figures['server recv − sched p99 ms'])}/"
+                f"{_fmt(figures['server recv − sched max ms'])} ms, server recv span "
+                f"{_fmt(figures['server recv span s'])} s",
+                flush=True,
+            )
+        for index, loop in enumerate(columns):
+            try:
+                raw = _open_run(
+                    setup,
+                    tmp / f"{setup.name}{number}-{index}",
+                    loop != "default",
+                    seed=number,
+                    gc_freeze=loop == FROZEN,
+                )
+            except RuntimeError as exc:
+                print(f"setup {setup.name} run {number + 1} ({loop}): {exc}")
+                continue
+            summary = _open_summary(setup, raw)
+            by_loop[loop].append(summary)
+            print(
+                f"  setup {setup.name} run {number + 1} ({loop}, seed {number}): dispatch lag p50/p99/max "
+                f"{_fmt(summary['dispatch lag p50 ms (sent − sched)'])}/"
+                f"{_fmt(summary['dispatch lag p99 ms (sent − sched)'])}/"
+                f"{_fmt(summary['dispatch lag max ms (sent − sched)'])} ms, server recv − sched p99 "
+                f"{_fmt(summary['server recv − sched p99 ms'])} ms, {_fmt(summary['client CPU % (whole run)'])}% "
+                f"client CPU ({raw['server_priority']} server)",
+                flush=True,
+            )
+    _report(setup, by_loop)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["--worker-server"]:
         _serve_mock(int(args_in[1]), float(args_in[2]), float(args_in[3]))
+        return
+    if args_in[:1] == ["--worker-open-client"]:
+        spec = json.loads(args_in[1])
+        Path(spec["figures_path"]).write_text(json.dumps(_open_client(spec)))
         return
     if args_in[:1] == ["--worker-client"]:
         spec = json.loads(args_in[1])
@@ -848,7 +1338,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         Path(spec["figures_path"]).write_text(json.dumps(_client(spec)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--setups", default="A,B,idle", help="comma-separated: A, B, idle")
+    parser.add_argument(
+        "--setups",
+        default="A,B,idle,C",
+        help="comma-separated: A, B, idle, C (= C200,C1000: open loop at 200, 1,000/s)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per run (setups A and B)")
     parser.add_argument("--idle-duration", type=float, default=10.0)
@@ -861,6 +1355,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-peer", action="store_true", help="skip the peers (each runs, when installed, once per repeat of A and B)"
     )
+    parser.add_argument(
+        "--no-gc-freeze-column",
+        action="store_true",
+        help="setup C: skip the diagnostic uvloop run with gc.freeze() called by the bench before run_replay",
+    )
     args = parser.parse_args(args_in)
     loops = [part.strip() for part in args.loops.split(",") if part.strip()]
     for loop in loops:
@@ -871,7 +1370,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"client pinned to core {CLIENT_CPU} (loops: {', '.join(loops)}; the CLI uses uvloop when installed); "
         f"cores here: {os.cpu_count()}; steady window from max({WARMUP_S:g} s, ramp + 0.5 s)"
     )
-    print("Setup C (open-loop Poisson arrivals): skipped, agentx replay has no open-loop mode yet.")
     peers: list[Peer] = []
     for peer in PEERS:
         missing = "--no-peer" if args.no_peer else _peer_missing(peer)
@@ -880,7 +1378,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             peers.append(peer)
     with tempfile.TemporaryDirectory(prefix="replay_overhead_") as tmp:
-        for name in (part.strip() for part in args.setups.split(",") if part.strip()):
+        names = [part.strip() for part in args.setups.split(",") if part.strip()]
+        names = [expanded for name in names for expanded in (OPEN_SETUPS if name == "C" else [name])]
+        for name in names:
+            if name in OPEN_SETUPS:
+                _run_open(OPEN_SETUPS[name], args.repeat, loops, Path(tmp), not args.no_gc_freeze_column, peers)
+                continue
+            if name not in SETUPS:
+                parser.error(f"unknown setup {name!r} (known: {', '.join([*SETUPS, 'C', *OPEN_SETUPS])})")
             setup = SETUPS[name]
             if args.ramp_s is not None and name != "idle":
                 setup = dataclasses.replace(setup, ramp_s=args.ramp_s)

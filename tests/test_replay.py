@@ -214,7 +214,15 @@ def test_weka_sample_isl_exact(weka_sample_files: list[Path], tmp_path: Path, ap
         trace.sessions.extend(load_trace(path).sessions)
     # Recorded gaps run to minutes: scale them (and the simulated clock) down hard.
     with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
-        options = _options(server, tmp_path, concurrency=len(trace.sessions), delay_scale=0.0002, grace_s=30.0, api=api)
+        options = _options(
+            server,
+            tmp_path,
+            concurrency=len(trace.sessions),
+            delay_scale=0.0002,
+            grace_s=30.0,
+            api=api,
+            split_flattened_agents=False,  # the checks below walk the file's own agent tree
+        )
         result, records = _replay(trace, options)
     assert result.requests == len(records) == trace.request_count
     assert result.errors == 0

@@ -48,7 +48,7 @@ import msgspec
 from agentx.replay.arrivals import rate_arrivals, trace_arrivals
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
-from agentx.replay.client import Client, Exchange
+from agentx.replay.client import Client, Exchange, ModelNotServed
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.idle import IdleCaps
 from agentx.replay.plan import Step, session_order
@@ -57,6 +57,7 @@ from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
+from agentx.trace.chains import split_trace
 from agentx.trace.model import Trace
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
@@ -81,7 +82,17 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     url: str
     """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."""
     model: str
-    """The served model every request names."""
+    """The served model requests name (the first of the §2f mapping: a session's main model maps to it)."""
+    models: tuple[str, ...] = ()
+    """More served models for the §2f mapping: a session's i-th distinct recorded model (main model first)
+    maps to `(model, *models)[i % n]`."""
+    max_context_length: int | None = None
+    """Sessions whose peak `in + out` (any agent, output uncapped) exceeds this are dropped before the run (§4f)."""
+    max_output_tokens: int | None = None
+    """Caps `out` of the root's and flat chains' turns; subagent turns are never capped (§2d)."""
+    split_flattened_agents: bool = True
+    """Split agents recorded flattened into their parent's request list into their own agents first
+    (agentx.trace.chains, §3b; on in the reference)."""
     out_dir: Path | str
     """Where records.arrow (and run metadata) are written."""
     api: Literal["completions", "chat"] = "completions"
@@ -187,6 +198,10 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Steps not sent because their session had ended on a context overflow (semantics §5)."""
     warmup_requests: int = 0
     """Warmup primers sent (their records have `phase = "warmup"`)."""
+    dropped_sessions: int = 0
+    """Sessions left out by `max_context_length`."""
+    flattened_chains: int = 0
+    """Agents split out of flattened request lists (`split_flattened_agents`)."""
     idle_jumps: int = 0
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0
@@ -265,7 +280,11 @@ async def run_replay(
     lanes_limit = 0 if options.mode in ("trace", "rate") else 2 * options.concurrency
     limit = options.max_connections or lanes_limit
     async with Client(options.url, api_key=options.api_key, headers=dict(options.headers), limit=limit) as client:
-        await client.probe_models(require=options.model)
+        served = await client.probe_models(require=options.model)
+        missing = [model for model in options.models if model not in served]
+        if missing:
+            raise ModelNotServed(f"models {missing} are not served by {options.url} (served: {', '.join(served)})")
+        trace, prepared_trace = _prepare_trace(trace, options)
         stream_usage = await _stream_usage(client, options, space)
         calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
         out_dir = Path(options.out_dir)
@@ -274,6 +293,7 @@ async def run_replay(
         # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
         start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
         metadata = options_metadata(options)
+        metadata["trace"] = msgspec.to_builtins(prepared_trace)
         metadata["detected"] = {
             "stream_usage": stream_usage,
             "calibration": calibration.summary() if calibration is not None else None,
@@ -323,9 +343,37 @@ async def run_replay(
         cancel_reason=runner.cancel_reason,
         skipped_context_overflow=runner.skipped_context_overflow,
         warmup_requests=runner.warmup_requests,
+        dropped_sessions=len(prepared_trace.dropped_sessions),
+        flattened_chains=prepared_trace.chains,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.shift_ns / 1e9,
     )
+
+
+class _TraceChanges(msgspec.Struct, kw_only=True):
+    dropped_sessions: list[str] = []
+    chains: int = 0
+    sessions_split: int = 0
+
+
+def _prepare_trace(trace: Trace, options: ReplayOptions) -> tuple[Trace, _TraceChanges]:
+    """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f)."""
+    changes = _TraceChanges()
+    if options.split_flattened_agents:
+        trace, report = split_trace(trace)
+        changes.chains, changes.sessions_split = report.total.chains, report.sessions_split
+    limit = options.max_context_length
+    if limit is not None:
+        kept = []
+        for session in trace.sessions:
+            peak = max((r.in_tokens + r.out_tokens for a, _, _ in session.agents() for r in a.requests), default=0)
+            if peak > limit:
+                changes.dropped_sessions.append(session.session_id)
+            else:
+                kept.append(session)
+        if changes.dropped_sessions:
+            trace = msgspec.structs.replace(trace, sessions=kept)
+    return trace, changes
 
 
 async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> StreamUsage:
@@ -535,7 +583,9 @@ class _Runner:
     def _prepared(self, index: int) -> PreparedSession:
         prepared = self.plans.get(index)
         if prepared is None:
-            prepared = self.plans[index] = prepare(self.trace, index, self.options.child_offset, self.hits)
+            prepared = self.plans[index] = prepare(
+                self.trace, index, self.options.child_offset, self.hits, (self.options.model, *self.options.models)
+            )
         return prepared
 
     def _play(
@@ -695,10 +745,14 @@ class _Runner:
             return True
         return False
 
-    def _max_tokens(self, step: Step, phase: Phase) -> int:
+    def _max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:
         if phase == "warmup" and self.options.warmup_max_tokens is not None:
             return self.options.warmup_max_tokens
-        return max(1, step.request.out_tokens)
+        out = step.request.out_tokens
+        cap = self.options.max_output_tokens
+        if cap is not None and tree.prepared.top_level[step.index]:
+            out = min(out, cap)
+        return max(1, out)
 
     def _build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
         """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
@@ -718,9 +772,9 @@ class _Runner:
             session_id if self.session_scope else "",
             prefix_ids=marker_ids,
         )
-        out = self._max_tokens(step, phase)
+        out = self._max_tokens(tree, step, phase)
         body = completions_body(
-            self.options.model,
+            tree.prepared.models[step.index],
             prompt,
             out,
             min_tokens=out,
@@ -756,9 +810,9 @@ class _Runner:
             marker=marker,
         )
         body = chat_body(
-            self.options.model,
+            tree.prepared.models[step.index],
             messages,
-            self._max_tokens(step, phase),
+            self._max_tokens(tree, step, phase),
             stream_options=self.stream_options,
             extra_body=self.extra_body,
             cache_salt=tree.marker if self.options.cache_bust == "salt" else None,
@@ -826,7 +880,7 @@ class _Runner:
             "agent_id": step.agent_id,
             "depth": step.depth,
             "turn": step.turn,
-            "model": self.options.model,
+            "model": tree.prepared.models[step.index],
             "correlation_id": tree.headers["X-Correlation-ID"],
             "scheduled_ns": scheduled_ns - origin,
             "isl_recorded_tokens": request.in_tokens,

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import itertools
 import uuid
+from collections.abc import Iterator
 
 import msgspec
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from agentx.replay.conversation import Conversation
 from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
 from agentx.replay.tstar import Snapshot
-from agentx.trace.model import Trace
+from agentx.trace.model import Agent, Session, Trace
 from agentx.trace.stats import prefix_cache_hits
 
 
@@ -31,10 +32,45 @@ class PreparedSession(msgspec.Struct, frozen=True):
     total_blocks: tuple[int, ...]
     agent_steps: dict[str, tuple[int, ...]]
     """Per agent: its step indices in turn order."""
+    models: tuple[str, ...]
+    """Per step: the served model it names (§2f)."""
+    top_level: tuple[bool, ...]
+    """Per step: the root's or a flat chain's (the output cap applies), not a subagent's (§2d)."""
 
 
-def prepare(trace: Trace, index: int, child_offset: ChildOffset, hits: Hits) -> PreparedSession:
-    """The plan of session `index` with everything a play needs from the trace."""
+CHAIN_KINDS = frozenset({"fa", "aux", "aux:red", "wg"})
+"""`subagent_type` of the agents `agentx.trace.chains` splits out of a flattened root: its own turns."""
+
+
+def file_order_models(session: Session) -> list[str]:
+    """The session's distinct recorded models, main model first, then by first appearance in file order
+    (a subagent's requests where its entry stands among its parent's, §2f)."""
+
+    def walk(agent: Agent) -> Iterator[str]:
+        by_position: dict[int, list[Agent]] = {}
+        for sub in agent.subagents:
+            by_position.setdefault(sub.spawn_after, []).append(sub)
+        for position in range(len(agent.requests) + 1):
+            for sub in by_position.get(position, ()):
+                yield from walk(sub)
+            if position < len(agent.requests):
+                yield agent.requests[position].model
+
+    in_order = list(walk(session.root))
+    main = session.root.requests[0].model if session.root.requests else (in_order[0] if in_order else "")
+    return list(dict.fromkeys([main, *in_order])) if in_order else []
+
+
+def model_map(session: Session, served: tuple[str, ...]) -> dict[str, str]:
+    """Recorded model → served model: the i-th distinct model of `file_order_models` → `served[i % n]`."""
+    return {model: served[i % len(served)] for i, model in enumerate(file_order_models(session))}
+
+
+def prepare(
+    trace: Trace, index: int, child_offset: ChildOffset, hits: Hits, served: tuple[str, ...] = ("",)
+) -> PreparedSession:
+    """The plan of session `index` with everything a play needs from the trace; `served` are the models to
+    map the session's recorded ones onto (§2f)."""
     session = trace.sessions[index]
     plan = plan_session(session, child_offset=child_offset)
     by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
@@ -53,7 +89,13 @@ def prepare(trace: Trace, index: int, child_offset: ChildOffset, hits: Hits) -> 
     for step in plan.steps:
         agent_steps.setdefault(step.agent_id, []).append(step.index)
     steps_of = {agent: tuple(indices) for agent, indices in agent_steps.items()}
-    return PreparedSession(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks, steps_of)
+    mapping = model_map(session, served)
+    models = tuple(mapping[step.request.model] for step in plan.steps)
+    chains = {
+        agent.agent_id for agent, parent, depth in session.agents() if depth == 1 and agent.subagent_type in CHAIN_KINDS
+    }
+    top_level = tuple(step.depth == 0 or step.agent_id in chains for step in plan.steps)
+    return PreparedSession(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks, steps_of, models, top_level)
 
 
 class Hits:
