@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import msgspec
@@ -21,6 +21,9 @@ from agentx.tables import stats_tables
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.io import FORMATS, Format, load_trace, save_trace
 from agentx.trace.stats import parse_token_counts, trace_stats
+
+if TYPE_CHECKING:
+    from agentx.trace.chains import ChainRules
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -223,6 +226,20 @@ def _header(value: str) -> tuple[str, str]:
     help="Cap the output of the root's turns (subagent turns are never capped).",
 )
 @click.option(
+    "--chain-rule",
+    "chain_rules",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A flattened-agent detection threshold (agentx.trace.chains.ChainRules field), e.g. aux_isl_floor=8192.",
+)
+@click.option(
+    "--context-overflow-substring",
+    "overflow_substrings",
+    multiple=True,
+    metavar="TEXT",
+    help="A 400 whose body holds this is a context overflow (repeatable; replaces the defaults).",
+)
+@click.option(
     "--split-flattened-agents/--no-split-flattened-agents",
     default=True,
     show_default=True,
@@ -364,6 +381,8 @@ def replay(
     served_models: tuple[str, ...],
     max_context_length: int | None,
     max_output_tokens: int | None,
+    chain_rules: tuple[str, ...],
+    overflow_substrings: tuple[str, ...],
     split_flattened_agents: bool,
     concurrency: int,
     duration_s: float | None,
@@ -407,7 +426,7 @@ def replay(
     (exit 130).
     """
     from agentx.replay.calibrate import CalibrationError
-    from agentx.replay.client import ModelNotServed, ServerUnreachable
+    from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
     from agentx.replay.engine import ReplayOptions, WarmupFailed
     from agentx.replay.workers import WorkerFailed
     from agentx.results.summary import summary_table
@@ -425,6 +444,7 @@ def replay(
         parsed_headers = tuple(_header(h) for h in headers)
         window = _window(tstar_window)
         system_cap = _seconds_or_off("--system-idle-cap", system_idle_cap)
+        rules = _chain_rules(chain_rules)
         primer_tokens = (
             None if warmup_max_tokens == "recorded" else _positive_int("--warmup-max-tokens", warmup_max_tokens)
         )
@@ -454,6 +474,8 @@ def replay(
             max_context_length=max_context_length,
             max_output_tokens=max_output_tokens,
             split_flattened_agents=split_flattened_agents,
+            chain_rules=rules,
+            context_overflow_substrings=overflow_substrings or CONTEXT_OVERFLOW_SUBSTRINGS,
             out_dir=run_dir,
             concurrency=concurrency,
             duration_s=duration_s,
@@ -537,6 +559,26 @@ def _window(text: str) -> tuple[float, float]:
     if not 0.0 <= low <= high <= 1.0:
         raise click.BadParameter(f"--tstar-window wants 0 <= LOW <= HIGH <= 1, got {text!r}")
     return low, high
+
+
+def _chain_rules(pairs: tuple[str, ...]) -> ChainRules:
+    from agentx.trace.chains import DEFAULT_RULES
+
+    fields: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"--chain-rule wants NAME=VALUE, got {pair!r}")
+        fields[name.strip().replace("-", "_")] = value.strip()
+    known = set(msgspec.structs.asdict(DEFAULT_RULES))
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise click.BadParameter(f"--chain-rule: unknown {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    try:
+        # msgspec converts the strings to each field's type.
+        return msgspec.convert({**msgspec.structs.asdict(DEFAULT_RULES), **fields}, type(DEFAULT_RULES), strict=False)
+    except msgspec.ValidationError as exc:
+        raise click.BadParameter(f"--chain-rule: {exc}") from None
 
 
 def _seconds_or_off(flag: str, text: str) -> float | None:

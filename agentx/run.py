@@ -22,6 +22,7 @@ from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, RunResult, opt
 from agentx.replay.records import RequestRecord, read_records
 from agentx.replay.workers import run_workers
 from agentx.results.summary import ServerMetrics, Summary, parse_counters, summarize
+from agentx.results.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
@@ -108,11 +109,12 @@ def _finish(
 ) -> ReplayResult:
     """Summarize a run's records and write its `run.json`."""
     metrics = ServerMetrics(before=before, after=after) if before is not None and after is not None else None
-    summary = summarize(
-        read_records(run.records_path), num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s
-    )
+    table = read_records(run.records_path)
+    summary = summarize(table, num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s)
     summary.stream_usage = run.stream_usage or None
     summary.calibration = run.calibration
+    run_file = {"options": options_metadata(options), "run": msgspec.to_builtins(run, enc_hook=str)}
+    summary.validity = validity(table, run_file)
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
     return result

@@ -10,13 +10,16 @@ to core 1, under asyncio's default loop and under uvloop (as the CLI when instal
 over a steady window (CPU from `getrusage`, RSS, chunk rate, dispatch lag = sent − scheduled).
 
 Client error = client-measured − injected; the server's own emission lag (sent − planned) is printed
-alongside, so a late server is not taken for a slow client. Setups A, B and the 1-stream idle cost;
-setup C (open-loop arrivals) is not implemented in agentx yet and is skipped. AIPerf and inference-perf,
-when installed in their own venvs (/tmp/peers, /tmp/peers-ip), run the same load as peers. Prints figures;
-never fails on a number. See bench/README.md.
+alongside, so a late server is not taken for a slow client. Setups A, B and the 1-stream idle cost; setup C
+(open loop: `mode="rate"`, Poisson arrivals at 200/s for 2,000 requests, and 1,000/s for 5,000, ~1,000-token
+prompts, 32 output tokens) measures dispatch lag client-side (sent − scheduled) and as the mock sees it
+(receive − scheduled, each receive matched to its record by the mock's request number), with its split
+(queued − scheduled, sent − queued) and the client's GC pauses. AIPerf and inference-perf, when installed in
+their own venvs (/tmp/peers, /tmp/peers-ip), run the same load as peers. Prints figures; never fails on a
+number. See bench/README.md.
 
-Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle] [--repeat 3] [--duration 20]
-       [--loops default,uvloop] [--ramp-s S] [--no-peer]
+Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle,C] [--repeat 3] [--duration 20]
+       [--loops default,uvloop] [--ramp-s S] [--no-peer] [--no-gc-freeze-column] [--c-prompt unique|shared]
 """
 
 from __future__ import annotations
@@ -409,8 +412,10 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
     setup = OpenSetup(**spec["setup"])
     server_pid: int = spec["server_pid"]
     blocks = setup.in_tokens // BLOCK_C
-    # Distinct hash ids per session (no prefix sharing; the mock ignores the prompt anyway): 62 blocks of 16
-    # plus 8 filler tokens = 1,000 prompt tokens, ~6 KB of JSON per body.
+    # `--c-prompt shared`: every request carries the same blocks (the block cache hits, as for a common prefix).
+    shared = tuple(range(blocks)) if spec.get("prompt") == "shared" else ()
+    # By default distinct hash ids per session (no prefix sharing; the mock ignores the prompt anyway): 62 blocks
+    # of 16 plus 8 filler tokens = 1,000 prompt tokens, ~6 KB of JSON per body.
     trace = Trace(
         sessions=[
             Session(
@@ -422,7 +427,7 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
                             model=MODEL,
                             in_tokens=setup.in_tokens,
                             out_tokens=setup.out_tokens,
-                            hash_ids_added=tuple(range(i * blocks, (i + 1) * blocks)),
+                            hash_ids_added=shared if shared else tuple(range(i * blocks, (i + 1) * blocks)),
                         )
                     ]
                 ),
@@ -504,7 +509,9 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _open_run(setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, gc_freeze: bool = False) -> dict[str, Any]:
+def _open_run(
+    setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, gc_freeze: bool = False, prompt: str = "unique"
+) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     server = subprocess.Popen(
@@ -523,6 +530,7 @@ def _open_run(setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, gc_freez
             "out_dir": str(out),
             "uvloop": use_uvloop,
             "gc_freeze": gc_freeze,
+            "prompt": prompt,
             "figures_path": str(out / "figures.json"),
         }
         client = subprocess.run(
@@ -1277,8 +1285,12 @@ def _median(runs: list[dict[str, float | None]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _run_open(setup: OpenSetup, repeat: int, loops: list[str], tmp: Path, frozen: bool, peers: list[Peer]) -> None:
+def _run_open(
+    setup: OpenSetup, repeat: int, loops: list[str], tmp: Path, frozen: bool, peers: list[Peer], prompt: str
+) -> None:
     """Setup C at one rate: `repeat` rounds of every loop and peer, interleaved; round n uses arrival seed n."""
+    if prompt != "unique":
+        print(f"Setup {setup.name}: --c-prompt {prompt} (every request carries the same hash blocks)")
     columns = [*loops, FROZEN] if frozen else loops
     by_loop: dict[str, list[dict[str, float | None]]] = {loop: [] for loop in [*columns, *(p.name for p in peers)]}
     for number in range(repeat):
@@ -1304,6 +1316,7 @@ def _run_open(setup: OpenSetup, repeat: int, loops: list[str], tmp: Path, frozen
                     loop != "default",
                     seed=number,
                     gc_freeze=loop == FROZEN,
+                    prompt=prompt,
                 )
             except RuntimeError as exc:
                 print(f"setup {setup.name} run {number + 1} ({loop}): {exc}")
@@ -1360,6 +1373,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="setup C: skip the diagnostic uvloop run with gc.freeze() called by the bench before run_replay",
     )
+    parser.add_argument(
+        "--c-prompt",
+        choices=("unique", "shared"),
+        default="unique",
+        help="setup C's prompts: distinct hash blocks per request (default), or the same blocks in every request",
+    )
     args = parser.parse_args(args_in)
     loops = [part.strip() for part in args.loops.split(",") if part.strip()]
     for loop in loops:
@@ -1382,7 +1401,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         names = [expanded for name in names for expanded in (OPEN_SETUPS if name == "C" else [name])]
         for name in names:
             if name in OPEN_SETUPS:
-                _run_open(OPEN_SETUPS[name], args.repeat, loops, Path(tmp), not args.no_gc_freeze_column, peers)
+                _run_open(
+                    OPEN_SETUPS[name], args.repeat, loops, Path(tmp), not args.no_gc_freeze_column, peers, args.c_prompt
+                )
                 continue
             if name not in SETUPS:
                 parser.error(f"unknown setup {name!r} (known: {', '.join([*SETUPS, 'C', *OPEN_SETUPS])})")

@@ -202,3 +202,54 @@ def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
     assert result.cancel_reason == "failure_threshold"
     assert len(records) < trace.request_count
     assert msgspec.structs.asdict(result)["interrupted"] is False
+
+
+def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_path: Path) -> None:
+    from agentx.replay.locks import locks_broken
+    from agentx.run import replay
+
+    faithful = ReplayOptions(url="u", model="m", out_dir=tmp_path, duration_s=1800.0)
+    assert locks_broken(faithful) == []
+    assert locks_broken(msgspec.structs.replace(faithful, mode="closed")) == [
+        "mode 'closed' is not the agentx scenario"
+    ]
+    assert len(locks_broken(msgspec.structs.replace(faithful, duration_s=60.0, delay_scale=0.5))) == 2
+    trace = Trace(sessions=[_chain("v", 6)], block_size=BLOCK)
+    result = asyncio.run(replay(trace, _options(sim, tmp_path / "run", sessions=1)))
+    validity = result.summary.validity
+    assert validity is not None and not validity.valid and validity.reasons == ["unsafe_override"]
+
+
+def test_the_run_reports_each_lanes_snapshot_at_t_star(sim: SimServer, tmp_path: Path) -> None:
+    trace = Trace(sessions=[_chain(f"r{i}", 10, base=100 * i) for i in range(2)], block_size=BLOCK)
+    result, records = _run(trace, _options(sim, tmp_path, concurrency=2, sessions=2))
+    assert [entry["lane"] for entry in result.tstar] == [0, 1]
+    for entry in result.tstar:
+        plan = plan_session(next(s for s in trace.sessions if s.session_id == entry["session_id"]))
+        assert entry["t_star_s"] == t_star(3, entry["session_id"], entry["lane"], plan)
+        assert entry["live_agents"] == [""] and entry["primers"] == 1
+        first = min(r.turn for r in records if r.session_id == entry["session_id"] and r.phase == "profiling")
+        assert entry["done_steps"] == first
+
+
+def test_cli_flags_reach_the_options(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    sample = Path(__file__).parent.parent / "traces" / "sample.arrow"
+    command = [
+        sys.executable, "-m", "agentx.cli", "replay", str(sample), "--sessions", "1", "--delay-scale", "0",
+        "--sim-time-scale", "0.01", "--tstar-window", "0.5,0.5", "--warmup", "burst", "--warmup-max-tokens", "2",
+        "--cache-bust", "salt", "--system-idle-cap", "off", "--tree-idle-cap", "30", "--chain-rule",
+        "aux_isl_floor=8192", "--context-overflow-substring", "too long", "--out", str(tmp_path / "run"), "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    options = json.loads((tmp_path / "run" / "run.json").read_text())["options"]
+    assert options["tstar_window"] == [0.5, 0.5] and options["warmup"] == "burst"
+    assert options["warmup_max_tokens"] == 2 and options["cache_bust"] == "salt"
+    assert options["system_idle_cap_s"] is None and options["tree_idle_cap_s"] == 30.0
+    assert options["chain_rules"]["aux_isl_floor"] == 8192 and options["context_overflow_substrings"] == ["too long"]
+    bad = subprocess.run([*command[:9], "--chain-rule", "nonsense=1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "nonsense" in bad.stderr

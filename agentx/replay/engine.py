@@ -39,7 +39,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,16 +48,17 @@ import msgspec
 from agentx.replay.arrivals import rate_arrivals, trace_arrivals
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
-from agentx.replay.client import Client, Exchange, ModelNotServed
+from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.idle import IdleCaps
+from agentx.replay.locks import locks_broken
 from agentx.replay.plan import Step, session_order
 from agentx.replay.play import Hits, Play, PreparedSession, marker_hex, prepare
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
-from agentx.trace.chains import split_trace
+from agentx.trace.chains import DEFAULT_RULES, ChainRules, split_trace
 from agentx.trace.model import Trace
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
@@ -90,6 +91,10 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Sessions whose peak `in + out` (any agent, output uncapped) exceeds this are dropped before the run (§4f)."""
     max_output_tokens: int | None = None
     """Caps `out` of the root's and flat chains' turns; subagent turns are never capped (§2d)."""
+    chain_rules: ChainRules = DEFAULT_RULES
+    """The thresholds of flattened-agent detection (agentx.trace.chains.ChainRules, the reference's defaults)."""
+    context_overflow_substrings: tuple[str, ...] = CONTEXT_OVERFLOW_SUBSTRINGS
+    """An HTTP 400 whose body holds one of these (case-insensitive) is a context overflow (§5); () disables."""
     split_flattened_agents: bool = True
     """Split agents recorded flattened into their parent's request list into their own agents first
     (agentx.trace.chains, §3b; on in the reference)."""
@@ -198,6 +203,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Steps not sent because their session had ended on a context overflow (semantics §5)."""
     warmup_requests: int = 0
     """Warmup primers sent (their records have `phase = "warmup"`)."""
+    tstar: list[dict[str, Any]] = []
+    """agentx mode: each lane's first tree at its t* (session, t*, live and skipped agents, primers, waiting)."""
     dropped_sessions: int = 0
     """Sessions left out by `max_context_length`."""
     flattened_chains: int = 0
@@ -279,7 +286,13 @@ async def run_replay(
     # Lanes bound the requests in flight; an open loop does not, so neither may its connection pool (0: none).
     lanes_limit = 0 if options.mode in ("trace", "rate") else 2 * options.concurrency
     limit = options.max_connections or lanes_limit
-    async with Client(options.url, api_key=options.api_key, headers=dict(options.headers), limit=limit) as client:
+    async with Client(
+        options.url,
+        api_key=options.api_key,
+        headers=dict(options.headers),
+        limit=limit,
+        context_overflow_substrings=options.context_overflow_substrings,
+    ) as client:
         served = await client.probe_models(require=options.model)
         missing = [model for model in options.models if model not in served]
         if missing:
@@ -294,6 +307,9 @@ async def run_replay(
         start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
         metadata = options_metadata(options)
         metadata["trace"] = msgspec.to_builtins(prepared_trace)
+        broken = locks_broken(options)
+        metadata["locks_broken"] = broken
+        metadata["unsafe_override"] = bool(broken)
         metadata["detected"] = {
             "stream_usage": stream_usage,
             "calibration": calibration.summary() if calibration is not None else None,
@@ -343,11 +359,30 @@ async def run_replay(
         cancel_reason=runner.cancel_reason,
         skipped_context_overflow=runner.skipped_context_overflow,
         warmup_requests=runner.warmup_requests,
+        tstar=runner.tstar,
         dropped_sessions=len(prepared_trace.dropped_sessions),
         flattened_chains=prepared_trace.chains,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.shift_ns / 1e9,
     )
+
+
+def _describe_snapshot(lane: int, prepared: PreparedSession, state: Snapshot) -> dict[str, Any]:
+    steps = prepared.plan.steps
+
+    def agents(indices: Iterable[int]) -> list[str]:
+        return sorted({steps[i].agent_id for i in indices})
+
+    return {
+        "lane": lane,
+        "session_id": prepared.plan.session_id,
+        "t_star_s": state.t_star,
+        "live_agents": agents(state.first_live),
+        "skipped_agents": agents(state.skipped),
+        "done_steps": len(state.done),
+        "primers": len(state.primers),
+        "waiting_on_join": agents(state.waiting),
+    }
 
 
 class _TraceChanges(msgspec.Struct, kw_only=True):
@@ -360,7 +395,7 @@ def _prepare_trace(trace: Trace, options: ReplayOptions) -> tuple[Trace, _TraceC
     """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f)."""
     changes = _TraceChanges()
     if options.split_flattened_agents:
-        trace, report = split_trace(trace)
+        trace, report = split_trace(trace, options.chain_rules)
         changes.chains, changes.sessions_split = report.total.chains, report.sessions_split
     limit = options.max_context_length
     if limit is not None:
@@ -454,6 +489,7 @@ class _Runner:
         self.requests = 0
         self.errors = 0
         self.warmup_requests = 0
+        self.tstar: list[dict[str, Any]] = []
         self.profiling_requests = 0
         self.profiling_errors = 0
         self.skipped_context_overflow = 0
@@ -528,6 +564,7 @@ class _Runner:
                     continue
                 self.trees_started += 1
                 firsts[lane] = self._play(prepared, index, lane, position, state)
+                self.tstar.append(_describe_snapshot(lane, prepared, state))
                 break
         return firsts
 

@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from agentx.results.validity import Validity
+
 FloatArray = npt.NDArray[np.float64]
 
 PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
@@ -202,6 +204,8 @@ class Summary(msgspec.Struct, kw_only=True):
     """What the run's request bodies asked for in `stream_options` ("continuous", "final", "none"), when known."""
     calibration: dict[str, Any] | None = None
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
+    validity: Validity | None = None
+    """Whether the run is a valid AgentX submission, and why not (agentx.results.validity), when known."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,6 +655,9 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
         overview.add_row(
             "event-loop lag p50 / p99 / max (s)", f"{_s(loop.p50_s)} / {_s(loop.p99_s)} / {_s(loop.max_s)}"
         )
+    if summary.validity is not None:
+        verdict = "yes" if summary.validity.valid else "no: " + ", ".join(summary.validity.reasons)
+        overview.add_row("valid AgentX submission", verdict)
     if summary.stream_usage:
         overview.add_row("stream usage", summary.stream_usage)
     if summary.calibration:

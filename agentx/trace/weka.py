@@ -143,8 +143,11 @@ def read_weka(
                 sink.error(f"block_size={wire.block_size} must be in [1, {MAX_BLOCK_SIZE}]", line=line, session=wire.id)
             block_sizes.setdefault(wire.block_size, where)
             if wire.id in first_seen:
+                quoted = msgspec.json.encode(wire.id).decode()
                 sink.error(
-                    f'session id "{wire.id}" appears twice (first at {first_seen[wire.id]})', line=line, session=wire.id
+                    f"session id {quoted} appears twice (first at {first_seen[wire.id]})",
+                    line=line,
+                    session=wire.id,
                 )
             first_seen.setdefault(wire.id, where)
             scope = _scope_of(wire, line, sink)
@@ -194,7 +197,9 @@ def _scope_of(wire: WekaTrace, line: int, sink: Findings) -> str | None:
         return "session"
     if wire.hash_id_scope == "global":
         return "global"
-    sink.error(f'hash_id_scope "{wire.hash_id_scope}" is not "local" (or "global")', line=line, session=wire.id)
+    # The value is the file's: JSON-quote it, so a stray newline or quote cannot break the one-line message.
+    scope = msgspec.json.encode(wire.hash_id_scope).decode()
+    sink.error(f'hash_id_scope {scope} is not "local" (or "global")', line=line, session=wire.id)
     return None
 
 
