@@ -332,6 +332,13 @@ def _header(value: str) -> tuple[str, str]:
     help="agentx: primer timing.",
 )
 @click.option(
+    "--warmup-requests-per-lane",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="agentx: cache-pressure requests per lane after the primers (InferenceX: 10).",
+)
+@click.option(
     "--warmup-max-tokens",
     default="1",
     show_default=True,
@@ -408,6 +415,7 @@ def replay(
     burstiness: float,
     tstar_window: str,
     warmup: str,
+    warmup_requests_per_lane: int,
     warmup_max_tokens: str,
     cache_bust: str,
     failed_request_threshold: float | None,
@@ -499,6 +507,7 @@ def replay(
             tstar_window=window,
             warmup=warmup,  # type: ignore[arg-type]
             warmup_max_tokens=primer_tokens,
+            warmup_requests_per_lane=warmup_requests_per_lane,
             cache_bust=cache_bust,  # type: ignore[arg-type]
             failed_request_threshold=failed_request_threshold,
             system_idle_cap_s=system_cap,

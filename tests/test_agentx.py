@@ -253,3 +253,24 @@ def test_cli_flags_reach_the_options(tmp_path: Path) -> None:
     assert options["chain_rules"]["aux_isl_floor"] == 8192 and options["context_overflow_substrings"] == ["too long"]
     bad = subprocess.run([*command[:9], "--chain-rule", "nonsense=1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "nonsense" in bad.stderr
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_the_cache_pressure_stage_sends_its_budget_then_hands_over(sim: SimServer, tmp_path: Path, api: str) -> None:
+    trace = Trace(sessions=[_chain(f"p{i}", 14, base=100 * i) for i in range(2)], block_size=BLOCK)
+    options = _options(
+        sim, tmp_path, concurrency=2, sessions=2, warmup_requests_per_lane=3, tstar_window=(0.2, 0.2), api=api
+    )
+    result, records = _run(trace, options)
+    assert result.errors == 0
+    warmup = [r for r in records if r.phase == "warmup"]
+    profiling = [r for r in records if r.phase == "profiling"]
+    # 2 primers, then 3 × 2 lanes of pressure requests, all with warmup-sized outputs.
+    assert len(warmup) == 2 + 6 and all(r.osl_server_tokens == 1 for r in warmup)
+    # Nothing profiled before the pressure stage drained; each turn sent once, in either phase.
+    assert min(r.sent_ns for r in profiling) >= max(r.end_ns for r in warmup)
+    for session in trace.sessions:
+        turns = sorted(r.turn for r in records if r.session_id == session.session_id)
+        assert turns == sorted(set(turns)) and turns == list(range(turns[0], 14))
+    if api == "chat":
+        assert all(r.isl_server_tokens == r.isl_sent_tokens for r in records)

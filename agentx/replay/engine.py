@@ -153,6 +153,9 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     warmup: Literal["spread", "burst"] = "spread"
     """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst`: all
     primers at once."""
+    warmup_requests_per_lane: int = 0
+    """agentx mode: after the primers, keep replaying from t* with idle delays removed and warmup-sized
+    outputs for this many requests per lane (InferenceX: 10), then hand over to profiling (§4d)."""
     warmup_max_tokens: int | None = 1
     """Output tokens of a warmup primer (the reference's code sends 1); None: the recorded output."""
     cache_bust: Literal["marker", "salt", "off"] = "marker"
@@ -252,6 +255,8 @@ def _validate(options: ReplayOptions) -> None:
     low, high = options.tstar_window
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {options.tstar_window}")
+    if options.warmup_requests_per_lane < 0:
+        raise ValueError(f"warmup_requests_per_lane must be non-negative, got {options.warmup_requests_per_lane}")
     if options.warmup_max_tokens is not None and options.warmup_max_tokens < 1:
         raise ValueError(f"warmup_max_tokens must be at least 1, got {options.warmup_max_tokens}")
     for name in ("system_idle_cap_s", "tree_idle_cap_s"):
@@ -489,6 +494,11 @@ class _Runner:
         self.requests = 0
         self.errors = 0
         self.warmup_requests = 0
+        self.pressure_left = 0
+        """agentx mode: cache-pressure requests still to send before profiling starts."""
+        self.pressure_in_flight = 0
+        self.profiling_started = asyncio.Event()
+        self.profiling_start_ns = 0
         self.tstar: list[dict[str, Any]] = []
         self.profiling_requests = 0
         self.profiling_errors = 0
@@ -529,9 +539,12 @@ class _Runner:
                 if self.options.mode == "agentx":
                     firsts = self._first_plays()
                     await self._warmup(list(firsts.values()))
-                    profiling_start_ns = time.perf_counter_ns()
+                    primed_ns = time.perf_counter_ns()
                     for play in firsts.values():
-                        play.start_ns = profiling_start_ns
+                        play.start_ns = primed_ns
+                    self.pressure_left = self.options.warmup_requests_per_lane * len(self.lanes)
+                if self.pressure_left <= 0:
+                    self._start_profiling()
                 if self.options.mode in ("trace", "rate"):
                     await self._arrivals()
                 else:
@@ -737,7 +750,8 @@ class _Runner:
             if self._stop.is_set():
                 self.skipped += 1
                 return
-            sent_tokens, body = self._build(tree, step)
+            phase: Phase = "profiling" if self.profiling_started.is_set() else "warmup"
+            sent_tokens, body = self._build(tree, step, phase)
             for dependency in step.depends_on:
                 await tree.done[dependency].wait()
             if self._stop.is_set():
@@ -745,14 +759,26 @@ class _Runner:
                 return
             if self._ended(tree, step):
                 return
+            if not self.profiling_started.is_set():
+                if self.pressure_left > 0:
+                    await self._press(tree, step, sent_tokens, body, phase)
+                    return
+                await self._wait_for_profiling()
+                if self._stop.is_set():
+                    self.skipped += 1
+                    return
+                if phase != "profiling":
+                    sent_tokens, body = self._build(tree, step, "profiling")
             if state is not None and step.index in state.first_live:
                 offset_s = state.first_live[step.index] - self._first_offset_cut(state)
-                due_ns = tree.start_ns + int(offset_s * self.delay_scale * 1e9)
+                due_ns = self.profiling_start_ns + int(offset_s * self.delay_scale * 1e9)
             else:
                 base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
                 due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
             for joined in step.joins:
                 due_ns = max(due_ns, tree.completed_ns[joined])
+            # After a cache-pressure stage, a turn due before the profiling start goes out at it (§4d).
+            due_ns = max(due_ns, self.profiling_start_ns)
             stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
             if stopped:
                 self.skipped += 1
@@ -765,6 +791,33 @@ class _Runner:
                 tree.completed_ns[step.index] = time.perf_counter_ns()
             tree.sent[step.index].set()
             tree.done[step.index].set()
+
+    async def _press(self, tree: Play, step: Step, sent_tokens: int, body: bytes, phase: Phase) -> None:
+        """A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d)."""
+        self.pressure_left -= 1
+        if phase != "warmup":
+            sent_tokens, body = self._build(tree, step, "warmup")
+        self.pressure_in_flight += 1
+        try:
+            await self._send(tree, step, time.perf_counter_ns(), sent_tokens, body, phase="warmup")
+        finally:
+            self.pressure_in_flight -= 1
+            if self.pressure_left <= 0 and self.pressure_in_flight == 0:
+                self._start_profiling()
+
+    async def _wait_for_profiling(self) -> None:
+        stop = asyncio.ensure_future(self._stop.wait())
+        started = asyncio.ensure_future(self.profiling_started.wait())
+        try:
+            await asyncio.wait({stop, started}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            started.cancel()
+
+    def _start_profiling(self) -> None:
+        if not self.profiling_started.is_set():
+            self.profiling_start_ns = time.perf_counter_ns()
+            self.profiling_started.set()
 
     def _first_offset_cut(self, state: Snapshot) -> float:
         """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is
@@ -831,11 +884,16 @@ class _Runner:
             conversation = tree.conversations[agent] = Conversation(
                 self.trace.block_size, prefix_blocks=prefix_blocks, filler_key=agent
             )
-        # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
-        steps = tree.prepared.plan.steps
-        for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
-            self._advance(tree, conversation, steps[earlier])
-        turn = self._advance(tree, conversation, step)
+        cached = tree.chat_turns.get(agent)
+        if cached is not None and cached[0] == step.turn:
+            turn = cached[1]  # the same step's body again (its phase changed): the conversation has moved on
+        else:
+            # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
+            steps = tree.prepared.plan.steps
+            for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
+                self._advance(tree, conversation, steps[earlier])
+            turn = self._advance(tree, conversation, step)
+            tree.chat_turns[agent] = (step.turn, turn)
         marker = ("", 0)
         if tree.marker is not None and self.options.cache_bust == "marker":
             marker = renderer.marker_text(tree.marker)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
-from agentx.replay.conversation import Conversation
+from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
 from agentx.replay.tstar import Snapshot
 from agentx.trace.model import Agent, Session, Trace
@@ -156,6 +156,8 @@ class Play:
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
         self.last_out_tokens: dict[str, int] = {}
         self.conversation_turn: dict[str, int] = {}
+        self.chat_turns: dict[str, tuple[int, ChatTurn]] = {}
+        """`--api chat`: each agent's latest turn, kept so that a body built again reuses it."""
         """`--api chat`: the last turn each agent's conversation has been advanced through."""
         self.snapshot = snapshot
         self.marker = marker
