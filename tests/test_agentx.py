@@ -274,3 +274,43 @@ def test_the_cache_pressure_stage_sends_its_budget_then_hands_over(sim: SimServe
         assert turns == sorted(set(turns)) and turns == list(range(turns[0], 14))
     if api == "chat":
         assert all(r.isl_server_tokens == r.isl_sent_tokens for r in records)
+
+
+def test_the_weka_sample_replays_in_agentx_mode_without_client_errors(
+    weka_sample_files: list[Path], tmp_path: Path
+) -> None:
+    """The held-out real traces through the whole scenario: split chains, t*, primers, pressure, idle caps."""
+    from agentx.trace.chains import split_trace
+    from agentx.trace.io import load_trace
+    from agentx.trace.stats import prefix_cache_hits
+
+    trace = load_trace(weka_sample_files[0])
+    for path in weka_sample_files[1:]:
+        trace.sessions.extend(load_trace(path).sessions)
+    with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
+        options = ReplayOptions(
+            url=server.url,
+            model=server.model,
+            out_dir=tmp_path,
+            concurrency=len(trace.sessions),
+            delay_scale=0.0002,
+            warmup_requests_per_lane=2,
+            tree_idle_cap_s=300.0,
+        )
+        result, records = _run(trace, options)
+    assert result.errors == 0 and result.cancel_reason is None
+    assert len(result.tstar) == len(trace.sessions) and result.warmup_requests > len(trace.sessions)
+    # Each record carries its turn's theoretical hit from the (split) trace, as `agentx inspect` computes it.
+    split, _ = split_trace(trace)
+    hits, totals = prefix_cache_hits(split)
+    row = 0
+    expected: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for session in split.sessions:
+        for agent, _, _ in session.agents():
+            for turn in range(len(agent.requests)):
+                expected[(session.session_id, agent.agent_id, turn)] = (int(hits[row]), int(totals[row]))
+                row += 1
+    for record in records:
+        key = (record.session_id, record.agent_id, record.turn)
+        assert (record.theoretical_hit_blocks, record.theoretical_total_blocks) == expected[key]
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens + 8
