@@ -12,11 +12,16 @@
 How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
 
 - `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
-  (agentx.replay.probe) unless `stream_usage` is forced, and for `api="chat"` the calibration.
+  (agentx.replay.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
+  replayed: flattened agents split, over-long sessions dropped.
+- agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replay.tstar), the primers go
+  out (spread so that every t* coincides), then the optional cache-pressure stage; the profiling start is
+  when that ends. Open-loop modes (`trace`, `rate`) start trees at their arrival times instead of on lanes.
 - `concurrency` lanes draw trees from one shared `session_order(...)` stream (lane i waits
   `i/concurrency × ramp_s` first). A lane plans its session (cached per session index, with every step's
   full hash ids), then runs one task per step inside a TaskGroup: a step waits for its anchor and joins,
-  sleeps `delay_s × delay_scale` (an `asyncio` timer that the stop event wakes early), and POSTs a
+  sleeps `delay_s × delay_scale` (agentx.replay.idle: a timer that idle caps move earlier and the stop
+  event wakes early), and POSTs a
   streamed request forcing `out` output tokens (at least 1). Its body is built while its anchor is still in
   flight. The lane recycles only when every step of the tree, background subagents included, has
   settled; the next tree starts at turn 0.
@@ -26,8 +31,7 @@ How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
   sent are counted in `RunResult.skipped`, not recorded.
 - A failed request still completes its step: its dependents go on (the error is in its record).
 - Records stream to `out_dir/records.arrow`; a ticker lets the writer flush at least once a second, and
-  the writer is closed on every exit path. Prompts are the same on every play of a session (no cache-bust
-  marker yet).
+  the writer is closed on every exit path. In agentx mode every play carries its own cache-bust marker.
 - `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
   a `--workers n` run (agentx.replay.workers).
 """
