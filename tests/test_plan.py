@@ -319,3 +319,43 @@ def test_session_order_edge_cases() -> None:
         session_order(3, "bogus", 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="non-negative"):
         session_order(-1, "sequential", 0)
+
+
+def _timed(t: float, end: float) -> Request:
+    return Request(t=t, model="m", in_tokens=10, out_tokens=2, api_time=end - t)
+
+
+def test_barriers_tie_a_root_to_the_chains_split_out_of_it() -> None:
+    """§3c: each turn also waits for the latest turn of every other stream of its scope that ended before it
+    started; overlapping turns create no edge, and plain subagents are no part of the scope."""
+    chain = Agent(
+        agent_id="fa:000", spawn_after=1, t=1.0, subagent_type="fa", requests=[_timed(1.0, 1.5), _timed(3.0, 3.2)]
+    )
+    helper = Agent(agent_id="helper", spawn_after=2, t=2.6, subagent_type="Explore", requests=[_timed(2.6, 2.7)])
+    root = Agent(
+        requests=[_timed(0.0, 0.5), _timed(2.0, 2.5), _timed(2.9, 3.6), _timed(4.0, 4.5)], subagents=[chain, helper]
+    )
+    session = Session(session_id="s", root=root)
+    plan = plan_session(session)
+    at = {(step.agent_id, step.turn): step for step in plan.steps}
+    # Root turn at 2.0 waits for the chain's turn at 1.0 (ended 1.5).
+    assert at[("fa:000", 0)].index in at[("", 1)].joins
+    # The chain's turn at 3.0 waits for root turn 2.0 (ended 2.5), not 2.9 (still running at 3.0), and never
+    # for `helper`, a plain subagent outside the scope.
+    assert at[("fa:000", 1)].joins == (at[("", 1)].index,)
+    without = plan_session(session, barriers=False)
+    assert without.steps[at[("fa:000", 1)].index].joins == ()
+    assert at[("fa:000", 0)].index not in without.steps[at[("", 1)].index].joins
+
+
+def test_barriers_drop_a_turn_that_ended_before_another_candidate_started() -> None:
+    fa = Agent(
+        agent_id="fa:000", spawn_after=1, t=0.6, subagent_type="fa", requests=[_timed(0.6, 0.7), _timed(5.0, 5.5)]
+    )
+    aux = Agent(agent_id="aux:001", spawn_after=1, t=1.0, subagent_type="aux", requests=[_timed(1.0, 1.2)])
+    root = Agent(requests=[_timed(0.0, 0.5), _timed(3.5, 4.0), _timed(6.0, 6.5)], subagents=[fa, aux])
+    plan = plan_session(Session(session_id="s", root=root))
+    at = {(step.agent_id, step.turn): step for step in plan.steps}
+    # For fa:000's turn at 5.0: root's 3.5–4.0 and aux's 1.0–1.2 both ended by then, but aux's ended before
+    # root's started, so only the root's binds.
+    assert at[("fa:000", 1)].joins == (at[("", 1)].index,)

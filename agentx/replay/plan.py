@@ -39,6 +39,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import join_index
 
@@ -113,8 +114,9 @@ def _spawn_t(sub: Agent, fallback_t: float) -> float:
     return sub.t if sub.t is not None else _first_t(sub, fallback_t)
 
 
-def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start") -> SessionPlan:
-    """Turn a session into its step DAG (see the module docstring for the rules)."""
+def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start", barriers: bool = True) -> SessionPlan:
+    """Turn a session into its step DAG (see the module docstring for the rules); `barriers` adds §3c's
+    cross-stream edges between an agent and the chains split out of it (`_barriers`)."""
     if child_offset not in ("branch_start", "anchor_end"):
         raise ValueError(f"unknown child offset {child_offset!r}")
     steps: list[Step] = []
@@ -179,7 +181,60 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
         return own, (own[-1] if own else None)
 
     add_agent(root, 0, _Start(None, 0.0, origin_t), background=False)
+    if barriers:
+        for index, extra in _barriers(session, steps).items():
+            step = steps[index]
+            joins = tuple(sorted(set(step.joins) | set(extra) - {step.anchor}))
+            steps[index] = msgspec.structs.replace(step, joins=joins)
     return _finish(session.session_id, steps)
+
+
+def _scopes(session: Session) -> list[list[str]]:
+    """Groups of agents that are one conversation split in streams (§3c): an agent with the chains
+    `agentx.trace.chains` split out of it (its children of a chain kind, or siblings named `<agent>:...`)."""
+    scopes: list[list[str]] = []
+    for agent, parent, _ in session.agents():
+        if agent.subagent_type in CHAIN_KINDS and parent is not None and agent is not session.root:
+            continue  # a chain belongs to its owner's scope
+        members = [agent.agent_id]
+        members += [sub.agent_id for sub in agent.subagents if sub.subagent_type in CHAIN_KINDS]
+        if parent is not None:
+            prefix = agent.agent_id + ":"
+            members += [sibling.agent_id for sibling in parent.subagents if sibling.agent_id.startswith(prefix)]
+        if len(members) > 1:
+            scopes.append(members)
+    return scopes
+
+
+def _barriers(session: Session, steps: Sequence[Step]) -> dict[int, list[int]]:
+    """§3c: a request starting at s also waits, on each other stream of its scope, for the latest request
+    that started before s and ended by s, unless that one ended before another such request started;
+    overlapping requests create no edge."""
+    by_agent: dict[str, list[Step]] = {}
+    for step in steps:
+        by_agent.setdefault(step.agent_id, []).append(step)
+    extra: dict[int, list[int]] = {}
+    for members in _scopes(session):
+        streams = [by_agent[m] for m in members if m in by_agent]
+        for own in streams:
+            for step in own:
+                s = step.request.t
+                candidates = []
+                for other in streams:
+                    if other is own:
+                        continue
+                    latest = None
+                    for candidate in other:
+                        if candidate.request.t >= s:
+                            break
+                        if candidate.request.end <= s:
+                            latest = candidate
+                    if latest is not None:
+                        candidates.append(latest)
+                kept = [c for c in candidates if not any(c.request.end < d.request.t for d in candidates if d is not c)]
+                if kept:
+                    extra[step.index] = [c.index for c in kept]
+    return extra
 
 
 def _finish(session_id: str, steps: list[Step]) -> SessionPlan:

@@ -16,6 +16,7 @@ import numpy as np
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
 from agentx.replay.tstar import Snapshot
+from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Session, Trace
 from agentx.trace.stats import prefix_cache_hits
 
@@ -36,10 +37,6 @@ class PreparedSession(msgspec.Struct, frozen=True):
     """Per step: the served model it names (§2f)."""
     top_level: tuple[bool, ...]
     """Per step: the root's or a flat chain's (the output cap applies), not a subagent's (§2d)."""
-
-
-CHAIN_KINDS = frozenset({"fa", "aux", "aux:red", "wg"})
-"""`subagent_type` of the agents `agentx.trace.chains` splits out of a flattened root: its own turns."""
 
 
 def file_order_models(session: Session) -> list[str]:

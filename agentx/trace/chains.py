@@ -54,7 +54,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -67,6 +67,10 @@ EPSILON_S = JOIN_EPSILON_S
 ChainKind = Literal["fa", "aux", "aux:red", "wg"]
 SubagentChains = Literal["sibling", "child"]
 HashIds = tuple[int, ...]
+
+
+CHAIN_KINDS: Final = frozenset({"fa", "aux", "aux:red", "wg"})
+"""`subagent_type` of the agents split out of a flattened root: the root's own turns, not subagents."""
 
 
 class ChainRules(msgspec.Struct, frozen=True, kw_only=True):
