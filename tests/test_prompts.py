@@ -79,7 +79,7 @@ def test_surplus_and_partial_ids_are_ignored() -> None:
     blocks = BlockTokens(0, 16)
     # in=40 covers 2 full blocks; the id of the partial third block (and a fourth) never appear.
     ids = build(40, [10, 11, 12, 13], blocks)
-    assert ids[:32] == blocks.block("s", 10) + blocks.block("s", 11)
+    assert ids[:32] == [*blocks.block("s", 10), *blocks.block("s", 11)]
     assert ids[32:] == filler(0, "s", 0, 8, blocks.space)
     # Fewer ids than blocks: the missing blocks become filler too.
     assert build(40, [10], blocks)[16:] == filler(0, "s", 0, 24, blocks.space)
@@ -180,7 +180,7 @@ def test_filler_is_per_session_and_turn() -> None:
 
 def test_lru_evicts_oldest_and_regenerates_identically() -> None:
     blocks = BlockTokens(0, 8, cache_blocks=2)
-    first = list(blocks.block("s", 1))
+    first = tuple(blocks.block("s", 1))
     blocks.block("s", 2)
     blocks.block("s", 1)  # now most recent
     blocks.block("s", 3)  # evicts 2

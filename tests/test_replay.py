@@ -317,3 +317,12 @@ def test_chat_replay_of_the_sample_corpus_is_exact(tmp_path: Path) -> None:
         assert record.osl_server_tokens == record.osl_streamed_tokens == max(1, record.osl_recorded_tokens)
     later = [r for r in records if r.turn > 0]
     assert sum(r.cached_tokens or 0 for r in later) > 0.5 * sum(r.isl_recorded_tokens for r in later)
+
+
+def test_the_collector_settings_come_back_after_a_run(sim: SimServer, tmp_path: Path) -> None:
+    import gc
+
+    before = gc.get_threshold()
+    result, _ = _replay(_trace(_flat_session("g", 2)), _options(sim, tmp_path))
+    assert result.errors == 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -108,17 +108,19 @@ class BlockTokens:
         self.block_size = block_size
         self.space = space if space is not None else TokenSpace()
         self.cache_blocks = cache_blocks
-        self._cache: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
+        # Tuples, not lists: a tuple of ints leaves the garbage collector's lists once it is seen, so tens of
+        # thousands of cached blocks add nothing to a collection's pause.
+        self._cache: OrderedDict[tuple[str, int], tuple[int, ...]] = OrderedDict()
         self._low = self.space.low
         self._width = self.space.block_width
         self._offset_scope: str | None = None
         self._offset = 0
         # One int object per id: cached blocks hold pointers into this table, not fresh ints.
-        self._ids: list[int] = list(range(self.space.high))
+        self._ids: tuple[int, ...] = tuple(range(self.space.high))
         self.hits = 0
         self.misses = 0
 
-    def block(self, scope_key: str, hash_id: int) -> list[int]:
+    def block(self, scope_key: str, hash_id: int) -> tuple[int, ...]:
         """The `block_size` tokens of block `hash_id` in scope `scope_key` (shared: do not modify)."""
         key = (scope_key, hash_id)
         cache = self._cache
@@ -154,7 +156,7 @@ class BlockTokens:
         # Counting hits once per call keeps an attribute update out of the loop.
         self.hits += len(hash_ids) - (self.misses - misses_before)
 
-    def _make(self, scope_key: str, hash_id: int) -> list[int]:
+    def _make(self, scope_key: str, hash_id: int) -> tuple[int, ...]:
         low, width, seed = self._low, self._width, self.seed
         if scope_key != self._offset_scope:
             # Misses cluster by session, so remembering the last scope's offset is enough (and bounded).
@@ -169,7 +171,7 @@ class BlockTokens:
         )
         if _BIG_ENDIAN:
             draws.byteswap()  # the draws are little-endian everywhere, so every platform agrees
-        return head + [ids[low + draw % width] for draw in draws]
+        return tuple(head + [ids[low + draw % width] for draw in draws])
 
     def __len__(self) -> int:
         return len(self._cache)
