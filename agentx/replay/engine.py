@@ -79,8 +79,8 @@ FAILURE_THRESHOLD_MIN_REQUESTS = 20
 not cancel a run."""
 ARRIVAL_LEAD_NS = 2_000_000
 """Open-loop trees are set up this long before their arrival (2 ms: a first body of ~100k tokens)."""
-GC_YOUNG_THRESHOLD = 20_000
-"""Allocations between young collections during a run (CPython's default: 700)."""
+GC_YOUNG_THRESHOLD = 5_000
+"""Allocations between young collections during a run (CPython's default: 700): rarer, and each still short."""
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
 """How often the ticker lets the writer flush (it writes at most once per its own interval)."""
@@ -181,8 +181,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     from `FAILURE_THRESHOLD_MIN_REQUESTS` requests on."""
     quiet_gc: bool = True
     """During the run, freeze what exists at its start out of the garbage collector's sight and collect the
-    young generation 30x less often (restored at the end): collections otherwise stall the event loop for
-    tens of milliseconds (bench/replay_overhead.py, setup C: dispatch lag p99 6.8 → 2.8 ms at 200/s)."""
+    young generation 7x less often (restored at the end): collections otherwise stall the event loop for
+    tens of milliseconds (bench/replay_overhead.py, setup C at 200/s: dispatch lag max 45 → ~7–17 ms)."""
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
     shard: tuple[int, int] = (0, 1)

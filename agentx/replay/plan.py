@@ -49,7 +49,7 @@ ChildOffset = Literal["branch_start", "anchor_end"]
 (the reference, §3a) or from the anchor request's recorded end (keeps the recorded spawn gap)."""
 
 
-class Step(msgspec.Struct, kw_only=True, frozen=True):
+class Step(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One request of one agent, with what must complete before it may be dispatched."""
 
     index: int
@@ -75,7 +75,7 @@ class Step(msgspec.Struct, kw_only=True, frozen=True):
         return ((self.anchor,) if self.anchor is not None else ()) + self.joins
 
 
-class SessionPlan(msgspec.Struct, kw_only=True, frozen=True):
+class SessionPlan(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The DAG of one session: steps plus the views a runner needs."""
 
     session_id: str

@@ -21,7 +21,7 @@ from agentx.trace.model import Agent, Session, Trace
 from agentx.trace.stats import prefix_cache_hits
 
 
-class PreparedSession(msgspec.Struct, frozen=True):
+class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     """A session's plan plus each step's full hash ids (computed once per session, reused on recycling)."""
 
     plan: SessionPlan

@@ -47,7 +47,7 @@ class RecordsError(Exception):
     """A records file that cannot be read (not ours, a newer major version, no complete schema)."""
 
 
-class RequestRecord(msgspec.Struct, kw_only=True):
+class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     """One request of a replay run. Construct it with the raw fields; the derived ones are computed.
 
     `dispatch_lag_s`, `ttft_s`, `e2e_s` and `itl_s` are always recomputed from the raw times in
