@@ -153,9 +153,10 @@ class ChatRenderer:
     def _cut_block(self, scope_key: str, hash_id: int, n_tokens: int) -> str:
         """The first `n_tokens` tokens of a block: its separator, then its first words."""
         separator_tokens = self.calibration.separator_tokens
-        if n_tokens <= separator_tokens:
-            return self.calibration.separator[:n_tokens]
         spaced = self._spaced
+        if n_tokens <= separator_tokens:
+            # A lone separator at a message's end is whitespace a chat template may trim: words instead.
+            return "".join([spaced[i] for i in self.blocks.block(scope_key, hash_id)[:n_tokens]])
         words = self.blocks.block(scope_key, hash_id)[: n_tokens - separator_tokens]
         return self.calibration.separator + "".join([spaced[i] for i in words])
 
