@@ -325,4 +325,4 @@ def test_the_collector_settings_come_back_after_a_run(sim: SimServer, tmp_path: 
     before = gc.get_threshold()
     result, _ = _replay(_trace(_flat_session("g", 2)), _options(sim, tmp_path))
     assert result.errors == 0
-    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0 and gc.isenabled()
