@@ -262,3 +262,21 @@ def write_json(path: Path, *documents: dict[str, Any], indent: int | None = None
     else:
         path.write_text("".join(json.dumps(doc) + "\n" for doc in documents), encoding="utf-8")
     return path
+
+
+def record_identity(**overrides: object) -> dict[str, object]:
+    """The identity fields of a hand-made `RequestRecord` (a root request of session "s", turn 0), for tests
+    that build records field by field."""
+    fields: dict[str, object] = {
+        "run_id": "run-1",
+        "phase": "profiling",
+        "lane": 0,
+        "play": 0,
+        "session_id": "s",
+        "agent_id": "",
+        "depth": 0,
+        "turn": 0,
+        "model": "m",
+    }
+    fields.update(overrides)
+    return fields

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import record_identity
 
 from agentx.cli import main
 from agentx.replay.engine import ReplayOptions
@@ -247,15 +248,7 @@ def test_real_run_summary_file(run_dir: Path) -> None:
 def rec(**overrides: Any) -> RequestRecord:
     """A successful profiling request: sent at 1 s, first token at 1.1 s, 11 tokens until 1.6 s, end 1.7 s."""
     values: dict[str, Any] = {
-        "run_id": "run-1",
-        "phase": "profiling",
-        "lane": 0,
-        "play": 0,
-        "session_id": "s",
-        "agent_id": "",
-        "depth": 0,
-        "turn": 0,
-        "model": "m",
+        **record_identity(run_id="run-1"),
         "correlation_id": "corr-0",
         "scheduled_ns": 1 * S - 5 * MS,
         "sent_ns": 1 * S,

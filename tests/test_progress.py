@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from strategies import record_identity
 
 from agentx.replay.engine import ReplayOptions
 from agentx.replay.plan import session_order
@@ -29,15 +30,7 @@ class FakeClock:
 
 def record(out: int, status: str = "ok") -> RequestRecord:
     values: dict[str, Any] = {
-        "run_id": "r",
-        "phase": "profiling",
-        "lane": 0,
-        "play": 0,
-        "session_id": "s",
-        "agent_id": "",
-        "depth": 0,
-        "turn": 0,
-        "model": "m",
+        **record_identity(run_id="r"),
         "scheduled_ns": 0,
         "sent_ns": 0,
         "end_ns": 1,

@@ -18,6 +18,7 @@ import pyarrow.ipc as ipc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import record_identity
 
 from agentx.replay.records import (
     MAX_ERROR_MESSAGE,
@@ -46,15 +47,7 @@ TEXT = st.text(max_size=12)
 
 def make(**overrides: Any) -> RequestRecord:
     values: dict[str, Any] = {
-        "run_id": "run-1",
-        "phase": "profiling",
-        "lane": 0,
-        "play": 0,
-        "session_id": "s",
-        "agent_id": "",
-        "depth": 0,
-        "turn": 0,
-        "model": "m",
+        **record_identity(run_id="run-1"),
         "scheduled_ns": 0,
         "sent_ns": 2_000_000,
         "first_token_ns": 52_000_000,

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
+from strategies import record_identity
 
 from agentx.replay.records import SCHEMA, RecordWriter, RequestRecord, RunInfo, read_records
 from agentx.results.summary import (
@@ -35,15 +36,7 @@ S = 1_000_000_000
 def rec(**overrides: Any) -> RequestRecord:
     """A successful profiling request: sent at 1 s, first token at 1.1 s, 11 tokens until 1.6 s, end 1.7 s."""
     values: dict[str, Any] = {
-        "run_id": "run-1",
-        "phase": "profiling",
-        "lane": 0,
-        "play": 0,
-        "session_id": "s",
-        "agent_id": "",
-        "depth": 0,
-        "turn": 0,
-        "model": "m",
+        **record_identity(run_id="run-1"),
         "scheduled_ns": 1 * S,
         "sent_ns": 1 * S,
         "first_token_ns": 1 * S + 100 * MS,

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import record_identity
 
 from agentx.replay.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.validity import (
@@ -29,15 +30,7 @@ def rec(sent_s: float = 1.0, length_s: float = 0.7, **overrides: Any) -> Request
     sent = int(sent_s * S)
     end = sent + int(length_s * S)
     values: dict[str, Any] = {
-        "run_id": "run-1",
-        "phase": "profiling",
-        "lane": 0,
-        "play": 0,
-        "session_id": "s",
-        "agent_id": "",
-        "depth": 0,
-        "turn": 0,
-        "model": "m",
+        **record_identity(run_id="run-1"),
         "scheduled_ns": sent,
         "sent_ns": sent,
         "first_token_ns": sent + 100 * MS,
