@@ -30,7 +30,7 @@ How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
   in-flight requests get `grace_s`, then are cancelled and recorded as errors of kind `cancelled`; steps never
   sent are counted in `RunResult.skipped`, not recorded.
 - A failed request still completes its step: its dependents go on (the error is in its record).
-- Records stream to `out_dir/records.arrow`; a ticker lets the writer flush at least once a second, and
+- Records stream to `out_dir/records.arrow`; a ticker lets the writer flush every 0.2 s, and
   the writer is closed on every exit path. In agentx mode every play carries its own cache-bust marker.
 - `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
   a `--workers n` run (agentx.replay.workers).
@@ -71,9 +71,14 @@ SessionOrder = Literal["sequential", "shuffle", "random"]
 RECORDS_FILE = "records.arrow"
 AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
 """Headers a router may key session affinity on; `ReplayOptions.affinity_headers` picks among them."""
-FLUSH_TICK_S = 0.5
+FLUSH_TICK_S = 0.1
+"""How often the ticker lets the writer flush (it writes at most once per its own interval)."""
+FLUSH_INTERVAL_S = 0.2
+"""Records reach disk at least this often: small batches, because a flush runs on the event loop and a
+large one (a second of records at 1,000 requests/s) would hold every timer back by milliseconds."""
 COMPLETIONS_PATH = "/v1/completions"
 LOOP_LAG_TICK_S = 0.1
+"""How often the event-loop lag is sampled (and, with `quiet_gc`, the young generation collected)."""
 FAILURE_THRESHOLD_MIN_REQUESTS = 20
 """The failure threshold is judged only once this many profiling requests have ended: one early error must
 not cancel a run."""
@@ -84,7 +89,6 @@ GC_MIDDLE_EVERY_TICKS = 10
 """With `quiet_gc`, the young generation is collected every loop-lag tick (0.1 s), the middle one every 1 s."""
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
-"""How often the ticker lets the writer flush (it writes at most once per its own interval)."""
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -334,7 +338,7 @@ async def run_replay(
         }
         info = RunInfo(run_id=run_id, wall_epoch_ns=wall_epoch_ns, options=metadata)
         records_path = out_dir / RECORDS_FILE
-        with RecordWriter(records_path, info) as writer, _quiet_gc(options.quiet_gc):
+        with RecordWriter(records_path, info, flush_interval_s=FLUSH_INTERVAL_S) as writer, _quiet_gc(options.quiet_gc):
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
             runner.on_sent = on_sent
             runner.stream_options = STREAM_OPTIONS[stream_usage]
