@@ -1,7 +1,5 @@
 """Chat conversations rebuilt from hash ids: the segment model of agentx-replay-semantics.md §2b–§2c.
 
-INTERFACE (fixed; the chat renderer in the engine is written against it):
-
 - `Segment`: one chat message as blocks (hash ids, `block_size` tokens each) plus filler tokens.
 - `ChatTurn`: the whole message list one request sends, plus what changed since the previous turn.
 - `Conversation(block_size, prefix_blocks=0)`: the state of one agent's conversation;

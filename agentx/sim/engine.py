@@ -1,7 +1,5 @@
 """The simulated engine: a vLLM-like step loop over a KV cache with prefix caching.
 
-INTERFACE (fixed; the HTTP server is written against it):
-
 - `EngineConfig`: every knob, immutable.
 - `GenerationRequest`: what one HTTP request asks the engine for.
 - `Engine(config)`; `await engine.run()` runs the step loop until `engine.stop()`;
