@@ -58,6 +58,17 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
     assert sharded.loop_lag_s and sharded.stream_usage == "continuous"
 
 
+def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.002) as sim:
+        options = ReplayOptions(
+            url=sim.url, model=sim.model, out_dir=tmp_path, concurrency=4, sessions=4, delay_scale=0.001
+        )
+        result = run_workers(SAMPLE, options, workers=2)
+    assert [entry["lane"] for entry in result.tstar] == [0, 1, 2, 3]
+    records = to_records(read_records(result.records_path))
+    assert result.warmup_requests == sum(r.phase == "warmup" for r in records) > 0
+
+
 def test_more_workers_than_lanes_is_refused(tmp_path: Path) -> None:
     options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
     with pytest.raises(ValueError, match="exceeds --concurrency"):

@@ -125,4 +125,12 @@ def run_workers(
         loop_lag_s=[lag for r in results for lag in r.loop_lag_s],
         stream_usage=results[0].stream_usage,
         calibration=results[0].calibration,
+        cancel_reason=next((r.cancel_reason for r in results if r.cancel_reason), None),
+        skipped_context_overflow=sum(r.skipped_context_overflow for r in results),
+        warmup_requests=sum(r.warmup_requests for r in results),
+        tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry["lane"]),
+        dropped_sessions=results[0].dropped_sessions,
+        flattened_chains=results[0].flattened_chains,
+        idle_jumps=sum(r.idle_jumps for r in results),
+        idle_skipped_s=max(r.idle_skipped_s for r in results),
     )
