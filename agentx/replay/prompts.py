@@ -26,8 +26,6 @@ so a cached block costs ~0.6 KB rather than ~2.4 KB of fresh int objects.
 from __future__ import annotations
 
 import hashlib
-import sys
-from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -51,7 +49,20 @@ DEFAULT_CACHE_BLOCKS: Final = 65536
 FILLER_SHARE_DIVISOR: Final = 16
 """Filler takes 1/16 of the space (at least one id): it needs no variety beyond not being block content."""
 
-_BIG_ENDIAN: Final = sys.byteorder == "big"
+_U64s = np.ndarray[tuple[int, ...], np.dtype[np.uint64]]
+_GOLDEN: Final = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(
+    values: np.ndarray[tuple[int, ...], np.dtype[np.uint64]],
+) -> np.ndarray[tuple[int, ...], np.dtype[np.uint64]]:
+    """splitmix64's finalizer, elementwise (uint64 arithmetic wraps, as the algorithm intends)."""
+    values = values ^ (values >> np.uint64(30))
+    values = values * np.uint64(0xBF58476D1CE4E5B9)
+    values = values ^ (values >> np.uint64(27))
+    values = values * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
 
 DEFAULT_STREAM_OPTIONS: Final[Mapping[str, object]] = {"include_usage": True, "continuous_usage_stats": True}
 
@@ -115,63 +126,71 @@ class BlockTokens:
         self._width = self.space.block_width
         self._offset_scope: str | None = None
         self._offset = 0
+        self._scope_key64 = np.uint64(0)
         # One int object per id: cached blocks hold pointers into this table, not fresh ints.
-        self._ids: tuple[int, ...] = tuple(range(self.space.high))
+        self._ids = np.array(range(self.space.high), dtype=object)
         self.hits = 0
         self.misses = 0
 
     def block(self, scope_key: str, hash_id: int) -> tuple[int, ...]:
         """The `block_size` tokens of block `hash_id` in scope `scope_key` (shared: do not modify)."""
-        key = (scope_key, hash_id)
-        cache = self._cache
-        tokens = cache.get(key)
-        if tokens is not None:
-            self.hits += 1
-            cache.move_to_end(key)
-            return tokens
-        self.misses += 1
-        tokens = self._make(scope_key, hash_id)
-        if self.cache_blocks:
-            cache[key] = tokens
-            if len(cache) > self.cache_blocks:
-                cache.popitem(last=False)
-        return tokens
+        out: list[int] = []
+        self.extend(out, scope_key, (hash_id,))
+        return self._cache.get((scope_key, hash_id)) or tuple(out)
 
     def extend(self, out: list[int], scope_key: str, hash_ids: Sequence[int]) -> None:
-        """Append the blocks of `hash_ids`, in order, to `out` (the hot path: cached blocks are only
-        looked up and concatenated)."""
+        """Append the blocks of `hash_ids`, in order, to `out`. The hot path: cached blocks are only looked
+        up and concatenated; the missing ones are made together, in one vectorized pass."""
         cache = self._cache
         get = cache.get
         move_to_end = cache.move_to_end
-        extend = out.extend
-        misses_before = self.misses
+        found: list[tuple[int, ...] | None] = []
+        missing: dict[int, tuple[int, ...]] = {}
         for hash_id in hash_ids:
             key = (scope_key, hash_id)
             tokens = get(key)
             if tokens is None:
-                tokens = self.block(scope_key, hash_id)  # counts the miss
+                missing[hash_id] = ()
             else:
                 move_to_end(key)
-            extend(tokens)
-        # Counting hits once per call keeps an attribute update out of the loop.
-        self.hits += len(hash_ids) - (self.misses - misses_before)
+            found.append(tokens)
+        if missing:
+            made = self._make(scope_key, list(missing))
+            for hash_id, tokens in zip(missing, made, strict=True):
+                missing[hash_id] = tokens
+                if self.cache_blocks:
+                    cache[(scope_key, hash_id)] = tokens
+            while len(cache) > self.cache_blocks:
+                cache.popitem(last=False)
+        self.misses += len(missing)
+        self.hits += len(hash_ids) - len(missing)
+        extend = out.extend
+        for hash_id, tokens in zip(hash_ids, found, strict=True):
+            extend(missing[hash_id] if tokens is None else tokens)
 
-    def _make(self, scope_key: str, hash_id: int) -> tuple[int, ...]:
-        low, width, seed = self._low, self._width, self.seed
+    def _make(self, scope_key: str, hash_ids: list[int]) -> list[tuple[int, ...]]:
+        """The blocks of `hash_ids` (distinct) in one scope: a counter-based hash (splitmix64) of the scope's
+        key, the id and the position, so each block is the same whichever others it is made with."""
         if scope_key != self._offset_scope:
-            # Misses cluster by session, so remembering the last scope's offset is enough (and bounded).
-            digest = hashlib.shake_128(f"{seed}:{scope_key}:offset".encode()).digest(8)
-            self._offset_scope, self._offset = scope_key, int.from_bytes(digest, "big")
+            # Misses cluster by session, so remembering the last scope's keys is enough (and bounded).
+            digest = hashlib.shake_128(f"{self.seed}:{scope_key}".encode()).digest(16)
+            self._offset_scope = scope_key
+            self._offset = int.from_bytes(digest[:8], "little")
+            self._scope_key64 = np.uint64(int.from_bytes(digest[8:], "little"))
+        low, width, size = self._low, self._width, self.block_size
+        ids = np.array(hash_ids, dtype=np.int64)
         # The leading pair spells (id + offset) in base `width`: distinct ids of a scope never share it.
-        code = (hash_id + self._offset) % (width * width)
-        ids = self._ids
-        head = [ids[low + code % width], ids[low + code // width]][: self.block_size]
-        draws = array(
-            "I", hashlib.shake_128(f"{seed}:{scope_key}:{hash_id}".encode()).digest(4 * max(0, self.block_size - 2))
-        )
-        if _BIG_ENDIAN:
-            draws.byteswap()  # the draws are little-endian everywhere, so every platform agrees
-        return tuple(head + [ids[low + draw % width] for draw in draws])
+        code = (ids % (width * width) + self._offset % (width * width)) % (width * width)
+        matrix = np.empty((len(hash_ids), max(size, 2)), dtype=np.int64)
+        matrix[:, 0] = code % width
+        matrix[:, 1] = code // width
+        if size > 2:
+            positions = np.arange(1, size - 1, dtype=np.uint64) * _GOLDEN
+            base = _mix64(ids.view(np.uint64) * _GOLDEN + self._scope_key64)
+            matrix[:, 2:] = _mix64(base[:, None] + positions[None, :]) % np.uint64(width)
+        matrix += low
+        rows: list[list[int]] = self._ids[matrix[:, :size]].tolist()
+        return list(map(tuple, rows))
 
     def __len__(self) -> int:
         return len(self._cache)
