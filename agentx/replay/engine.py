@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import time
 import uuid
@@ -54,6 +53,7 @@ from agentx.replay.arrivals import rate_arrivals, trace_arrivals
 from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
 from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
+from agentx.replay.collector import collect_on_clock, quiet_gc
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
@@ -78,15 +78,13 @@ FLUSH_INTERVAL_S = 0.2
 large one (a second of records at 1,000 requests/s) would hold every timer back by milliseconds."""
 COMPLETIONS_PATH = "/v1/completions"
 LOOP_LAG_TICK_S = 0.1
-"""How often the event-loop lag is sampled (and, with `quiet_gc`, the young generation collected)."""
+"""How often the event-loop lag is sampled."""
 FAILURE_THRESHOLD_MIN_REQUESTS = 20
 """The failure threshold is judged only once this many profiling requests have ended: one early error must
 not cancel a run."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
-GC_MIDDLE_EVERY_TICKS = 10
-"""With `quiet_gc`, the young generation is collected every loop-lag tick (0.1 s), the middle one every 1 s."""
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
 
@@ -338,7 +336,7 @@ async def run_replay(
         }
         info = RunInfo(run_id=run_id, wall_epoch_ns=wall_epoch_ns, options=metadata)
         records_path = out_dir / RECORDS_FILE
-        with RecordWriter(records_path, info, flush_interval_s=FLUSH_INTERVAL_S) as writer, _quiet_gc(options.quiet_gc):
+        with RecordWriter(records_path, info, flush_interval_s=FLUSH_INTERVAL_S) as writer, quiet_gc(options.quiet_gc):
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
             runner.on_sent = on_sent
             runner.stream_options = STREAM_OPTIONS[stream_usage]
@@ -405,23 +403,6 @@ def _describe_snapshot(lane: int, prepared: PreparedSession, state: Snapshot) ->
         "primers": len(state.primers),
         "waiting_on_join": agents(state.waiting),
     }
-
-
-@contextlib.contextmanager
-def _quiet_gc(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.freeze()
-    gc.disable()  # the runner collects the young generations itself, on a clock (`_watch_loop`)
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-        gc.unfreeze()
 
 
 class _TraceChanges(msgspec.Struct, kw_only=True):
@@ -568,6 +549,8 @@ class _Runner:
                 services.create_task(self._stopper()),
                 services.create_task(self._watch_loop()),
             ]
+            if self.options.quiet_gc:
+                background.append(services.create_task(collect_on_clock()))
             try:
                 firsts: dict[int, Play] = {}
                 if self.options.mode == "agentx":
@@ -694,14 +677,10 @@ class _Runner:
         """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
         loop = asyncio.get_running_loop()
         samples = self.loop_lag_s
-        quiet_gc = self.options.quiet_gc
-        for tick in itertools.count(1):
+        while True:
             due = loop.time() + LOOP_LAG_TICK_S
             await asyncio.sleep(LOOP_LAG_TICK_S)
             samples.append(max(0.0, loop.time() - due))
-            if quiet_gc:
-                # Small collections on a clock: 0.1 s of garbage at a time, never the whole heap mid-run.
-                gc.collect(1 if tick % GC_MIDDLE_EVERY_TICKS == 0 else 0)
 
     async def _tick(self) -> None:
         while True:
@@ -751,7 +730,8 @@ class _Runner:
             assert options.rate is not None
             order = session_order(len(self.trace.sessions), options.session_order, options.seed)
             schedule = zip(rate_arrivals(options.rate, options.burstiness, options.seed), order, strict=False)
-        origin_ns = time.perf_counter_ns()
+        # The schedule starts one lead from now, so that the first trees' bodies are built before they are due too.
+        origin_ns = time.perf_counter_ns() + ARRIVAL_LEAD_NS
         async with asyncio.TaskGroup() as trees:
             for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
                 if self.tree_limit is not None and self.trees_started >= self.tree_limit:

@@ -172,7 +172,7 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
                 # No anchor (the reference drops these): start alongside the parent, offset by the recorded lead.
                 first_t = _first_t(sub, start.ref_t)
                 sub_start = _Start(start.anchor, start.delay_s + max(0.0, first_t - start.ref_t), first_t)
-            _, last = add_agent(sub, depth + 1, sub_start, background or joined_at is None)
+            _, last = add_agent(sub, depth + 1, sub_start, background or joined_at is None)  # noqa: F821 (see del)
             if joined_at is not None and last is not None:
                 joins.setdefault(joined_at, []).append(last)
         for turn, lasts in joins.items():
@@ -181,6 +181,7 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
         return own, (own[-1] if own else None)
 
     add_agent(root, 0, _Start(None, 0.0, origin_t), background=False)
+    del add_agent  # a recursive closure is a reference cycle: left alone, every plan is garbage to collect
     if barriers:
         for index, extra in _barriers(session, steps).items():
             step = steps[index]

@@ -39,21 +39,21 @@ class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     """Per step: the root's or a flat chain's (the output cap applies), not a subagent's (§2d)."""
 
 
+def _models_in_file_order(agent: Agent) -> Iterator[str]:
+    by_position: dict[int, list[Agent]] = {}
+    for sub in agent.subagents:
+        by_position.setdefault(sub.spawn_after, []).append(sub)
+    for position in range(len(agent.requests) + 1):
+        for sub in by_position.get(position, ()):
+            yield from _models_in_file_order(sub)
+        if position < len(agent.requests):
+            yield agent.requests[position].model
+
+
 def file_order_models(session: Session) -> list[str]:
     """The session's distinct recorded models, main model first, then by first appearance in file order
     (a subagent's requests where its entry stands among its parent's, §2f)."""
-
-    def walk(agent: Agent) -> Iterator[str]:
-        by_position: dict[int, list[Agent]] = {}
-        for sub in agent.subagents:
-            by_position.setdefault(sub.spawn_after, []).append(sub)
-        for position in range(len(agent.requests) + 1):
-            for sub in by_position.get(position, ()):
-                yield from walk(sub)
-            if position < len(agent.requests):
-                yield agent.requests[position].model
-
-    in_order = list(walk(session.root))
+    in_order = list(_models_in_file_order(session.root))
     main = session.root.requests[0].model if session.root.requests else (in_order[0] if in_order else "")
     return list(dict.fromkeys([main, *in_order])) if in_order else []
 
