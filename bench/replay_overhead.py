@@ -599,6 +599,12 @@ def _open_summary(setup: OpenSetup, run: dict[str, Any]) -> dict[str, float | No
         "GC pauses ≥ 1 ms (count)": float(sum(1 for a, b, _ in run["gc_pauses_ns"] if b - a >= 1_000_000)),
         "GC pause max ms": max((b - a) / 1e6 for a, b, _ in run["gc_pauses_ns"]) if run["gc_pauses_ns"] else None,
         "GC pause total ms": sum(b - a for a, b, _ in run["gc_pauses_ns"]) / 1e6,
+        "GC pause max ms, young (gen 0)": max(
+            ((b - a) / 1e6 for a, b, g in run["gc_pauses_ns"] if g == 0), default=None
+        ),
+        "GC pause max ms, middle (gen 1)": max(
+            ((b - a) / 1e6 for a, b, g in run["gc_pauses_ns"] if g == 1), default=None
+        ),
         "TTFT err p50 ms": _pct(ttft, 0.5),
         "TTFT err p99 ms": _pct(ttft, 0.99),
         "E2E err p50 ms": _pct(e2e, 0.5),

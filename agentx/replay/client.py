@@ -1,31 +1,32 @@
-"""HTTP client for OpenAI-compatible servers: one pooled aiohttp session, streamed requests timed per chunk.
+"""HTTP client for OpenAI-compatible servers: pooled keep-alive connections, streamed requests timed per chunk.
 
 It knows HTTP and SSE, not traces: callers hand it a path and a pre-encoded JSON body and get back an
 `Exchange` of timestamps, token counts, usage and, on failure, an error kind. Server and network failures
 never raise; they are recorded in the `Exchange`. `asyncio.CancelledError` propagates untouched.
 
-Timestamps are `time.perf_counter_ns()` taken as soon as a read returns bytes, before any parsing; every
-event completed by one read shares that read's timestamp. A request's `sent_ns` is taken when aiohttp hands
-its first bytes to the socket (a trace hook), so time spent queued in the client before that (the pool, the
-request path, a burst of other requests on the same loop) is not charged to the server's TTFT; it stays
-visible as `sent_ns − queued_ns`.
+Requests and their responses go through `http1` (a lean HTTP/1.1 pool whose connections hand each read to
+the SSE parser directly); probes and plain JSON calls through one aiohttp session. Timestamps are
+`time.perf_counter_ns()` taken as soon as a read delivers bytes, before any parsing; every event completed
+by one read shares that read's timestamp. A request's `sent_ns` is taken when its bytes are handed to the
+socket, so time spent queued in the client before that (waiting for a pooled connection, a burst of other
+requests on the same loop) is not charged to the server's TTFT; it stays visible as `sent_ns − queued_ns`.
 
-The idle timeout is not aiohttp's `sock_read` (which re-arms a timer on every read): one watchdog per client
-wakes at most once a second while requests are in flight and aborts those whose last read is older than
-`idle_timeout_s`.
+The idle timeout costs no timer per read: one watchdog per client wakes at most once a second while
+requests are in flight and aborts those whose last read is older than `idle_timeout_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import SimpleNamespace, TracebackType
+from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Final, Literal
 
 import aiohttp
 import msgspec
 
+from agentx.replay.http1 import ConnectionClosedError, Endpoint, HTTPProtocolError, Pool, encode_headers
 from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
@@ -57,11 +58,11 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     status: int = 0
     """HTTP status; 0 when no response arrived."""
     queued_ns: int = 0
-    """When the request was handed to the client (`stream` / `complete` called), before the connection pool
-    and aiohttp's request path: `sent_ns − queued_ns` is the client's own queueing."""
+    """When the request was handed to the client (`stream` / `complete` called), before the connection pool:
+    `sent_ns − queued_ns` is the client's own queueing."""
     sent_ns: int = 0
-    """When the request's first bytes (its headers, coalesced with the body) were handed to the socket; 0
-    when they never were (e.g. the connection was refused)."""
+    """When the request's bytes (head and body, one write) were handed to the socket; 0 when they never were
+    (e.g. the connection was refused)."""
     headers_ns: int = 0
     first_token_ns: int = 0
     """Arrival of the first non-empty content chunk (text, reasoning or tool-call delta)."""
@@ -151,9 +152,9 @@ _models_decoder: Final = msgspec.json.Decoder(_ModelList)
 
 
 class _Flight:
-    """The watchdog's view of one in-flight request (also aiohttp's per-request trace context)."""
+    """The watchdog's view of one in-flight request."""
 
-    __slots__ = ("exchange", "expired", "last_ns", "timeout", "wrote")
+    __slots__ = ("exchange", "expired", "last_ns", "timeout")
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
@@ -162,37 +163,6 @@ class _Flight:
         """The last sign of life: the request's bytes written, headers, any read; 0 before the request is
         written, so waiting for a pooled connection is not idle time (the connect has its own timeout)."""
         self.expired = False
-        self.wrote = False
-
-
-async def _on_headers_sent(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
-) -> None:
-    # aiohttp buffers the headers here and writes them with the body's first chunk (below), from a task
-    # that runs on a later loop iteration; this stamp only stands for a request without a body chunk.
-    flight: _Flight | None = context.trace_request_ctx  # None: a probe or plain JSON request
-    if flight is not None:
-        flight.exchange.sent_ns = flight.last_ns = time.perf_counter_ns()
-
-
-async def _on_chunk_sent(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestChunkSentParams
-) -> None:
-    # Fired right before the transport write that carries the headers and the body's start.
-    flight: _Flight | None = context.trace_request_ctx
-    if flight is not None and not flight.wrote:
-        flight.wrote = True
-        flight.exchange.sent_ns = flight.last_ns = time.perf_counter_ns()
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    config = aiohttp.TraceConfig()
-    config.on_request_headers_sent.append(_on_headers_sent)
-    config.on_request_chunk_sent.append(_on_chunk_sent)
-    return config
-
-
-_Reader = Callable[[aiohttp.ClientResponse, Exchange, _Flight], Awaitable[None]]
 
 
 class _ExchangeError(Exception):
@@ -205,7 +175,8 @@ class _ExchangeError(Exception):
 
 
 class Client:
-    """One aiohttp session with a keep-alive pool sized for the concurrency. Use as `async with`.
+    """A keep-alive connection pool sized for the concurrency (plus an aiohttp session for probes and JSON
+    calls). Use as `async with`.
 
     The API key is sent as `Authorization: Bearer ...`; it is never logged, never in `repr`, never in an
     `Exchange` (error messages are scrubbed of it).
@@ -237,7 +208,11 @@ class Client:
         self._secret = api_key or None
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._endpoint = Endpoint(self.base_url)
+        # Every request's constant head lines, encoded once.
+        self._fixed_head = encode_headers({"Host": self._endpoint.host_header, "User-Agent": "agentx", **self._headers})
         self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
         self._flights: set[_Flight] = set()
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -270,13 +245,21 @@ class Client:
             headers=self._headers,
             timeout=timeout,
             raise_for_status=False,
-            trace_configs=[_trace_config()],
+        )
+        self._pool = Pool(
+            self._endpoint,
+            limit=self.limit,
+            connect_timeout_s=self.connect_timeout_s,
+            keepalive_timeout_s=self.keepalive_timeout_s,
         )
 
     async def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -333,53 +316,62 @@ class Client:
 
     async def stream(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
         """POST a pre-encoded streaming request body to `path` and record the response as it arrives."""
-        return await self._exchange(path, body, extra_headers, _read_stream)
+        return await self._exchange(path, body, extra_headers, _Response(streamed=True))
 
     async def complete(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
         """POST a pre-encoded non-streaming (`"stream": false`) body; the whole answer is one chunk at its end."""
-        return await self._exchange(path, body, extra_headers, _read_whole)
+        return await self._exchange(path, body, extra_headers, _Response(streamed=False))
+
+    def _request_bytes(self, path: str, body: bytes, extra_headers: Mapping[str, str] | None) -> bytes:
+        head = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n" % (
+            (self._endpoint.prefix + path).encode(),
+            self._fixed_head,
+            len(body),
+        )
+        extra = encode_headers(dict(extra_headers)) if extra_headers else b""
+        return b"".join((head, extra, b"\r\n", body))
 
     async def _exchange(
-        self, path: str, body: bytes, extra_headers: Mapping[str, str] | None, read: _Reader
+        self, path: str, body: bytes, extra_headers: Mapping[str, str] | None, response: _Response
     ) -> Exchange:
-        session = self._require_session()
-        exchange = Exchange()
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("Client is not open: use `async with Client(...)` or call open() in the loop")
+        exchange = response.exchange
         exchange.queued_ns = time.perf_counter_ns()
-        watched = bool(self.idle_timeout_s)  # None or 0: no idle timeout, as aiohttp's sock_read had it
-        flight = _Flight(exchange)
+        payload = self._request_bytes(path, body, extra_headers)
+        watched = bool(self.idle_timeout_s)  # None or 0: no idle timeout
+        flight = response.flight
+        total_s = self.total_timeout_s
         try:
-            # A Timeout with no deadline costs no timer; the watchdog reschedules it to now to abort the
-            # request, and it tells that apart from a cancellation coming from the caller.
-            async with asyncio.timeout(None) as flight.timeout:
+            # The watchdog reschedules this Timeout to now to abort the request, and it tells that apart from
+            # a cancellation coming from the caller; without a total timeout it has no deadline (no timer).
+            deadline = asyncio.get_running_loop().time() + total_s if total_s else None
+            async with asyncio.timeout(deadline) as flight.timeout:
                 if watched:
                     self._flights.add(flight)
                     if self._watchdog is None:
                         self._arm_watchdog()
                 try:
-                    async with session.post(
-                        self.base_url + path, data=body, headers=extra_headers, trace_request_ctx=flight
-                    ) as response:
-                        exchange.headers_ns = flight.last_ns = time.perf_counter_ns()
-                        exchange.status = response.status
-                        if response.status != 200:
-                            await self._http_error(response)
-                        else:
-                            await read(response, exchange, flight)
+                    await _send(pool, payload, response)
                 finally:
                     if watched:
                         self._flights.discard(flight)
+            response.finish(self.context_overflow_substrings)
         except _ExchangeError as failure:
             _fail(exchange, failure.kind, self._scrub(failure.message))
-        except TimeoutError as exc:  # the watchdog's, and aiohttp's (connect, total), which subclass it
+        except TimeoutError:  # the watchdog's, the total and the connect timeouts
             if flight.expired:
                 message = f"idle timeout: no bytes from the server for {self.idle_timeout_s:g} s"
+            elif exchange.sent_ns == 0:
+                message = f"connecting timed out after {self.connect_timeout_s:g} s"
             else:
-                message = _describe(exc)
+                message = f"total timeout: the request took longer than {total_s:g} s"
             _fail(exchange, "timeout", self._scrub(message))
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-            _fail(exchange, "connection", self._scrub(_describe(exc)))
-        except aiohttp.ClientError as exc:
+        except HTTPProtocolError as exc:
             _fail(exchange, "protocol", self._scrub(_describe(exc)))
+        except OSError as exc:  # refused, reset, closed mid-response
+            _fail(exchange, "connection", self._scrub(_describe(exc)))
         return exchange
 
     def _arm_watchdog(self) -> None:
@@ -398,15 +390,23 @@ class Client:
                 flight.timeout.reschedule(loop.time())
         self._watchdog = loop.call_later(period, self._watch, period) if self._flights else None
 
-    async def _http_error(self, response: aiohttp.ClientResponse) -> None:
-        raw = await response.content.read(_ERROR_BODY_MAX_BYTES)
-        message = _error_message(raw) or response.reason or ""
-        kind: ErrorKind = "http"
-        if response.status == 400:
-            lowered = raw.decode("utf-8", "replace").lower()
-            if any(s in lowered for s in self.context_overflow_substrings):
-                kind = "context_overflow"
-        raise _ExchangeError(kind, f"HTTP {response.status}: {message}")
+
+async def _send(pool: Pool, payload: bytes, response: _Response) -> None:
+    """Send `payload` on a pooled connection and wait for the whole response. A reused connection that the
+    server had closed before answering gets the request again, once, on a fresh connection."""
+    for attempt in range(2):
+        connection, reused = await pool.acquire()
+        reusable = False
+        try:
+            response.exchange.sent_ns = response.flight.last_ns = time.perf_counter_ns()
+            reusable = await connection.send(payload, response)
+        except ConnectionClosedError as exc:
+            if reused and exc.before_response and attempt == 0:
+                continue
+            raise
+        finally:
+            pool.release(connection, reusable)
+        return
 
 
 def _fail(exchange: Exchange, kind: ErrorKind, message: str) -> None:
@@ -434,33 +434,65 @@ def _error_message(raw: bytes) -> str:
     return parsed.message or parsed.detail or raw[:MESSAGE_MAX_CHARS].decode("utf-8", "replace")
 
 
-async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange, flight: _Flight) -> None:
-    """Read SSE to the end of the body, filling `exchange`; raises _ExchangeError for protocol and in-band errors."""
-    parser = SSEParser()
-    feed = parser.feed
-    read = response.content.readany
-    decode = _chunk_decoder.decode
-    clock = time.perf_counter_ns
-    chunk_ns = exchange.chunk_ns
-    chunk_tokens = exchange.chunk_tokens
-    usage: _Usage | None = None
-    running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
-    done = False
-    while True:
-        raw = await read()
-        now_ns = flight.last_ns = clock()
-        if not raw:
-            break
-        if done:
-            continue  # drain to the end so the connection goes back to the pool
-        for event_type, data in feed(raw):
+class _Response:
+    """One exchange's response, fed by its connection as reads arrive (an `http1.Sink`).
+
+    Streamed: SSE events are decoded as they complete, each content chunk stamped with its read's time.
+    Otherwise the body is gathered and decoded at its end. A non-200 answer keeps its body's start for the
+    error message. `finish` settles the `Exchange` once the response is complete.
+    """
+
+    __slots__ = (
+        "_done",
+        "_error_body",
+        "_feed",
+        "_parts",
+        "_reason",
+        "_running_tokens",
+        "_usage",
+        "exchange",
+        "flight",
+        "streamed",
+    )
+
+    def __init__(self, *, streamed: bool) -> None:
+        self.exchange = Exchange()
+        self.flight = _Flight(self.exchange)
+        self.streamed = streamed
+        self._feed = SSEParser().feed
+        self._parts: list[bytes] = []
+        self._error_body = b""
+        self._reason = ""
+        self._usage: _Usage | None = None
+        self._running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
+        self._done = False
+
+    def head(self, status: int, reason: str, headers: dict[str, str], now_ns: int) -> None:
+        self.exchange.headers_ns = self.flight.last_ns = now_ns
+        self.exchange.status = status
+        self._reason = reason
+
+    def data(self, chunk: bytes, now_ns: int) -> None:
+        self.flight.last_ns = now_ns
+        if self.exchange.status != 200:
+            if len(self._error_body) < _ERROR_BODY_MAX_BYTES:
+                self._error_body += chunk[: _ERROR_BODY_MAX_BYTES - len(self._error_body)]
+        elif not self.streamed:
+            self._parts.append(chunk)
+        elif not self._done:  # after [DONE], the rest is only drained so the connection can be reused
+            self._events(chunk, now_ns)
+
+    def _events(self, raw: bytes, now_ns: int) -> None:
+        """The SSE events that `raw` completed; raises _ExchangeError for protocol and in-band errors."""
+        exchange = self.exchange
+        for event_type, data in self._feed(raw):
             if data == DONE:
-                done = True
-                break
+                self._done = True
+                return
             if event_type == ERROR_EVENT:
                 raise _ExchangeError("http", f"error event: {data[:MESSAGE_MAX_CHARS].decode('utf-8', 'replace')}")
             try:
-                chunk = decode(data)
+                chunk = _chunk_decoder.decode(data)
             except msgspec.DecodeError as exc:
                 raise _ExchangeError("protocol", f"malformed event ({exc}): {data[:200]!r}") from None
             if chunk.error is not None or chunk.object == "error":
@@ -482,71 +514,83 @@ async def _read_stream(response: aiohttp.ClientResponse, exchange: Exchange, fli
                     exchange.finish_reason = choice.finish_reason
             chunk_usage = chunk.usage
             if chunk_usage is not None:
-                usage = chunk_usage
+                self._usage = chunk_usage
             if not content:
                 continue
-            if not chunk_ns:
+            if not exchange.chunk_ns:
                 exchange.first_token_ns = now_ns
             exchange.last_token_ns = now_ns
-            chunk_ns.append(now_ns)
+            exchange.chunk_ns.append(now_ns)
             if chunk_usage is not None and chunk_usage.completion_tokens is not None:
-                chunk_tokens.append(chunk_usage.completion_tokens - running_tokens)
-                running_tokens = chunk_usage.completion_tokens
+                exchange.chunk_tokens.append(chunk_usage.completion_tokens - self._running_tokens)
+                self._running_tokens = chunk_usage.completion_tokens
             elif has_ids:
-                chunk_tokens.append(ids_tokens)
+                exchange.chunk_tokens.append(ids_tokens)
             else:
-                chunk_tokens.append(1)
+                exchange.chunk_tokens.append(1)
                 exchange.tokens_estimated = True
-    exchange.end_ns = clock()
-    if usage is not None:
-        exchange.prompt_tokens = usage.prompt_tokens
-        exchange.completion_tokens = usage.completion_tokens
-        # Tokens reported after the last content chunk (e.g. an EOS with empty text) belong to no chunk of
-        # their own; charging them to the last one keeps the per-chunk counts summing to the usage.
-        if running_tokens and usage.completion_tokens is not None and usage.completion_tokens > running_tokens:
-            chunk_tokens[-1] += usage.completion_tokens - running_tokens
-        details = usage.prompt_tokens_details
-        exchange.cached_tokens = details.cached_tokens if details is not None else None
-    if not done:
-        raise _ExchangeError("protocol", "the stream ended without data: [DONE]")
 
+    def finish(self, context_overflow_substrings: Sequence[str]) -> None:
+        """Settle the exchange after its last byte; raises _ExchangeError for an error answer."""
+        exchange = self.exchange
+        exchange.end_ns = self.flight.last_ns or time.perf_counter_ns()
+        if exchange.status != 200:
+            raw = self._error_body
+            message = _error_message(raw) or self._reason
+            kind: ErrorKind = "http"
+            if exchange.status == 400:
+                lowered = raw.decode("utf-8", "replace").lower()
+                if any(s in lowered for s in context_overflow_substrings):
+                    kind = "context_overflow"
+            raise _ExchangeError(kind, f"HTTP {exchange.status}: {message}")
+        if not self.streamed:
+            self._whole(b"".join(self._parts))
+            return
+        usage = self._usage
+        if usage is not None:
+            exchange.prompt_tokens = usage.prompt_tokens
+            exchange.completion_tokens = usage.completion_tokens
+            # Tokens reported after the last content chunk (e.g. an EOS with empty text) belong to no chunk of
+            # their own; charging them to the last one keeps the per-chunk counts summing to the usage.
+            running = self._running_tokens
+            if running and usage.completion_tokens is not None and usage.completion_tokens > running:
+                exchange.chunk_tokens[-1] += usage.completion_tokens - running
+            details = usage.prompt_tokens_details
+            exchange.cached_tokens = details.cached_tokens if details is not None else None
+        if not self._done:
+            raise _ExchangeError("protocol", "the stream ended without data: [DONE]")
 
-async def _read_whole(response: aiohttp.ClientResponse, exchange: Exchange, flight: _Flight) -> None:
-    """A non-streaming answer: its content, if any, is one chunk arriving with the end of the body."""
-    parts: list[bytes] = []
-    read = response.content.readany
-    while piece := await read():
-        flight.last_ns = time.perf_counter_ns()  # a large body arriving slowly is not idle
-        parts.append(piece)
-    raw = b"".join(parts)
-    exchange.end_ns = time.perf_counter_ns()
-    try:
-        answer = _chunk_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise _ExchangeError("protocol", f"malformed response ({exc}): {raw[:200]!r}") from None
-    if answer.error is not None or answer.object == "error":
-        raise _ExchangeError("http", f"error response: {_error_message(raw)}")
-    content = False
-    ids_tokens: int | None = None
-    for choice in answer.choices or ():
-        message = choice.message or choice.delta
-        if choice.text or (message is not None and _has_content(message)):
-            content = True
-        if choice.token_ids is not None:
-            ids_tokens = (ids_tokens or 0) + len(choice.token_ids)
-        if choice.finish_reason is not None:
-            exchange.finish_reason = choice.finish_reason
-    usage = answer.usage
-    if usage is not None:
-        exchange.prompt_tokens = usage.prompt_tokens
-        exchange.completion_tokens = usage.completion_tokens
-        exchange.cached_tokens = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else None
-    if content:
-        exchange.first_token_ns = exchange.last_token_ns = exchange.end_ns
-        exchange.chunk_ns.append(exchange.end_ns)
-        tokens = exchange.completion_tokens if exchange.completion_tokens is not None else ids_tokens
-        exchange.chunk_tokens.append(tokens if tokens is not None else 1)
-        exchange.tokens_estimated = tokens is None
+    def _whole(self, raw: bytes) -> None:
+        """A non-streaming answer: its content, if any, is one chunk arriving with the end of the body."""
+        exchange = self.exchange
+        try:
+            answer = _chunk_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _ExchangeError("protocol", f"malformed response ({exc}): {raw[:200]!r}") from None
+        if answer.error is not None or answer.object == "error":
+            raise _ExchangeError("http", f"error response: {_error_message(raw)}")
+        content = False
+        ids_tokens: int | None = None
+        for choice in answer.choices or ():
+            message = choice.message or choice.delta
+            if choice.text or (message is not None and _has_content(message)):
+                content = True
+            if choice.token_ids is not None:
+                ids_tokens = (ids_tokens or 0) + len(choice.token_ids)
+            if choice.finish_reason is not None:
+                exchange.finish_reason = choice.finish_reason
+        usage = answer.usage
+        if usage is not None:
+            exchange.prompt_tokens = usage.prompt_tokens
+            exchange.completion_tokens = usage.completion_tokens
+            details = usage.prompt_tokens_details
+            exchange.cached_tokens = details.cached_tokens if details is not None else None
+        if content:
+            exchange.first_token_ns = exchange.last_token_ns = exchange.end_ns
+            exchange.chunk_ns.append(exchange.end_ns)
+            tokens = exchange.completion_tokens if exchange.completion_tokens is not None else ids_tokens
+            exchange.chunk_tokens.append(tokens if tokens is not None else 1)
+            exchange.tokens_estimated = tokens is None
 
 
 def _has_content(delta: _Delta) -> bool:
