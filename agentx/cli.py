@@ -367,6 +367,14 @@ def _header(value: str) -> tuple[str, str]:
     help="The same per session tree (InferenceX: 300); also caps warmup leads.",
 )
 @click.option(
+    "--tree-idle-cap-mode",
+    type=click.Choice(["runtime", "warp"]),
+    default="runtime",
+    show_default=True,
+    help="runtime: act on the live schedule when a tree goes idle (newer reference); "
+    "warp: cut each tree's recorded idle gaps before the run (older reference).",
+)
+@click.option(
     "--failed-request-threshold",
     type=click.FloatRange(0, 1),
     metavar="FRACTION",
@@ -421,6 +429,7 @@ def replay(
     failed_request_threshold: float | None,
     system_idle_cap: str,
     tree_idle_cap: float | None,
+    tree_idle_cap_mode: str,
     workers: int,
     as_json: bool,
     input_format: Format | None,
@@ -512,6 +521,7 @@ def replay(
             failed_request_threshold=failed_request_threshold,
             system_idle_cap_s=system_cap,
             tree_idle_cap_s=tree_idle_cap,
+            tree_idle_cap_mode=tree_idle_cap_mode,  # type: ignore[arg-type]
         )
         progress = ReplayProgress(
             console=None if as_json else _stderr, duration_s=duration_s, planned=planned_requests(loaded, options)

@@ -65,6 +65,7 @@ from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, r
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
 from agentx.trace.chains import DEFAULT_RULES, ChainRules, split_trace
 from agentx.trace.model import Trace
+from agentx.trace.warp import warp_idle_gaps
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
@@ -176,6 +177,10 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     most this long after the system went idle (semantics §4b; AgentX locks it at 10 s). None: off."""
     tree_idle_cap_s: float | None = None
     """The same per tree (§4c; InferenceX passes 300); it also caps warmup leads and a lane's first offset."""
+    tree_idle_cap_mode: Literal["runtime", "warp"] = "runtime"
+    """How the per-tree cap acts (§4c, version-dependent): on the live schedule when a tree has gone idle
+    (`runtime`, the newer reference, as InferenceX describes it), or by cutting each tree's recorded idle gaps
+    before the run (`warp`, the older one: `agentx.trace.warp`)."""
     benchmark_id: str | None = None
     """The run-level key of the cache-bust markers (§2e); None: the run id, fresh every run, so a rerun never
     hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
@@ -274,6 +279,8 @@ def _validate(options: ReplayOptions) -> None:
         raise ValueError(f"warmup_requests_per_lane must be non-negative, got {options.warmup_requests_per_lane}")
     if options.warmup_max_tokens is not None and options.warmup_max_tokens < 1:
         raise ValueError(f"warmup_max_tokens must be at least 1, got {options.warmup_max_tokens}")
+    if options.tree_idle_cap_mode not in ("runtime", "warp"):
+        raise ValueError(f"tree_idle_cap_mode must be 'runtime' or 'warp', got {options.tree_idle_cap_mode!r}")
     for name in ("system_idle_cap_s", "tree_idle_cap_s"):
         cap = getattr(options, name)
         if cap is not None and cap < 0:
@@ -428,6 +435,9 @@ def _prepare_trace(trace: Trace, options: ReplayOptions) -> tuple[Trace, _TraceC
                 kept.append(session)
         if changes.dropped_sessions:
             trace = msgspec.structs.replace(trace, sessions=kept)
+    cap = options.tree_idle_cap_s
+    if cap is not None and options.tree_idle_cap_mode == "warp":
+        trace = msgspec.structs.replace(trace, sessions=[warp_idle_gaps(s, cap) for s in trace.sessions])
     return trace, changes
 
 
@@ -503,7 +513,9 @@ class _Runner:
         self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
         self.delay_scale = options.delay_scale / (options.speedup if options.mode == "trace" else 1.0)
         self._stop = asyncio.Event()
-        self.idle = IdleCaps(options.system_idle_cap_s, options.tree_idle_cap_s)
+        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c).
+        runtime_tree_cap = options.tree_idle_cap_s if options.tree_idle_cap_mode == "runtime" else None
+        self.idle = IdleCaps(options.system_idle_cap_s, runtime_tree_cap)
         self._hard_stopped = False
         self._in_flight: set[asyncio.Timeout] = set()
         self.requests = 0
