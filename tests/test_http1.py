@@ -269,13 +269,13 @@ def test_a_reused_connection_closed_by_the_server_is_retried_once_on_a_fresh_one
     def script(connection: int, request: int) -> bytes | None:
         return SSE_OK if request == 0 else None
 
-    async def use(url: str, served: list[int]) -> tuple[list[str | None], list[int]]:
+    async def use(url: str, served: list[int]) -> tuple[list[tuple[str | None, int]], list[int]]:
         async with Client(url, limit=4) as client:
-            errors = [(await client.stream("/v1/completions", b"{}")).error_message for _ in range(3)]
-        return errors, served
+            exchanges = [await client.stream("/v1/completions", b"{}") for _ in range(3)]
+        return [(e.error_message, e.connection_retries) for e in exchanges], served
 
-    errors, served = run_with_server(script, use)
-    assert errors == [None, None, None]
+    outcomes, served = run_with_server(script, use)
+    assert outcomes == [(None, 0), (None, 1), (None, 1)]  # each retry is on the record
     assert served == [2, 2, 1]  # every second request on a connection was sent again on the next one
 
 

@@ -84,6 +84,8 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     error_kind: ErrorKind | None = None
     error_message: str | None = None
     """At most ~500 characters."""
+    connection_retries: int = 0
+    """Times the request was sent again because the server had closed its reused connection unanswered."""
 
     @property
     def ok(self) -> bool:
@@ -402,6 +404,7 @@ async def _send(pool: Pool, payload: bytes, response: _Response) -> None:
             reusable = await connection.send(payload, response)
         except ConnectionClosedError as exc:
             if reused and exc.before_response and attempt == 0:
+                response.exchange.connection_retries += 1
                 continue
             raise
         finally:

@@ -1043,6 +1043,7 @@ class _Runner:
                 osl_streamed_tokens=sum(exchange.chunk_tokens),
                 tokens_estimated=exchange.tokens_estimated,
                 cached_tokens=exchange.cached_tokens,
+                connection_retries=exchange.connection_retries,
                 status="ok" if exchange.ok else "error",
                 error_kind=exchange.error_kind,
                 error_message=exchange.error_message,

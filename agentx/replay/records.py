@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.3"
+FORMAT_VERSION: Final = "1.4"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -96,6 +96,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     error_kind: ErrorKind | None = None
     error_message: str | None = None
     http_status: int | None = None
+    connection_retries: int = 0
+    """Times the request was sent again because the server had closed its reused keep-alive connection
+    before answering (the client retries that once)."""
     # derived in __post_init__
     dispatch_lag_s: float = 0.0
     ttft_s: float | None = None
@@ -188,6 +191,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("error_kind", _STR), "http, timeout, connection, protocol, context_overflow or cancelled; null if ok"),
     (pa.field("error_message", _STR), f"error text, scrubbed of credentials, at most {MAX_ERROR_MESSAGE} characters"),
     (pa.field("http_status", _INT32), "HTTP status of the response; null if none was received"),
+    (
+        pa.field("connection_retries", _INT32, nullable=False),
+        "times it was sent again because the server closed its reused connection unanswered (at most 1)",
+    ),
     (pa.field("dispatch_lag_s", _FLOAT, nullable=False), "derived: (sent − scheduled), seconds"),
     (pa.field("ttft_s", _FLOAT), "derived: (first_token − sent), seconds"),
     (pa.field("e2e_s", _FLOAT), "derived: (last_token − sent), seconds (AIPerf's request_latency)"),
