@@ -16,6 +16,10 @@ Replaying:
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
 Every run writes `records.arrow` and, at its end, `run.json` (options without secrets, RunResult, Summary).
 
+Decode-only speed (tokens/s per user with prefill excluded, beside the realized speculative acceptance):
+    await decode(DecodeOptions(url=..., model=..., isl_tokens=1, osl_tokens=1000, repetitions=5)) -> DecodeResult
+    decode_sync(options) for code without an event loop.
+
 Results:
     read_records(path) -> pyarrow.Table of a run's records (RequestRecord rows, crash-safe)
     summarize(table, num_gpus=None, server_metrics=None, loop_lag_s=None) -> Summary
@@ -25,6 +29,7 @@ The simulated server, for tests and harnesses without a GPU:
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
 """
 
+from agentx.decoding import DecodeOptions, DecodeResult, decode, decode_sync
 from agentx.replay.engine import ReplayOptions, RunResult
 from agentx.replay.records import RequestRecord, read_records
 from agentx.results.summary import Summary, summarize
@@ -40,6 +45,8 @@ from agentx.trace.validate import validate
 
 __all__ = [
     "Agent",
+    "DecodeOptions",
+    "DecodeResult",
     "EngineConfig",
     "FaultConfig",
     "Finding",
@@ -57,6 +64,8 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceStats",
+    "decode",
+    "decode_sync",
     "detect_format",
     "load_trace",
     "read_records",

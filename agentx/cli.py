@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -194,6 +195,81 @@ def sim(host: str, port: int, ready_json: bool, access_log: bool, **flags: Any) 
     except RuntimeError as exc:
         _fail(str(exc))
     _stderr.print("agentx sim: stopped", markup=False)
+
+
+class _Forced(msgspec.Struct, frozen=True):
+    """A forced acceptance length and K from the command line (either may be absent)."""
+
+    al: float | None = None
+    k: int | None = None
+
+    def sim_fields(self) -> dict[str, Any]:
+        """SimServer keywords realizing it on the built-in simulator (nothing when no AL and K are forced)."""
+        if self.al is None or self.k is None:
+            return {}
+        return {"spec_k": self.k, "acceptance_length": self.al}
+
+
+def _spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a forced speculative acceptance (agentx.spec), shared by `replay` and `decode`."""
+    decorators = [
+        click.option(
+            "--spec-al",
+            type=float,
+            metavar="AL",
+            help="The acceptance length the server is forced to (tokens per step, bonus included, in [1, K+1]); "
+            "checked against the realized one.",
+        ),
+        click.option("--spec-k", type=int, metavar="K", help="Draft tokens per step the server runs with."),
+        click.option(
+            "--spec-golden",
+            metavar="MODEL",
+            help="Take --spec-al from MODEL's published golden curve at --spec-k (`agentx spec golden`).",
+        ),
+        click.option(
+            "--spec-thinking/--no-spec-thinking", default=True, show_default=True, help="--spec-golden: which curve."
+        ),
+        click.option(
+            "--spec-tolerance",
+            type=click.FloatRange(min=0, min_open=True),
+            default=0.05,
+            show_default=True,
+            help="Largest |realized − forced| AL accepted (absolute).",
+        ),
+        click.option(
+            "--stream-interval",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Decode steps the server merges into one streamed chunk (its --stream-interval).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
+
+
+def _forced_acceptance(al: float | None, k: int | None, golden_model: str | None, thinking: bool) -> _Forced:
+    """The forced AL and K from `--spec-al`/`--spec-k`/`--spec-golden`; click.BadParameter saying what is wrong."""
+    from agentx.spec.golden import golden_al
+
+    if golden_model is not None:
+        if al is not None:
+            raise click.BadParameter("pass --spec-al AL or --spec-golden MODEL, not both")
+        if k is None:
+            raise click.BadParameter("--spec-golden needs --spec-k K: a golden AL is published per K")
+        try:
+            al = golden_al(golden_model, k, thinking).acceptance_length
+        except ValueError as exc:
+            raise click.BadParameter(f"--spec-golden: {exc}") from None
+    if k is not None and k < 1:
+        raise click.BadParameter(f"--spec-k must be at least 1 (draft tokens per step), got {k}")
+    why = "the acceptance length counts the bonus token, so a step emits between 1 and K+1 tokens"
+    if al is not None and k is not None and not (math.isfinite(al) and 1.0 <= al <= k + 1):
+        raise click.BadParameter(f"--spec-al {al} is outside [1, K+1] = [1, {k + 1}] for --spec-k {k}: {why}")
+    if al is not None and not (math.isfinite(al) and al >= 1.0):
+        raise click.BadParameter(f"--spec-al must be at least 1, got {al}: {why}")
+    return _Forced(al=al, k=k)
 
 
 def _header(value: str) -> tuple[str, str]:
@@ -387,6 +463,7 @@ def _header(value: str) -> tuple[str, str]:
     type=click.IntRange(min=1),
     help="Shard the lanes over this many processes (when one core cannot keep up; no live progress).",
 )
+@_spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_format_option
 @_block_size_option
@@ -431,6 +508,12 @@ def replay(
     tree_idle_cap: float | None,
     tree_idle_cap_mode: str,
     workers: int,
+    spec_al: float | None,
+    spec_k: int | None,
+    spec_golden: str | None,
+    spec_thinking: bool,
+    spec_tolerance: float,
+    stream_interval: int,
     as_json: bool,
     input_format: Format | None,
     block_size: int | None,
@@ -468,6 +551,7 @@ def replay(
         body = msgspec.json.decode(extra_body) if extra_body else None
         if body is not None and not isinstance(body, dict):
             raise click.BadParameter("--extra-body must be a JSON object")
+        forced = _forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
     except TraceError as exc:
         _fail(str(exc))
     except (click.BadParameter, msgspec.DecodeError) as exc:
@@ -477,7 +561,9 @@ def replay(
     with contextlib.ExitStack() as stack:
         if url is None:
             try:
-                sim = stack.enter_context(SimServer(time_scale=sim_time_scale, block_size=loaded.block_size))
+                sim = stack.enter_context(
+                    SimServer(time_scale=sim_time_scale, block_size=loaded.block_size, **forced.sim_fields())
+                )
             except SimServerError as exc:
                 _fail(f"cannot start the simulator: {exc}")
             url, model = sim.url, model or sim.model
@@ -522,6 +608,10 @@ def replay(
             system_idle_cap_s=system_cap,
             tree_idle_cap_s=tree_idle_cap,
             tree_idle_cap_mode=tree_idle_cap_mode,  # type: ignore[arg-type]
+            spec_al=forced.al,
+            spec_k=forced.k,
+            spec_al_tolerance=spec_tolerance,
+            stream_interval=stream_interval,
         )
         progress = ReplayProgress(
             console=None if as_json else _stderr, duration_s=duration_s, planned=planned_requests(loaded, options)
@@ -652,6 +742,124 @@ def _only_model(url: str) -> str:
     if len(models) != 1:
         _fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
     return models[0]
+
+
+@main.command("decode")
+@click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
+@click.option("--model", help="Served model (default: the server's only one).")
+@click.option("--isl", "isl_tokens", default=1, show_default=True, type=click.IntRange(min=1), help="Prompt tokens.")
+@click.option(
+    "--osl", "osl_tokens", default=1000, show_default=True, type=click.IntRange(min=2), help="Output tokens, forced."
+)
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Users at once.")
+@click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1), help="Waves of requests.")
+@click.option(
+    "--api",
+    type=click.Choice(("completions", "chat")),
+    default="completions",
+    show_default=True,
+    help="completions: token-id prompts (exact ISL); chat: a message of ISL words (approximate).",
+)
+@click.option(
+    "--stream-usage",
+    type=click.Choice(("auto", "continuous", "final", "none")),
+    default="auto",
+    show_default=True,
+    help="Usage to ask for in stream_options (auto: probe the server).",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the prompts.")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
+@click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
+@click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
+@_spec_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def decode_command(
+    url: str | None,
+    model: str | None,
+    isl_tokens: int,
+    osl_tokens: int,
+    concurrency: int,
+    repetitions: int,
+    api: str,
+    stream_usage: str,
+    seed: int,
+    api_key_env: str,
+    headers: tuple[str, ...],
+    extra_body: str | None,
+    sim_time_scale: float,
+    spec_al: float | None,
+    spec_k: int | None,
+    spec_golden: str | None,
+    spec_thinking: bool,
+    spec_tolerance: float,
+    stream_interval: int,
+    as_json: bool,
+) -> None:
+    """Measure decode-only speed: tokens/s per user with prefill excluded, p50/p90, beside the realized AL.
+
+    Each of --repetitions waves sends --concurrency streamed requests of --isl prompt tokens forcing --osl output
+    tokens; a request's decode speed is its tokens after the first chunk over the time from its first to its last
+    token. Without --url the built-in simulator serves it (with --spec-al and --spec-k as its forced acceptance).
+    """
+    from agentx.decoding import DecodeOptions, decode_sync, decode_tables
+    from agentx.replay.client import ModelNotServed, ServerUnreachable
+    from agentx.sim.process import SimServer, SimServerError
+
+    try:
+        forced = _forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
+        parsed_headers = tuple(_header(h) for h in headers)
+        body = msgspec.json.decode(extra_body) if extra_body else None
+        if body is not None and not isinstance(body, dict):
+            raise click.BadParameter("--extra-body must be a JSON object")
+    except (click.BadParameter, msgspec.DecodeError) as exc:
+        _fail(str(exc))
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            try:
+                sim = stack.enter_context(SimServer(time_scale=sim_time_scale, **forced.sim_fields()))
+            except SimServerError as exc:
+                _fail(f"cannot start the simulator: {exc}")
+            url, model = sim.url, model or sim.model
+            _stderr.print(f"no --url: measuring the built-in simulator at {url}", markup=False)
+        if model is None:
+            model = _only_model(url)
+        options = DecodeOptions(
+            url=url,
+            model=model,
+            isl_tokens=isl_tokens,
+            osl_tokens=osl_tokens,
+            concurrency=concurrency,
+            repetitions=repetitions,
+            api=api,  # type: ignore[arg-type]
+            stream_usage=stream_usage,  # type: ignore[arg-type]
+            seed=seed,
+            api_key=os.environ.get(api_key_env) or None,
+            headers=parsed_headers,
+            extra_body=body,
+            spec_al=forced.al,
+            spec_k=forced.k,
+            spec_al_tolerance=spec_tolerance,
+            stream_interval=stream_interval,
+        )
+        try:
+            result = decode_sync(options)
+        except ServerUnreachable as exc:
+            _fail(f"{url}: the server is unreachable ({exc})")
+        except ModelNotServed as exc:
+            _fail(f"{url}: {exc}")
+        except ValueError as exc:
+            _fail(f"cannot measure with these options: {exc}")
+        except KeyboardInterrupt:
+            _stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    else:
+        for table in decode_tables(result, title=f"decode-only speed at {url}"):
+            _stdout.print(table)
+    if result.decode_tps is None:
+        _fail(f"no request produced a token after its first ({result.failed} of {len(result.samples)} failed)")
 
 
 @main.command()

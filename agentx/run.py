@@ -21,12 +21,22 @@ import msgspec
 from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
 from agentx.replay.records import RequestRecord, read_records
 from agentx.replay.workers import run_workers
-from agentx.results.summary import ServerMetrics, Summary, parse_counters, summarize
+from agentx.results.acceptance import METRIC_LABELS, METRIC_NAMES, run_acceptance
+from agentx.results.summary import (
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    ServerMetrics,
+    Summary,
+    parse_counters,
+    summarize,
+)
 from agentx.results.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
 _METRICS_TIMEOUT_S = 5.0
+SCRAPED_METRICS: Final = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, *METRIC_NAMES)
+"""What `scrape_counters` reads: prefix-cache counters and speculative-decoding metrics (agentx.results.acceptance)."""
 RUN_FILE: Final = "run.json"
 """Written into the run directory at the end of every run (interrupted ones too): options, run, summary."""
 
@@ -47,7 +57,7 @@ class RunFile(msgspec.Struct, kw_only=True):
 
 
 async def scrape_counters(url: str) -> dict[str, float] | None:
-    """The server's prefix-cache counters from `/metrics`, or None when it has none to give."""
+    """The server's `SCRAPED_METRICS` from `/metrics`, or None when it has none to give."""
     try:
         timeout = aiohttp.ClientTimeout(total=_METRICS_TIMEOUT_S)
         async with (
@@ -56,7 +66,7 @@ async def scrape_counters(url: str) -> dict[str, float] | None:
         ):
             if response.status != 200:
                 return None
-            counters = parse_counters(await response.text())
+            counters = parse_counters(await response.text(), SCRAPED_METRICS, METRIC_LABELS)
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
         return None
     return counters or None
@@ -83,19 +93,29 @@ async def replay(
 ) -> ReplayResult:
     """Drive the server at `options.url` with `trace`, then summarize the records it wrote.
 
-    The server's prefix-cache counters are scraped before and after, so the summary carries its own hit
-    rate next to the one from usage. `on_record(record)` is called as each request finishes, `on_sent()` as
-    each is sent. At the end, interrupted runs included, `run.json` (`RunFile`) is written into the run
-    directory. Cancelling the caller acts like reaching the deadline (grace period, flush, a partial result).
+    The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
+    (after the warmup, whose primers would count otherwise) and after the run, so the summary carries its own
+    hit rate next to the one from usage, and the realized acceptance next to `spec_al`.
+    `on_record(record)` is called as each request finishes, `on_sent()` as each is sent. At the end,
+    interrupted runs included, `run.json` (`RunFile`) is written into the run directory. Cancelling the
+    caller acts like reaching the deadline (grace period, flush, a partial result).
     """
-    before = await scrape_counters(options.url)
-    run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent)
+    scrapes: list[asyncio.Task[dict[str, float] | None]] = []
+
+    def scrape_at_profiling_start() -> None:
+        scrapes.append(asyncio.ensure_future(scrape_counters(options.url)))
+
+    run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent, on_profiling=scrape_at_profiling_start)
+    before: dict[str, float] | None = None
     try:
+        before = await scrapes[0] if scrapes else None
         after = await scrape_counters(options.url) if before is not None else None
     except asyncio.CancelledError:
         # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
         if (current := asyncio.current_task()) is not None:
             current.uncancel()
+        for scrape in scrapes:
+            scrape.cancel()
         after = None
     return _finish(options, run, before, after, num_gpus)
 
@@ -114,7 +134,16 @@ def _finish(
     summary.stream_usage = run.stream_usage or None
     summary.calibration = run.calibration
     run_file = {"options": options_metadata(options), "run": msgspec.to_builtins(run, enc_hook=str)}
-    summary.validity = validity(table, run_file)
+    summary.acceptance = run_acceptance(
+        table,
+        before,
+        after,
+        forced_al=options.spec_al,
+        spec_k=options.spec_k,
+        tolerance=options.spec_al_tolerance,
+        stream_interval=options.stream_interval,
+    )
+    summary.validity = validity(table, run_file, summary.acceptance)
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
     return result

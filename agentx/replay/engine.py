@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -197,6 +198,16 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     shard: tuple[int, int] = (0, 1)
     """(index, count): this process runs lanes index, index+count, ... and the trees at positions ≡ index
     (mod count) of the shared session order (`--workers`; (0, 1) is the whole run)."""
+    spec_al: float | None = None
+    """The speculative acceptance length the server was forced to (bonus token included, in [1, spec_k + 1]):
+    run metadata, checked against the realized one after the run (agentx.results.acceptance)."""
+    spec_k: int | None = None
+    """Draft tokens per step the server was configured with, for the same check."""
+    spec_al_tolerance: float = 0.05
+    """Largest |realized − forced| AL that still counts as the forced one (absolute)."""
+    stream_interval: int = 1
+    """Decode steps the server merges into one streamed chunk (vLLM's --stream-interval): the stream's
+    tokens-per-chunk estimate of AL is divided by it."""
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -297,12 +308,34 @@ def _validate(options: ReplayOptions) -> None:
     for name in options.affinity_headers:
         if name not in AFFINITY_HEADERS:
             raise ValueError(f"unsupported affinity header {name!r} (allowed: {', '.join(AFFINITY_HEADERS)})")
+    _validate_spec(options)
+
+
+def _validate_spec(options: ReplayOptions) -> None:
+    al, k = options.spec_al, options.spec_k
+    if k is not None and k < 1:
+        raise ValueError(f"spec_k (draft tokens per step) must be at least 1, got {k}")
+    if al is not None:
+        high = math.inf if k is None else k + 1
+        if not (math.isfinite(al) and 1.0 <= al <= high):
+            bound = f"[1, K+1] = [1, {k + 1}] for K={k}" if k is not None else "at least 1"
+            raise ValueError(f"spec_al (acceptance length, bonus token included) must be {bound}, got {al}")
+    if not (math.isfinite(options.spec_al_tolerance) and options.spec_al_tolerance > 0):
+        raise ValueError(f"spec_al_tolerance must be positive, got {options.spec_al_tolerance}")
+    if options.stream_interval < 1:
+        raise ValueError(f"stream_interval must be at least 1, got {options.stream_interval}")
 
 
 async def run_replay(
-    trace: Trace, options: ReplayOptions, *, on_record: OnRecord | None = None, on_sent: OnSent | None = None
+    trace: Trace,
+    options: ReplayOptions,
+    *,
+    on_record: OnRecord | None = None,
+    on_sent: OnSent | None = None,
+    on_profiling: OnSent | None = None,
 ) -> RunResult:
-    """Replay `trace` against `options.url` (see the module docstring and semantics §4d–§4e, §8).
+    """Replay `trace` against `options.url` (see the module docstring and semantics §4d–§4e, §8);
+    `on_profiling()` is called once, as the profiling phase starts (after the warmup).
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
@@ -346,6 +379,7 @@ async def run_replay(
         with RecordWriter(records_path, info, flush_interval_s=FLUSH_INTERVAL_S) as writer, quiet_gc(options.quiet_gc):
             runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record)
             runner.on_sent = on_sent
+            runner.on_profiling = on_profiling
             runner.stream_options = STREAM_OPTIONS[stream_usage]
             if calibration is not None:
                 runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
@@ -419,7 +453,8 @@ class _TraceChanges(msgspec.Struct, kw_only=True):
 
 
 def _prepare_trace(trace: Trace, options: ReplayOptions) -> tuple[Trace, _TraceChanges]:
-    """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f)."""
+    """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f),
+    idle gaps cut when the per-tree cap is the load-time kind (§4c)."""
     changes = _TraceChanges()
     if options.split_flattened_agents:
         trace, report = split_trace(trace, options.chain_rules)
@@ -510,6 +545,7 @@ class _Runner:
         self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
         self.renderer: ChatRenderer | None = None
         self.on_sent: OnSent | None = None
+        self.on_profiling: OnSent | None = None
         self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
         self.delay_scale = options.delay_scale / (options.speedup if options.mode == "trace" else 1.0)
         self._stop = asyncio.Event()
@@ -848,6 +884,8 @@ class _Runner:
         if not self.profiling_started.is_set():
             self.profiling_start_ns = time.perf_counter_ns()
             self.profiling_started.set()
+            if self.on_profiling is not None:
+                self.on_profiling()
 
     def _first_offset_cut(self, state: Snapshot) -> float:
         """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is

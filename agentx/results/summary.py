@@ -20,7 +20,8 @@ optional columns that are absent yield `None` for the quantities that need them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from agentx.results.acceptance import Acceptance, acceptance_table
 from agentx.results.validity import Validity
 
 FloatArray = npt.NDArray[np.float64]
@@ -114,7 +116,7 @@ class Throughput(msgspec.Struct, kw_only=True):
 
 
 class ServerMetrics(msgspec.Struct, kw_only=True):
-    """Counter values scraped from the server's `/metrics` before and after the run (name → value)."""
+    """Counter values scraped from the server's `/metrics` as profiling starts and after the run (name → value)."""
 
     before: dict[str, float]
     after: dict[str, float]
@@ -206,6 +208,8 @@ class Summary(msgspec.Struct, kw_only=True):
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
     validity: Validity | None = None
     """Whether the run is a valid AgentX submission, and why not (agentx.results.validity), when known."""
+    acceptance: Acceptance | None = None
+    """Forced and realized speculative acceptance (agentx.results.acceptance), when forced or seen on the server."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,15 +593,24 @@ def _rollups(table: pa.Table, kept: npt.NDArray[np.bool_]) -> Rollups:
     )
 
 
-def parse_counters(text: str, names: Sequence[str] = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES)) -> dict[str, float]:
-    """Counter values from a Prometheus `/metrics` text, summed over label sets (one series per engine)."""
+def parse_counters(
+    text: str,
+    names: Sequence[str] = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES),
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, float]:
+    """Counter values from a Prometheus `/metrics` text, summed over label sets (one series per engine).
+
+    A name in `labels` (name → label) is kept per value of that label instead, under the key
+    `name{label="value"}` (e.g. vLLM's accepted tokens per draft position), summed over its other labels.
+    """
     wanted = set(names)
+    per_label = labels or {}
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         head, _, rest = line.partition(" ") if "{" not in line else line.rpartition("}")
-        name = head.split("{", 1)[0]
+        name, _, label_text = head.partition("{")
         if name not in wanted:
             continue
         fields = rest.split()
@@ -605,8 +618,18 @@ def parse_counters(text: str, names: Sequence[str] = (PREFIX_CACHE_HITS, PREFIX_
             value = float(fields[0])
         except (IndexError, ValueError):
             continue
-        values[name] = values.get(name, 0.0) + value
+        key = name
+        if name in per_label:
+            label = per_label[name]
+            found = next((v for k, v in _LABEL.findall(label_text) if k == label), None)
+            if found is None:
+                continue
+            key = f'{name}{{{label}="{found}"}}'
+        values[key] = values.get(key, 0.0) + value
     return values
+
+
+_LABEL: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,6 +717,10 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
         latency.add_row("interactivity (tok/s)", "", *(_s(v, 1) for v in (i.mean, i.p50, i.p90, i.p95, i.p99, i.std)))
 
     tables = [overview, latency]
+    if summary.acceptance is not None:
+        if summary.acceptance.mismatch:
+            overview.add_row("[bold red]speculative acceptance[/]", "[bold red]MISMATCH (see below)[/]")
+        tables.insert(1, acceptance_table(summary.acceptance))
     slow = summary.slowdown
     if any(x is not None for x in (slow.requests, slow.sessions, slow.plays, slow.ttft)):
         slowdown = Table(title="slowdown vs the trace's recorded times (×)", title_justify="left")

@@ -23,6 +23,10 @@ A run is valid unless one of these applies (reasons are reported in this order):
   stretch with no successful streamed request for more than 10 s (a dead or erroring server, a stalled client)
   is.
 
+- `acceptance_mismatch`: a forced speculative acceptance length (`--spec-al`) that the realized one
+  contradicts by more than the tolerance (agentx.results.acceptance): from the `acceptance` passed in,
+  else from `run.json`'s `summary.acceptance.mismatch`.
+
 Apart from the reasons, `details["inferencex_gate_passed"]` is InferenceX's post-run gate:
 `error_request_count / completed_request_count ≤ 0.10` (inclusive), with completed = successes + errors > 0.
 """
@@ -39,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentx.replay.records import RecordsError, run_info
+from agentx.results.acceptance import Acceptance
 
 CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01
 COVERAGE_MIN_PHASE_S: Final = 900.0
@@ -50,6 +55,7 @@ UNSAFE_OVERRIDE: Final = "unsafe_override"
 CONTEXT_OVERFLOW_RATE_EXCEEDED: Final = "context_overflow_rate_exceeded"
 RUN_CANCELLED: Final = "run_cancelled"
 INSUFFICIENT_COVERAGE: Final = "insufficient_profile_metric_coverage"
+ACCEPTANCE_MISMATCH: Final = "acceptance_mismatch"
 
 _NS_PER_S: Final = 1e9
 
@@ -141,7 +147,31 @@ def _coverage(table: pa.Table, profiling: npt.NDArray[np.bool_], ok: npt.NDArray
     }
 
 
-def validity(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct | None) -> Validity:
+def _acceptance_mismatch(acceptance: Acceptance | None, document: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The run's acceptance verdict as builtins (`mismatch`, `reasons`, ALs), from `acceptance` or `run.json`."""
+    if acceptance is not None:
+        return {
+            "mismatch": acceptance.mismatch,
+            "reasons": list(acceptance.mismatch_reasons),
+            "forced_al": acceptance.forced_al,
+            "realized_al": acceptance.realized_al,
+            "realized_source": acceptance.realized_source,
+        }
+    summary = document.get("summary") if document is not None else None
+    stored = summary.get("acceptance") if isinstance(summary, Mapping) else None
+    if not isinstance(stored, Mapping):
+        return None
+    keys = ("forced_al", "realized_al", "realized_source")
+    return {
+        "mismatch": stored.get("mismatch") is True,
+        "reasons": list(stored.get("mismatch_reasons") or []),
+        **{key: stored.get(key) for key in keys},
+    }
+
+
+def validity(
+    table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct | None, acceptance: Acceptance | None = None
+) -> Validity:
     """The validity of a run from its records table and its `run.json` (a `RunFile`, its decoded dict, or None).
 
     The rules are the module docstring's. A dict keeps keys `RunFile` does not know yet (such as
@@ -196,6 +226,12 @@ def validity(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct | Non
     fraction = coverage["covered_fraction"]
     if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
         reasons.append(INSUFFICIENT_COVERAGE)
+
+    verdict = _acceptance_mismatch(acceptance, document)
+    if verdict is not None:
+        details["acceptance"] = verdict
+        if verdict["mismatch"]:
+            reasons.append(ACCEPTANCE_MISMATCH)
 
     completed = request_count + error_count
     error_rate = error_count / completed if completed else None

@@ -1,0 +1,257 @@
+"""Decode-only speed: tokens per second per user with prefill left out, beside the realized acceptance.
+
+`await decode(DecodeOptions(url=..., model=..., isl_tokens=1, osl_tokens=1000, concurrency=1, repetitions=5))`
+sends `repetitions` waves of `concurrency` simultaneous streamed requests, each forcing exactly `osl_tokens`
+output tokens (`min_tokens`, `ignore_eos`). Per request, decode speed = tokens after the first chunk /
+(last token time − first token time): the first chunk holds the token the prefill sampled, so neither the
+prompt nor the queueing before it counts (the measurement behind figures like "842 decode tokens per second
+per user at batch 1, AL fixed at 6"). p50 / p90 are over all repetitions × concurrency requests. The
+realized AL comes from the server's speculative-decoding counters scraped before and after, else from the
+stream's tokens per chunk (agentx.results.acceptance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import msgspec
+from rich.table import Table
+
+from agentx.replay.chat import CHAT_PATH
+from agentx.replay.client import Client, Exchange
+from agentx.replay.engine import COMPLETIONS_PATH
+from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
+from agentx.replay.prompts import TokenSpace, completions_body, filler
+from agentx.replay.records import redact
+from agentx.results.acceptance import (
+    DEFAULT_TOLERANCE,
+    Acceptance,
+    acceptance,
+    acceptance_table,
+    counter_acceptance,
+    stream_acceptance,
+)
+from agentx.results.summary import percentile
+from agentx.run import scrape_counters
+
+_CHAT_WORD = " hello"
+"""`--api chat` prompts repeat this word `isl_tokens` times (about one token each, plus the chat template)."""
+
+
+class DecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    model: str
+    isl_tokens: int = 1
+    osl_tokens: int = 1000
+    concurrency: int = 1
+    """Users decoding at once (one wave of this many requests per repetition)."""
+    repetitions: int = 5
+    api: Literal["completions", "chat"] = "completions"
+    """`completions`: exact token-id prompts; `chat`: a message of `isl_tokens` words (ISL approximate)."""
+    stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
+    """As `ReplayOptions.stream_usage`: `auto` probes for running usage, which counts tokens per chunk exactly."""
+    seed: int = 0
+    api_key: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    extra_body: dict[str, object] | None = None
+    spec_al: float | None = None
+    """The forced acceptance length, checked against the realized one (as `ReplayOptions.spec_al`)."""
+    spec_k: int | None = None
+    spec_al_tolerance: float = DEFAULT_TOLERANCE
+    stream_interval: int = 1
+    """Decode steps the server merges into one streamed chunk (divides the stream's tokens per chunk)."""
+
+
+class DecodeSample(msgspec.Struct, kw_only=True):
+    """One request of one wave."""
+
+    repetition: int
+    user: int
+    ok: bool
+    error: str | None = None
+    ttft_s: float | None = None
+    output_tokens: int = 0
+    decode_tokens: int = 0
+    """Tokens after the first chunk."""
+    decode_s: float | None = None
+    """Last token time − first token time."""
+    decode_tps: float | None = None
+    chunks: int = 0
+
+
+class DecodeSpeed(msgspec.Struct, kw_only=True):
+    """Decode tokens/s per user over the successful requests with at least one token after the first chunk."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    min: float
+    max: float
+
+
+class DecodeResult(msgspec.Struct, kw_only=True):
+    options: dict[str, Any]
+    """The options, without the API key."""
+    stream_usage: str
+    decode_tps: DecodeSpeed | None
+    acceptance: Acceptance
+    samples: list[DecodeSample]
+    failed: int
+
+
+def _body(options: DecodeOptions, repetition: int, user: int, stream_usage: StreamUsage) -> tuple[str, bytes]:
+    stream_options = STREAM_OPTIONS[stream_usage]
+    if options.api == "completions":
+        # Distinct prompts per request: no request hits another's prefix cache (prefill is excluded anyway).
+        prompt = filler(options.seed, "decode", f"{repetition}:{user}", options.isl_tokens, TokenSpace())
+        body = completions_body(
+            options.model, prompt, options.osl_tokens, stream_options=stream_options, extra_body=options.extra_body
+        )
+        return COMPLETIONS_PATH, body
+    payload: dict[str, object] = {
+        "model": options.model,
+        "messages": [{"role": "user", "content": f"{repetition}:{user}" + _CHAT_WORD * options.isl_tokens}],
+        "max_tokens": options.osl_tokens,
+        "max_completion_tokens": options.osl_tokens,
+        "min_tokens": options.osl_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    if stream_options is not None:
+        payload["stream_options"] = dict(stream_options)
+    payload.update(options.extra_body or {})
+    return CHAT_PATH, msgspec.json.encode(payload)
+
+
+def sample(exchange: Exchange, repetition: int, user: int) -> DecodeSample:
+    """The decode speed of one exchange (see the module docstring)."""
+    if not exchange.ok:
+        return DecodeSample(repetition=repetition, user=user, ok=False, error=exchange.error_message)
+    tokens = exchange.completion_tokens if exchange.completion_tokens is not None else sum(exchange.chunk_tokens)
+    result = DecodeSample(
+        repetition=repetition, user=user, ok=True, output_tokens=tokens, chunks=len(exchange.chunk_ns)
+    )
+    if not exchange.chunk_ns:
+        return result
+    result.ttft_s = (exchange.first_token_ns - exchange.sent_ns) / 1e9
+    result.decode_tokens = tokens - exchange.chunk_tokens[0]
+    span_ns = exchange.last_token_ns - exchange.first_token_ns
+    if result.decode_tokens > 0 and span_ns > 0:
+        result.decode_s = span_ns / 1e9
+        result.decode_tps = result.decode_tokens / result.decode_s
+    return result
+
+
+def decode_speed(samples: list[DecodeSample]) -> DecodeSpeed | None:
+    """p50 / p90 (InferenceX interpolation), mean and range of the samples' decode tokens/s."""
+    speeds = [s.decode_tps for s in samples if s.decode_tps is not None]
+    if not speeds:
+        return None
+    return DecodeSpeed(
+        count=len(speeds),
+        mean=sum(speeds) / len(speeds),
+        p50=percentile(speeds, 50.0),
+        p90=percentile(speeds, 90.0),
+        min=min(speeds),
+        max=max(speeds),
+    )
+
+
+def _validate(options: DecodeOptions) -> None:
+    for name in ("isl_tokens", "osl_tokens", "concurrency", "repetitions", "stream_interval"):
+        if getattr(options, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(options, name)}")
+    if options.osl_tokens < 2:
+        raise ValueError(f"osl_tokens must be at least 2 (one token after the first), got {options.osl_tokens}")
+    al, k = options.spec_al, options.spec_k
+    if k is not None and k < 1:
+        raise ValueError(f"spec_k (draft tokens per step) must be at least 1, got {k}")
+    if al is not None and not (1.0 <= al <= (k + 1 if k is not None else float("inf"))):
+        raise ValueError(f"spec_al must be in [1, K+1] (K = {k}), got {al}")
+
+
+async def _stream_usage(client: Client, options: DecodeOptions) -> StreamUsage:
+    if options.stream_usage != "auto":
+        return options.stream_usage
+    body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
+    if options.api == "chat":
+        body["messages"] = [{"role": "user", "content": "ok"}]
+        return await detect_stream_usage(client, CHAT_PATH, body)
+    body["prompt"] = filler(options.seed, "decode", "probe", 8, TokenSpace())
+    return await detect_stream_usage(client, COMPLETIONS_PATH, body)
+
+
+async def decode(options: DecodeOptions) -> DecodeResult:
+    """Measure decode-only speed at `options.url` (module docstring). Raises ServerUnreachable or ModelNotServed
+    before any request when the server does not answer or serve the model, ValueError for bad options."""
+    _validate(options)
+    async with Client(
+        options.url, api_key=options.api_key, headers=dict(options.headers), limit=2 * options.concurrency
+    ) as client:
+        await client.probe_models(require=options.model)
+        stream_usage = await _stream_usage(client, options)
+        before = await scrape_counters(options.url)
+        samples: list[DecodeSample] = []
+        chunk_tokens: list[list[int]] = []
+        estimated = 0
+        for repetition in range(options.repetitions):
+            bodies = [_body(options, repetition, user, stream_usage) for user in range(options.concurrency)]
+            exchanges = await asyncio.gather(*(client.stream(path, body) for path, body in bodies))
+            for user, exchange in enumerate(exchanges):
+                samples.append(sample(exchange, repetition, user))
+                if exchange.ok and exchange.tokens_estimated:
+                    estimated += 1
+                elif exchange.ok:
+                    chunk_tokens.append(exchange.chunk_tokens)
+        after = await scrape_counters(options.url) if before is not None else None
+    counters = counter_acceptance(before, after) if before is not None and after is not None else None
+    stream = stream_acceptance(chunk_tokens, stream_interval=options.stream_interval, estimated_requests=estimated)
+    realized = acceptance(
+        counters=counters,
+        stream=stream,
+        forced_al=options.spec_al,
+        spec_k=options.spec_k,
+        tolerance=options.spec_al_tolerance,
+    )
+    metadata = msgspec.to_builtins(options)
+    metadata.pop("api_key", None)
+    return DecodeResult(
+        options=redact(metadata),
+        stream_usage=stream_usage,
+        decode_tps=decode_speed(samples),
+        acceptance=realized,
+        samples=samples,
+        failed=sum(not s.ok for s in samples),
+    )
+
+
+def decode_sync(options: DecodeOptions) -> DecodeResult:
+    """`decode` for code without an event loop."""
+    return asyncio.run(decode(options))
+
+
+def decode_tables(result: DecodeResult, title: str = "decode-only speed") -> list[Table]:
+    """The result as rich tables: decode tokens/s per user, then the acceptance (a mismatch in red)."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    o = result.options
+    table.add_row(
+        "ISL · OSL · concurrency · repetitions",
+        f"{o['isl_tokens']} · {o['osl_tokens']} · {o['concurrency']} · {o['repetitions']}",
+    )
+    speed = result.decode_tps
+    if speed is None:
+        table.add_row("decode tokens/s per user", "–")
+    else:
+        table.add_row("decode tokens/s per user p50 / p90", f"{speed.p50:,.1f} / {speed.p90:,.1f}")
+        table.add_row("mean · min · max", f"{speed.mean:,.1f} · {speed.min:,.1f} · {speed.max:,.1f}")
+        table.add_row("requests measured", f"{speed.count:,}")
+    realized = result.acceptance.realized_al
+    source = f" ({result.acceptance.realized_source})" if result.acceptance.realized_source else ""
+    table.add_row("realized AL", ("–" if realized is None else f"{realized:.3f}") + source)
+    if result.failed:
+        table.add_row("[bold red]failed requests[/]", f"[bold red]{result.failed:,}[/]")
+    return [table, acceptance_table(result.acceptance)]

@@ -1,0 +1,428 @@
+"""Realized speculative acceptance of a run, measured two independent ways, against the forced one.
+
+AL (acceptance length) is the mean number of tokens one verification step emits, the bonus token included.
+
+**Server counters** (`/metrics` scraped as the profiling phase starts and after the run; counters are deltas
+over that window, gauges are their value after the run):
+
+- vLLM: `vllm:spec_decode_num_drafts` (steps), `..._num_draft_tokens`, `..._num_accepted_tokens` and
+  `..._num_accepted_tokens_per_pos{position}`: AL = 1 + Δaccepted / Δdrafts, the rate at position i is
+  Δaccepted_per_pos[i] / Δdrafts, the draft acceptance rate Δaccepted / Δdraft_tokens.
+- ATOM: `atom:mtp_accepted_tokens`, `atom:mtp_draft_tokens` and `atom:mtp_decode_steps{accepted_tokens}`
+  (steps by accepted drafts): the same formulas with Δsteps as drafts; without the step counter, its gauge
+  `atom:mtp_average_tokens_per_forward` (already an AL, since the server started).
+- SGLang: only gauges of its last logging interval, `sglang:spec_accept_length` (an AL) and
+  `sglang:spec_accept_rate`.
+- llama.cpp: `llamacpp:n_drafted` and `llamacpp:n_drafted_accepted` (`n_draft`/`n_draft_accepted` in some
+  builds) give the draft acceptance rate only: its drafts vary in length, so steps cannot be inferred.
+
+**The stream** (no server access needed): the tokens of each content chunk (`chunk_tokens`) of the kept
+requests whose counts were reported, not estimated. Each request's first chunk is dropped (the token the
+prefill sampled, before any draft) and so is its last (the step `max_tokens` cut short, tokens the final
+usage reported after the last content chunk, and with a stream interval a partial group of steps). A
+server with stream interval N sends one chunk per N steps, so tokens per step = mean tokens per chunk / N.
+
+The realized AL is the counters' when they give one, else the stream's. With a forced AL, a difference over
+`tolerance` (absolute) is a mismatch (and with a forced K, counters showing another K per step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Final, Literal
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.table import Table
+
+DEFAULT_TOLERANCE: Final = 0.05
+"""Largest |realized − forced| AL accepted as the forced one (absolute, tokens per step)."""
+
+VLLM_DRAFTS: Final = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_ACCEPTED_PER_POS: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+ATOM_DRAFT_TOKENS: Final = "atom:mtp_draft_tokens_total"
+ATOM_ACCEPTED: Final = "atom:mtp_accepted_tokens_total"
+ATOM_STEPS: Final = "atom:mtp_decode_steps_total"
+ATOM_TOKENS_PER_FORWARD: Final = "atom:mtp_average_tokens_per_forward"
+ATOM_ACCEPTANCE_RATE: Final = "atom:mtp_acceptance_rate"
+SGLANG_ACCEPT_LENGTH: Final = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE: Final = "sglang:spec_accept_rate"
+LLAMACPP_DRAFTED: Final = ("llamacpp:n_drafted_total", "llamacpp:n_draft_total")
+LLAMACPP_ACCEPTED: Final = ("llamacpp:n_drafted_accepted_total", "llamacpp:n_draft_accepted_total")
+
+METRIC_NAMES: Final = (
+    VLLM_DRAFTS,
+    VLLM_DRAFT_TOKENS,
+    VLLM_ACCEPTED,
+    VLLM_ACCEPTED_PER_POS,
+    ATOM_DRAFT_TOKENS,
+    ATOM_ACCEPTED,
+    ATOM_STEPS,
+    ATOM_TOKENS_PER_FORWARD,
+    ATOM_ACCEPTANCE_RATE,
+    SGLANG_ACCEPT_LENGTH,
+    SGLANG_ACCEPT_RATE,
+    *LLAMACPP_DRAFTED,
+    *LLAMACPP_ACCEPTED,
+)
+"""Every metric read, as exposed (counters with Prometheus' `_total`)."""
+METRIC_LABELS: Final = {VLLM_ACCEPTED_PER_POS: "position", ATOM_STEPS: "accepted_tokens"}
+"""Metrics kept per value of one label (see `labelled`), summed over their other labels."""
+
+Source = Literal["counters", "stream"]
+
+
+def labelled(name: str, label: str, value: str) -> str:
+    """The key under which `parse_counters` stores one label value of a per-label metric."""
+    return f'{name}{{{label}="{value}"}}'
+
+
+class CounterAcceptance(msgspec.Struct, kw_only=True):
+    """Acceptance from the server's metrics."""
+
+    engine: Literal["vllm", "atom", "sglang", "llamacpp"]
+    window: Literal["run", "gauge"]
+    """`run`: counter deltas over the run; `gauge`: the server's own running figure, read after the run."""
+    acceptance_length: float | None
+    draft_acceptance_rate: float | None
+    """Accepted draft tokens / draft tokens proposed."""
+    per_position_rates: list[float] = []
+    """Fraction of steps that accepted the draft at position i (0-based), i.e. unconditional."""
+    steps: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    draft_tokens_per_step: float | None = None
+    """The K the server ran with (Δdraft_tokens / Δsteps), when it tells."""
+
+
+class StreamAcceptance(msgspec.Struct, kw_only=True):
+    """Acceptance estimated from tokens per content chunk."""
+
+    stream_interval: int
+    requests: int
+    """Requests whose middle chunks were counted."""
+    chunks: int
+    tokens_per_chunk_mean: float
+    tokens_per_step: float
+    """`tokens_per_chunk_mean / stream_interval`: the estimated AL."""
+    tokens_per_chunk: dict[int, int]
+    """The distribution: tokens in a chunk → chunks with that many."""
+    estimated_requests: int = 0
+    """Requests left out because their per-chunk counts were estimated (no usage nor token ids)."""
+
+
+class Acceptance(msgspec.Struct, kw_only=True):
+    """Forced and realized acceptance of a run, and whether they agree."""
+
+    forced_al: float | None
+    spec_k: int | None
+    tolerance: float
+    counters: CounterAcceptance | None
+    stream: StreamAcceptance | None
+    realized_al: float | None
+    """The counters' AL when they give one, else the stream's."""
+    realized_source: Source | None
+    mismatch: bool
+    """A forced AL (or K) that the realized one contradicts beyond `tolerance`."""
+    mismatch_reasons: list[str] = []
+
+
+# ---------------------------------------------------------------------------------------------
+# counters
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return max(after[name] - before[name], 0.0)  # a counter that went down was reset: count 0
+
+
+def _series_delta(before: Mapping[str, float], after: Mapping[str, float], key: str) -> float | None:
+    """`_delta` of one labelled series; a series absent before the run counts from 0 (Prometheus shows a label
+    value only once it has been counted, e.g. the first step that accepted that many drafts)."""
+    if key not in after:
+        return None
+    return max(after[key] - before.get(key, 0.0), 0.0)
+
+
+def _labels(after: Mapping[str, float], name: str, label: str) -> list[str]:
+    prefix = f'{name}{{{label}="'
+    return [key[len(prefix) : -2] for key in after if key.startswith(prefix)]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def _vllm(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
+    drafts = _delta(before, after, VLLM_DRAFTS)
+    if drafts is None:
+        return None
+    draft_tokens = _delta(before, after, VLLM_DRAFT_TOKENS)
+    accepted = _delta(before, after, VLLM_ACCEPTED)
+    positions = sorted(_labels(after, VLLM_ACCEPTED_PER_POS, "position"), key=lambda p: int(p) if p.isdigit() else 0)
+    per_position: list[float] = []
+    if drafts > 0:
+        for position in positions:
+            count = _series_delta(before, after, labelled(VLLM_ACCEPTED_PER_POS, "position", position))
+            per_position.append((count or 0.0) / drafts)
+    mean_accepted = _ratio(accepted, drafts)
+    return CounterAcceptance(
+        engine="vllm",
+        window="run",
+        acceptance_length=None if mean_accepted is None else 1.0 + mean_accepted,
+        draft_acceptance_rate=_ratio(accepted, draft_tokens),
+        per_position_rates=per_position,
+        steps=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        draft_tokens_per_step=_ratio(draft_tokens, drafts),
+    )
+
+
+def _atom(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
+    accepted = _delta(before, after, ATOM_ACCEPTED)
+    draft_tokens = _delta(before, after, ATOM_DRAFT_TOKENS)
+    histogram: dict[int, float] = {}
+    for value in _labels(after, ATOM_STEPS, "accepted_tokens"):
+        count = _series_delta(before, after, labelled(ATOM_STEPS, "accepted_tokens", value))
+        if value.isdigit() and count is not None:
+            histogram[int(value)] = count
+    steps = sum(histogram.values()) if histogram else None
+    if steps:
+        if accepted is None:
+            accepted = sum(n * count for n, count in histogram.items())
+        k = max(histogram)
+        # Position i (0-based) was accepted in every step that accepted more than i drafts.
+        per_position = [sum(c for n, c in histogram.items() if n > i) / steps for i in range(k)]
+        return CounterAcceptance(
+            engine="atom",
+            window="run",
+            acceptance_length=1.0 + accepted / steps,
+            draft_acceptance_rate=_ratio(accepted, draft_tokens),
+            per_position_rates=per_position,
+            steps=steps,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            draft_tokens_per_step=_ratio(draft_tokens, steps),
+        )
+    if ATOM_TOKENS_PER_FORWARD in after:
+        rate = _ratio(accepted, draft_tokens)
+        return CounterAcceptance(
+            engine="atom",
+            window="gauge",
+            acceptance_length=after[ATOM_TOKENS_PER_FORWARD] or None,
+            draft_acceptance_rate=rate if rate is not None else after.get(ATOM_ACCEPTANCE_RATE),
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+        )
+    return None
+
+
+def _sglang(after: Mapping[str, float]) -> CounterAcceptance | None:
+    if SGLANG_ACCEPT_LENGTH not in after:
+        return None
+    # SGLang reports 0 until it has run a speculative step.
+    return CounterAcceptance(
+        engine="sglang",
+        window="gauge",
+        acceptance_length=after[SGLANG_ACCEPT_LENGTH] or None,
+        draft_acceptance_rate=after.get(SGLANG_ACCEPT_RATE),
+    )
+
+
+def _llamacpp(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
+    drafted = next((d for name in LLAMACPP_DRAFTED if (d := _delta(before, after, name)) is not None), None)
+    accepted = next((a for name in LLAMACPP_ACCEPTED if (a := _delta(before, after, name)) is not None), None)
+    if drafted is None or accepted is None:
+        return None
+    return CounterAcceptance(
+        engine="llamacpp",
+        window="run",
+        acceptance_length=None,
+        draft_acceptance_rate=_ratio(accepted, drafted),
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+    )
+
+
+def counter_acceptance(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
+    """Acceptance from two `/metrics` scrapes (`parse_counters` with `METRIC_NAMES` and `METRIC_LABELS`);
+    None when the server exports none of the known metrics (or ran no speculative step)."""
+    for found in (_vllm(before, after), _atom(before, after), _sglang(after), _llamacpp(before, after)):
+        if found is not None and (found.steps is None or found.steps > 0):
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# stream
+
+
+def stream_acceptance(
+    chunk_tokens: Sequence[Sequence[int]], *, stream_interval: int = 1, estimated_requests: int = 0
+) -> StreamAcceptance | None:
+    """Tokens per step from each request's tokens per content chunk (first and last chunk dropped, see
+    the module docstring); None when no request has a chunk in between."""
+    if stream_interval < 1:
+        raise ValueError(f"stream_interval must be at least 1, got {stream_interval}")
+    middles = [np.asarray(tokens[1:-1], dtype=np.int64) for tokens in chunk_tokens if len(tokens) > 2]
+    if not middles:
+        return None
+    counted = np.concatenate(middles)
+    return _stream(counted, len(middles), stream_interval, estimated_requests)
+
+
+def _stream(
+    counted: npt.NDArray[np.int64], requests: int, stream_interval: int, estimated_requests: int
+) -> StreamAcceptance:
+    values, counts = np.unique(counted, return_counts=True)
+    mean = float(counted.mean())
+    return StreamAcceptance(
+        stream_interval=stream_interval,
+        requests=requests,
+        chunks=int(counted.size),
+        tokens_per_chunk_mean=mean,
+        tokens_per_step=mean / stream_interval,
+        tokens_per_chunk={int(v): int(c) for v, c in zip(values.tolist(), counts.tolist(), strict=True)},
+        estimated_requests=estimated_requests,
+    )
+
+
+def _mask(table: pa.Table, name: str, value: object, *, missing: bool) -> npt.NDArray[np.bool_]:
+    if name not in table.schema.names:
+        return np.full(table.num_rows, missing, dtype=bool)
+    mask = pc.fill_null(pc.equal(table.column(name), value), False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def table_stream_acceptance(records: pa.Table, *, stream_interval: int = 1) -> StreamAcceptance | None:
+    """`stream_acceptance` over a records table's profiling requests that ended ok."""
+    if records.num_rows == 0 or "chunk_tokens" not in records.schema.names:
+        return None
+    kept = ~_mask(records, "phase", "warmup", missing=False) & _mask(records, "status", "ok", missing=True)
+    estimated = _mask(records, "tokens_estimated", True, missing=False)
+    rows = records.filter(pa.array(kept & ~estimated))
+    column = rows.column("chunk_tokens").combine_chunks() if rows.num_rows else None
+    if column is None:
+        return None
+    # Vectorized: drop each list's first and last value, keep the lists with something in between.
+    offsets = np.asarray(column.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    # `.values` with the raw offsets: both index the unsliced child array (flatten() would start at offsets[0]).
+    values = np.asarray(column.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    starts, ends = offsets[:-1] + 1, offsets[1:] - 1
+    useful = ends > starts
+    if not useful.any():
+        return None
+    keep = np.zeros(values.size + 1, dtype=np.int64)
+    np.add.at(keep, starts[useful], 1)
+    np.add.at(keep, ends[useful], -1)
+    counted = values[np.cumsum(keep)[:-1] > 0]
+    return _stream(counted, int(useful.sum()), stream_interval, int((kept & estimated).sum()))
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdict
+
+
+def acceptance(
+    *,
+    counters: CounterAcceptance | None,
+    stream: StreamAcceptance | None,
+    forced_al: float | None = None,
+    spec_k: int | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> Acceptance:
+    """The realized AL (counters, else stream) and whether it contradicts the forced AL or K."""
+    realized: float | None = None
+    source: Source | None = None
+    if counters is not None and counters.acceptance_length is not None:
+        realized, source = counters.acceptance_length, "counters"
+    elif stream is not None:
+        realized, source = stream.tokens_per_step, "stream"
+    reasons: list[str] = []
+    if forced_al is not None and realized is not None and abs(realized - forced_al) > tolerance:
+        reasons.append(
+            f"realized AL {realized:.3f} ({source}) differs from the forced {forced_al:g} by more than {tolerance:g}"
+        )
+    k_run = counters.draft_tokens_per_step if counters is not None else None
+    if spec_k is not None and k_run is not None and not math.isclose(k_run, spec_k, abs_tol=0.01):
+        reasons.append(f"the server proposed {k_run:.2f} draft tokens per step, not K = {spec_k}")
+    return Acceptance(
+        forced_al=forced_al,
+        spec_k=spec_k,
+        tolerance=tolerance,
+        counters=counters,
+        stream=stream,
+        realized_al=realized,
+        realized_source=source,
+        mismatch=bool(reasons),
+        mismatch_reasons=reasons,
+    )
+
+
+def run_acceptance(
+    records: pa.Table,
+    before: Mapping[str, float] | None,
+    after: Mapping[str, float] | None,
+    *,
+    forced_al: float | None = None,
+    spec_k: int | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    stream_interval: int = 1,
+) -> Acceptance | None:
+    """A run's `Acceptance` from its records and its `/metrics` scrapes; None when nothing was forced and the
+    server shows no speculative decoding (a plain run gets no acceptance section)."""
+    counters = counter_acceptance(before, after) if before is not None and after is not None else None
+    if forced_al is None and spec_k is None and counters is None:
+        return None
+    stream = table_stream_acceptance(records, stream_interval=stream_interval)
+    return acceptance(counters=counters, stream=stream, forced_al=forced_al, spec_k=spec_k, tolerance=tolerance)
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal table
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def acceptance_table(result: Acceptance) -> Table:
+    """The acceptance as a rich table; a mismatch is in its title, in red."""
+    if result.mismatch:
+        title = "[bold red]speculative acceptance: MISMATCH — " + "; ".join(result.mismatch_reasons) + "[/]"
+    else:
+        title = "speculative acceptance"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    forced = "none" if result.forced_al is None else f"{result.forced_al:g}"
+    k = "–" if result.spec_k is None else str(result.spec_k)
+    table.add_row("forced AL · K · tolerance", f"{forced} · {k} · ±{result.tolerance:g}")
+    source = f" ({result.realized_source})" if result.realized_source else ""
+    table.add_row("realized AL", _number(result.realized_al) + source)
+    c = result.counters
+    if c is not None:
+        window = "Δ over the run" if c.window == "run" else "server gauge"
+        table.add_row(f"counters ({c.engine}, {window}) AL", _number(c.acceptance_length))
+        table.add_row("draft acceptance rate", _number(c.draft_acceptance_rate))
+        if c.per_position_rates:
+            table.add_row("acceptance by position", " ".join(f"{rate:.2f}" for rate in c.per_position_rates))
+        if c.draft_tokens_per_step is not None:
+            table.add_row("draft tokens per step (K)", _number(c.draft_tokens_per_step, 2))
+    s = result.stream
+    if s is not None:
+        table.add_row(
+            f"stream tokens/step (interval {s.stream_interval})",
+            f"{s.tokens_per_step:.3f} over {s.chunks:,} chunks of {s.requests:,} requests",
+        )
+    return table
