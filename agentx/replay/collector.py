@@ -5,7 +5,7 @@ CPython's automatic collection pauses the event loop at arbitrary moments; every
 pause is late (PERFORMANCE.md: dispatch lag). During a replay, `quiet_gc` freezes what set-up built (the
 trace, the plans: never garbage, never walked again) and switches automatic collection off;
 `collect_on_clock` then collects the young generation every 20 ms, a few thousand objects at most, and the
-middle one every 5 s, whose pause grows with the requests in flight (~5 ms at 360 in flight). The run's own
+middle one every 1–10 s, more rarely as its pause grows with the requests in flight. The run's own
 code leaves no reference cycles behind per request, so what these collections find is what libraries and
 errors leave.
 """
@@ -15,13 +15,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import itertools
+import time
 from collections.abc import Iterator
 from typing import Final
 
+from agentx.replay.clock import DispatchClock
+
 YOUNG_EVERY_S: Final = 0.02
-MIDDLE_EVERY_YOUNG: Final = 250
-"""The middle generation is collected at every 250th young collection (every 5 s)."""
+MIDDLE_EVERY_S: Final = (1.0, 10.0)
+"""The middle generation's period bounds; within them the period is `MIDDLE_PAUSE_SHARE`⁻¹ × its last pause."""
+MIDDLE_PAUSE_SHARE: Final = 0.002
+"""Middle collections take at most this share of the time: rare long pauses under heavy load (~9 ms at 360
+requests in flight: every 4.5 s), every second when they are short (setup C at 200/s: 1.6 ms)."""
+
+
+QUIET_SPAN_NS: Final = 2_000_000
+"""A collection waits (up to its own period) for a moment when no request is due within this span."""
 
 
 @contextlib.contextmanager
@@ -42,9 +51,19 @@ def quiet_gc(enabled: bool) -> Iterator[None]:
         gc.unfreeze()
 
 
-async def collect_on_clock() -> None:
-    """Collect the young generation every `YOUNG_EVERY_S`, the middle one every `MIDDLE_EVERY_YOUNG` ticks;
-    runs until cancelled."""
-    for tick in itertools.count(1):
+async def collect_on_clock(clock: DispatchClock | None = None) -> None:
+    """Collect the young generation every `YOUNG_EVERY_S`, the middle one on its own period (see
+    `MIDDLE_PAUSE_SHARE`), each in a gap between due requests when `clock` is given; runs until cancelled."""
+    shortest_s, longest_s = MIDDLE_EVERY_S
+    middle_due = time.perf_counter() + shortest_s
+    while True:
         await asyncio.sleep(YOUNG_EVERY_S)
-        gc.collect(1 if tick % MIDDLE_EVERY_YOUNG == 0 else 0)
+        if clock is not None:
+            await clock.until_quiet(QUIET_SPAN_NS, YOUNG_EVERY_S)
+        started = time.perf_counter()
+        if started < middle_due:
+            gc.collect(0)
+            continue
+        gc.collect(1)
+        ended = time.perf_counter()
+        middle_due = ended + min(longest_s, max(shortest_s, (ended - started) / MIDDLE_PAUSE_SHARE))

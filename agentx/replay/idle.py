@@ -18,9 +18,10 @@ can bring forward. Every shift is logged in `jumps` (when, which tree, by how mu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Protocol
+
+from agentx.replay.clock import DispatchClock
 
 
 class Tree(Protocol):
@@ -35,7 +36,9 @@ class Tree(Protocol):
 class IdleCaps:
     """The replay's timers (module docstring). `None` disables a cap."""
 
-    def __init__(self, system_cap_s: float | None, tree_cap_s: float | None) -> None:
+    def __init__(
+        self, system_cap_s: float | None, tree_cap_s: float | None, clock: DispatchClock | None = None
+    ) -> None:
         self.system_cap_ns = None if system_cap_s is None else int(system_cap_s * 1e9)
         self.tree_cap_ns = None if tree_cap_s is None else int(tree_cap_s * 1e9)
         self.shift_ns = 0
@@ -45,7 +48,8 @@ class IdleCaps:
         """Trees with pending timers."""
         self.jumps: list[tuple[int, str, int]] = []
         """(when, "system" or "tree", shift in ns)."""
-        self._wakeup = asyncio.Event()
+        self._clock = clock
+        self._waiters: set[asyncio.Future[None]] = set()
         self._next_token = 0
 
     def effective_ns(self, tree: Tree, due_ns: int) -> int:
@@ -66,10 +70,16 @@ class IdleCaps:
                 remaining_s = (effective - time.perf_counter_ns()) / 1e9
                 if remaining_s <= 0:
                     return False, effective
-                wakeup = self._wakeup
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining_s):
-                        await wakeup.wait()
+                # Woken at the due time, or earlier by `wake_all` (a shift, the run's stop): look again.
+                if self._clock is None:
+                    self._clock = DispatchClock()  # loop timers only: the runner passes its own, which it closes
+                waiter = self._clock.at(effective)
+                self._waiters.add(waiter)
+                try:
+                    await waiter
+                finally:
+                    self._waiters.discard(waiter)
+                    waiter.cancel()
         finally:
             del tree.pending_due_ns[token]
             if not tree.pending_due_ns:
@@ -77,8 +87,9 @@ class IdleCaps:
 
     def wake_all(self) -> None:
         """Make every waiter look again (after a shift, or when the run stops)."""
-        wakeup, self._wakeup = self._wakeup, asyncio.Event()
-        wakeup.set()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def started(self, tree: Tree) -> None:
         self.in_flight += 1
