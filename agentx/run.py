@@ -23,8 +23,7 @@ from agentx.replay.records import RequestRecord, read_records
 from agentx.replay.workers import run_workers
 from agentx.results.acceptance import METRIC_LABELS, METRIC_NAMES, run_acceptance
 from agentx.results.summary import (
-    PREFIX_CACHE_HITS,
-    PREFIX_CACHE_QUERIES,
+    CACHE_METRICS,
     ServerMetrics,
     Summary,
     parse_counters,
@@ -35,7 +34,7 @@ from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
 _METRICS_TIMEOUT_S = 5.0
-SCRAPED_METRICS: Final = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, *METRIC_NAMES)
+SCRAPED_METRICS: Final = (*CACHE_METRICS, *METRIC_NAMES)
 """What `scrape_counters` reads: prefix-cache counters and speculative-decoding metrics (agentx.results.acceptance)."""
 RUN_FILE: Final = "run.json"
 """Written into the run directory at the end of every run (interrupted ones too): options, run, summary."""

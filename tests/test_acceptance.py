@@ -202,11 +202,22 @@ def test_other_engines_metrics() -> None:
     assert found is not None and found.engine == "sglang" and found.acceptance_length == 2.5
     assert found.draft_acceptance_rate == 0.5
 
-    llama_before = parse_counters("llamacpp:n_drafted_total 100\nllamacpp:n_drafted_accepted_total 50\n", METRIC_NAMES)
-    llama_after = parse_counters("llamacpp:n_drafted_total 300\nllamacpp:n_drafted_accepted_total 200\n", METRIC_NAMES)
-    llama = counter_acceptance(llama_before, llama_after)
-    assert llama is not None and llama.engine == "llamacpp"
-    assert llama.acceptance_length is None and llama.draft_acceptance_rate == 0.75
+    # llama-server's text (tools/server/server-task.cpp): vLLM's counters under "llamacpp:", positions 0-based.
+    def llama(steps: int, drafted: int, accepted: int, per_position: list[int]) -> dict[str, float]:
+        text = (
+            f"llamacpp:spec_decode_num_drafts_total {steps}\n"
+            f"llamacpp:spec_decode_num_draft_tokens_total {drafted}\n"
+            f"llamacpp:spec_decode_num_accepted_tokens_total {accepted}\n"
+            "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter\n"
+        )
+        for position, count in enumerate(per_position):
+            text += f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{position}"}} {count}\n'
+        return parse_counters(text, METRIC_NAMES, METRIC_LABELS)
+
+    found = counter_acceptance(llama(10, 30, 20, [10, 8, 2]), llama(110, 330, 220, [110, 88, 22]))
+    assert found is not None and found.engine == "llamacpp"
+    assert found.acceptance_length == pytest.approx(3.0) and found.draft_acceptance_rate == pytest.approx(2 / 3)
+    assert found.per_position_rates == pytest.approx([1.0, 0.8, 0.2])
     assert counter_acceptance({}, {}) is None
 
 

@@ -251,6 +251,14 @@ def test_cache_hit_from_usage_counts_only_requests_that_report_it() -> None:
     assert summarize(table([rec()])).cache.usage_hit_rate is None
 
 
+def test_server_hit_rate_from_llamacpp_token_counters() -> None:
+    # llama.cpp counts computed prompt tokens (cached excluded) and cached ones: hits over their sum.
+    text_before = "llamacpp:prompt_tokens_total 500\nllamacpp:prompt_tokens_cached_total 100\n"
+    text_after = "llamacpp:prompt_tokens_total 800\nllamacpp:prompt_tokens_cached_total 1000\n"
+    metrics = ServerMetrics(before=parse_counters(text_before), after=parse_counters(text_after))
+    assert summarize(table([rec()]), server_metrics=metrics).cache.server_hit_rate == pytest.approx(900 / 1200)
+
+
 def test_server_hit_rate_from_counter_deltas() -> None:
     metrics = ServerMetrics(
         before={PREFIX_CACHE_HITS: 10, PREFIX_CACHE_QUERIES: 100},

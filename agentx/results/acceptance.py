@@ -13,8 +13,9 @@ over that window, gauges are their value after the run):
   `atom:mtp_average_tokens_per_forward` (already an AL, since the server started).
 - SGLang: only gauges of its last logging interval, `sglang:spec_accept_length` (an AL) and
   `sglang:spec_accept_rate`.
-- llama.cpp: `llamacpp:n_drafted` and `llamacpp:n_drafted_accepted` (`n_draft`/`n_draft_accepted` in some
-  builds) give the draft acceptance rate only: its drafts vary in length, so steps cannot be inferred.
+- llama.cpp (`llama-server --metrics`): vLLM's four counters under its own prefix,
+  `llamacpp:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens` and
+  `..._num_accepted_tokens_per_pos{position}`, read the same way.
 
 **The stream** (no server access needed): the tokens of each content chunk (`chunk_tokens`) of the kept
 requests whose counts were reported, not estimated. Each request's first chunk is dropped (the token the
@@ -53,8 +54,10 @@ ATOM_TOKENS_PER_FORWARD: Final = "atom:mtp_average_tokens_per_forward"
 ATOM_ACCEPTANCE_RATE: Final = "atom:mtp_acceptance_rate"
 SGLANG_ACCEPT_LENGTH: Final = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE: Final = "sglang:spec_accept_rate"
-LLAMACPP_DRAFTED: Final = ("llamacpp:n_drafted_total", "llamacpp:n_draft_total")
-LLAMACPP_ACCEPTED: Final = ("llamacpp:n_drafted_accepted_total", "llamacpp:n_draft_accepted_total")
+LLAMACPP_DRAFTS: Final = "llamacpp:spec_decode_num_drafts_total"
+LLAMACPP_DRAFT_TOKENS: Final = "llamacpp:spec_decode_num_draft_tokens_total"
+LLAMACPP_ACCEPTED: Final = "llamacpp:spec_decode_num_accepted_tokens_total"
+LLAMACPP_ACCEPTED_PER_POS: Final = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 
 METRIC_NAMES: Final = (
     VLLM_DRAFTS,
@@ -68,14 +71,21 @@ METRIC_NAMES: Final = (
     ATOM_ACCEPTANCE_RATE,
     SGLANG_ACCEPT_LENGTH,
     SGLANG_ACCEPT_RATE,
-    *LLAMACPP_DRAFTED,
-    *LLAMACPP_ACCEPTED,
+    LLAMACPP_DRAFTS,
+    LLAMACPP_DRAFT_TOKENS,
+    LLAMACPP_ACCEPTED,
+    LLAMACPP_ACCEPTED_PER_POS,
 )
 """Every metric read, as exposed (counters with Prometheus' `_total`)."""
-METRIC_LABELS: Final = {VLLM_ACCEPTED_PER_POS: "position", ATOM_STEPS: "accepted_tokens"}
+METRIC_LABELS: Final = {
+    VLLM_ACCEPTED_PER_POS: "position",
+    LLAMACPP_ACCEPTED_PER_POS: "position",
+    ATOM_STEPS: "accepted_tokens",
+}
 """Metrics kept per value of one label (see `labelled`), summed over their other labels."""
 
 Source = Literal["counters", "stream"]
+Engine = Literal["vllm", "atom", "sglang", "llamacpp"]
 
 
 def labelled(name: str, label: str, value: str) -> str:
@@ -86,7 +96,7 @@ def labelled(name: str, label: str, value: str) -> str:
 class CounterAcceptance(msgspec.Struct, kw_only=True):
     """Acceptance from the server's metrics."""
 
-    engine: Literal["vllm", "atom", "sglang", "llamacpp"]
+    engine: Engine
     window: Literal["run", "gauge"]
     """`run`: counter deltas over the run; `gauge`: the server's own running figure, read after the run."""
     acceptance_length: float | None
@@ -163,20 +173,34 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def _vllm(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
-    drafts = _delta(before, after, VLLM_DRAFTS)
+    return _step_counters(before, after, "vllm", (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_ACCEPTED_PER_POS))
+
+
+def _llamacpp(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
+    names = (LLAMACPP_DRAFTS, LLAMACPP_DRAFT_TOKENS, LLAMACPP_ACCEPTED, LLAMACPP_ACCEPTED_PER_POS)
+    return _step_counters(before, after, "llamacpp", names)
+
+
+def _step_counters(
+    before: Mapping[str, float], after: Mapping[str, float], engine: Engine, names: tuple[str, str, str, str]
+) -> CounterAcceptance | None:
+    """vLLM's counter set, which llama.cpp's server copies under its own prefix: verification steps, draft
+    tokens, accepted tokens, and accepted tokens per (0-based) draft position."""
+    drafts_name, draft_tokens_name, accepted_name, per_position_name = names
+    drafts = _delta(before, after, drafts_name)
     if drafts is None:
         return None
-    draft_tokens = _delta(before, after, VLLM_DRAFT_TOKENS)
-    accepted = _delta(before, after, VLLM_ACCEPTED)
-    positions = sorted(_labels(after, VLLM_ACCEPTED_PER_POS, "position"), key=lambda p: int(p) if p.isdigit() else 0)
+    draft_tokens = _delta(before, after, draft_tokens_name)
+    accepted = _delta(before, after, accepted_name)
+    positions = sorted(_labels(after, per_position_name, "position"), key=lambda p: int(p) if p.isdigit() else 0)
     per_position: list[float] = []
     if drafts > 0:
         for position in positions:
-            count = _series_delta(before, after, labelled(VLLM_ACCEPTED_PER_POS, "position", position))
+            count = _series_delta(before, after, labelled(per_position_name, "position", position))
             per_position.append((count or 0.0) / drafts)
     mean_accepted = _ratio(accepted, drafts)
     return CounterAcceptance(
-        engine="vllm",
+        engine=engine,
         window="run",
         acceptance_length=None if mean_accepted is None else 1.0 + mean_accepted,
         draft_acceptance_rate=_ratio(accepted, draft_tokens),
@@ -236,21 +260,6 @@ def _sglang(after: Mapping[str, float]) -> CounterAcceptance | None:
         window="gauge",
         acceptance_length=after[SGLANG_ACCEPT_LENGTH] or None,
         draft_acceptance_rate=after.get(SGLANG_ACCEPT_RATE),
-    )
-
-
-def _llamacpp(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
-    drafted = next((d for name in LLAMACPP_DRAFTED if (d := _delta(before, after, name)) is not None), None)
-    accepted = next((a for name in LLAMACPP_ACCEPTED if (a := _delta(before, after, name)) is not None), None)
-    if drafted is None or accepted is None:
-        return None
-    return CounterAcceptance(
-        engine="llamacpp",
-        window="run",
-        acceptance_length=None,
-        draft_acceptance_rate=_ratio(accepted, drafted),
-        draft_tokens=drafted,
-        accepted_tokens=accepted,
     )
 
 

@@ -41,6 +41,12 @@ PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
 
 PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
 PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
+LLAMACPP_PROMPT_TOKENS: Final = "llamacpp:prompt_tokens_total"
+"""llama.cpp's prompt tokens computed, cached ones excluded."""
+LLAMACPP_CACHED_TOKENS: Final = "llamacpp:prompt_tokens_cached_total"
+CACHE_METRICS: Final = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, LLAMACPP_PROMPT_TOKENS, LLAMACPP_CACHED_TOKENS)
+"""The prefix-cache counters read from `/metrics`: vLLM's hits and queries, or llama.cpp's cached and computed
+prompt tokens (hits over their sum)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,6 +454,9 @@ def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
     server_rate: float | None = None
     if server_metrics is not None:
         hits, queries = server_metrics.delta(PREFIX_CACHE_HITS), server_metrics.delta(PREFIX_CACHE_QUERIES)
+        if hits is None or queries is None:
+            hits, computed = server_metrics.delta(LLAMACPP_CACHED_TOKENS), server_metrics.delta(LLAMACPP_PROMPT_TOKENS)
+            queries = None if hits is None or computed is None else hits + computed
         if hits is not None and queries is not None and queries > 0:
             server_rate = hits / queries
 
@@ -595,7 +604,7 @@ def _rollups(table: pa.Table, kept: npt.NDArray[np.bool_]) -> Rollups:
 
 def parse_counters(
     text: str,
-    names: Sequence[str] = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES),
+    names: Sequence[str] = CACHE_METRICS,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """Counter values from a Prometheus `/metrics` text, summed over label sets (one series per engine).
