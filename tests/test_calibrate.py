@@ -219,3 +219,54 @@ def test_a_missing_tokenizer_file_is_a_calibration_error(tmp_path: Path) -> None
 
     with pytest.raises(CalibrationError, match=r"absent\.json"):
         asyncio.run(go())
+
+
+def test_llamacpp_tokenize_dialect() -> None:
+    """llama.cpp's /tokenize takes `content` and answers an empty list for anything else (no error), its
+    /detokenize answers `content`, and it ignores `messages`: the counter switches dialect on the empty
+    answer and counts chat templates by a one-token request."""
+    from aiohttp import web
+
+    from agentx.replay.calibrate import ServerCounter
+    from agentx.replay.client import Client
+
+    seen: list[str] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append("content" if "content" in body else "other")
+        words = body["content"].split() if "content" in body else []
+        return web.json_response({"tokens": [len(w) for w in words]})
+
+    async def detokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"content": " ".join("x" * t for t in body["tokens"])})
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        words = sum(len(m["content"].split()) for m in body["messages"])
+        return web.json_response({"usage": {"prompt_tokens": words + 3 * len(body["messages"])}})
+
+    async def main() -> tuple[int, int, str | None, int]:
+        app = web.Application()
+        app.router.add_post("/tokenize", tokenize)
+        app.router.add_post("/detokenize", detokenize)
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            async with Client(f"http://127.0.0.1:{runner.addresses[0][1]}") as client:
+                counter = ServerCounter(client, "m")
+                first = await counter.count_text("three little words")
+                again = await counter.count_text("two words")
+                text = await counter.detokenize([2, 3])
+                templated = await counter.count_messages([{"role": "user", "content": "hello there"}])
+                return first, again, text, templated
+        finally:
+            await runner.cleanup()
+
+    first, again, text, templated = asyncio.run(main())
+    assert (first, again, text, templated) == (3, 2, "xx xxx", 2 + 3)
+    assert seen == ["other", "content", "content"]  # switched once, then stays in llama.cpp's dialect

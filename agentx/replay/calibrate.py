@@ -131,7 +131,9 @@ class _TokenizeResponse(msgspec.Struct):
 
 
 class _DetokenizeResponse(msgspec.Struct):
-    prompt: str
+    prompt: str | None = None
+    content: str | None = None
+    """llama.cpp's name for the text."""
 
 
 class _Usage(msgspec.Struct):
@@ -144,52 +146,71 @@ class _CompletionResponse(msgspec.Struct):
 
 class ServerCounter:
     """Counts through the server's `/tokenize` and `/detokenize` (vLLM, SGLang, llama.cpp, the simulator);
-    chat templates through `/tokenize` with `messages`, else a one-token chat request."""
+    chat templates through `/tokenize` with `messages`, else a one-token chat request.
+
+    Two dialects: vLLM's (`prompt`, `add_special_tokens`; `/detokenize` answers `prompt`) and llama.cpp's
+    (`content`, `add_special`; answers `content`). llama.cpp answers a vLLM-style body with an empty token
+    list, not an error, so an empty answer for non-empty text switches to its dialect; its `/tokenize` takes
+    no `messages` either (an empty answer again), so templates are then counted by request.
+    """
 
     def __init__(self, client: Client, model: str) -> None:
         self.client = client
         self.model = model
         self._messages_endpoint = True
         self._messages_seen = False
+        self._llamacpp = False
+
+    async def _tokenize(self, text: str) -> tuple[int, bytes, _TokenizeResponse | None]:
+        for llamacpp in (self._llamacpp, True):
+            if llamacpp:
+                payload: dict[str, object] = {"content": text, "add_special": False, "parse_special": False}
+            else:
+                payload = {"model": self.model, "prompt": text, "add_special_tokens": False}
+            status, body = await self.client.request_json("POST", "/tokenize", payload)
+            if status != 200:
+                return status, body, None
+            answer = msgspec.json.decode(body, type=_TokenizeResponse)
+            if answer.n() > 0 or not text or llamacpp:
+                self._llamacpp = llamacpp
+                return status, body, answer
+        raise AssertionError("unreachable: the llama.cpp dialect always returns")
 
     async def count_text(self, text: str) -> int:
-        payload = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        status, body = await self.client.request_json("POST", "/tokenize", payload)
-        if status != 200:
+        status, body, answer = await self._tokenize(text)
+        if answer is None:
             raise CalibrationError(
                 f"POST /tokenize answered HTTP {status}: {body[:200]!r}. `--api chat` needs the server's "
                 "/tokenize (vLLM, SGLang, llama.cpp have it) or a local `--tokenizer tokenizer.json`."
             )
-        return msgspec.json.decode(body, type=_TokenizeResponse).n()
+        return answer.n()
 
     async def count_messages(self, messages: Messages) -> int:
-        if self._messages_endpoint:
+        if self._messages_endpoint and not self._llamacpp:
             payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
             status, body = await self.client.request_json("POST", "/tokenize", payload)
-            if status == 200:
+            if status == 200 and (counted := msgspec.json.decode(body, type=_TokenizeResponse).n()) > 0:
                 self._messages_seen = True
-                return msgspec.json.decode(body, type=_TokenizeResponse).n()
-            if status not in (400, 404, 405, 422):
+                return counted
+            if status not in (200, 400, 404, 405, 422):
                 raise CalibrationError(f"POST /tokenize with messages answered HTTP {status}: {body[:200]!r}")
             if status == 400 and self._messages_seen:
                 # The endpoint takes messages, so this is the template refusing this role sequence.
                 raise CalibrationError(f"the chat template refused a message sequence: {body[:200]!r}")
-            self._messages_endpoint = False
+            self._messages_endpoint = False  # (a 200 with no tokens: the endpoint ignored `messages`, as llama.cpp's)
         return await count_by_request(self.client, self.model, messages)
 
     async def encode(self, text: str) -> list[int] | None:
-        payload = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        status, body = await self.client.request_json("POST", "/tokenize", payload)
-        if status != 200:
-            return None
-        return msgspec.json.decode(body, type=_TokenizeResponse).tokens
+        _, _, answer = await self._tokenize(text)
+        return None if answer is None else answer.tokens
 
     async def detokenize(self, ids: Sequence[int]) -> str | None:
         payload = {"model": self.model, "tokens": list(ids)}
         status, body = await self.client.request_json("POST", "/detokenize", payload)
         if status != 200:
             return None
-        return msgspec.json.decode(body, type=_DetokenizeResponse).prompt
+        answer = msgspec.json.decode(body, type=_DetokenizeResponse)
+        return answer.prompt if answer.prompt is not None else answer.content
 
 
 class LocalCounter:
