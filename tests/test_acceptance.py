@@ -245,6 +245,46 @@ def test_stream_rule_drops_first_and_last_chunks() -> None:
     assert acceptance(counters=None, stream=found, forced_al=3.06).mismatch
 
 
+def _burst_stream(steps: list[int], step_gap_ns: int, event_gap_ns: int) -> tuple[list[int], list[int]]:
+    """A stream of one-token events: the prefill token, then each step's tokens as a burst."""
+    times, tokens, now = [0], [1], 0
+    for size in steps:
+        now += step_gap_ns
+        for i in range(size):
+            times.append(now + i * event_gap_ns)
+            tokens.append(1)
+    return times, tokens
+
+
+def test_one_token_bursts_are_grouped_into_steps_by_arrival_gap() -> None:
+    """llama.cpp streams each accepted draft as its own event, back to back: grouped by gap, the steps show
+    the AL; spaced events (no speculation) stay one token per step."""
+    bursty = [_burst_stream([3, 2, 4, 3, 3, 1], 16_000_000, 20_000), _burst_stream([2, 4, 3, 1], 16_000_000, 5_000)]
+    plain = [_burst_stream([1] * 8, 10_000_000, 0), _burst_stream([1] * 8, 20_000, 0)]  # any pace
+
+    def table(streams: list[tuple[list[int], list[int]]]) -> pa.Table:
+        return pa.table(
+            {
+                "chunk_times_ns": pa.array([t for t, _ in streams], pa.list_(pa.int64())),
+                "chunk_tokens": pa.array([k for _, k in streams], pa.list_(pa.int32())),
+                "phase": ["profiling"] * len(streams),
+                "status": ["ok"] * len(streams),
+            }
+        )
+
+    grouped = table_stream_acceptance(table(bursty), group_bursts=True)
+    # Steps without the first (prefill) and last of each request: 3,2,4,3,3 and 2,4,3.
+    assert grouped is not None and grouped.grouped_by_gap
+    assert grouped.tokens_per_step == pytest.approx(24 / 8) and grouped.requests == 2
+    one = table_stream_acceptance(table(plain), group_bursts=True)
+    assert one is not None and one.tokens_per_step == 1.0 and one.grouped_by_gap
+    # Multi-token chunks are read as they are: no grouping.
+    multi = table_stream_acceptance(table([([0, 10, 20, 30], [1, 3, 3, 1])]), group_bursts=True)
+    ungrouped = table_stream_acceptance(table(bursty))  # a run that does not speculate: events are steps
+    assert ungrouped is not None and ungrouped.tokens_per_step == 1.0 and not ungrouped.grouped_by_gap
+    assert multi is not None and not multi.grouped_by_gap and multi.tokens_per_step == 3.0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -22,6 +22,10 @@ requests whose counts were reported, not estimated. Each request's first chunk i
 prefill sampled, before any draft) and so is its last (the step `max_tokens` cut short, tokens the final
 usage reported after the last content chunk, and with a stream interval a partial group of steps). A
 server with stream interval N sends one chunk per N steps, so tokens per step = mean tokens per chunk / N.
+A server that streams one token per event even when it speculates (llama.cpp: a step's accepted drafts leave
+as a burst of events) shows its steps only by time: when the run speculates (a forced AL above 1, or the
+counters say so) and nearly every chunk carries one token, a request's chunks closer than `BURST_GAP_SHARE`
+of its gaps between steps are first grouped into one step.
 
 The realized AL is the counters' when they give one, else the stream's. With a forced AL, a difference over
 `tolerance` (absolute) is a mismatch (and with a forced K, counters showing another K per step).
@@ -40,6 +44,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+BURST_GAP_SHARE: Final = 0.25
+"""One-token events of a request closer than this share of its long gaps (the 95th percentile of its gaps:
+the time between steps, even at AL 8) are one step's burst; the events of one step leave back to back."""
+ONE_TOKEN_SHARE: Final = 0.95
+"""A stream counts as one token per event when at least this share of its middle chunks carry one token."""
 DEFAULT_TOLERANCE: Final = 0.05
 """Largest |realized − forced| AL accepted as the forced one (absolute, tokens per step)."""
 
@@ -125,6 +134,9 @@ class StreamAcceptance(msgspec.Struct, kw_only=True):
     """The distribution: tokens in a chunk → chunks with that many."""
     estimated_requests: int = 0
     """Requests left out because their per-chunk counts were estimated (no usage nor token ids)."""
+    grouped_by_gap: bool = False
+    """The stream had one token per event, so steps were told apart by arrival gaps (`BURST_GAP_SHARE`): a
+    server such as llama.cpp's streams a step's accepted drafts as a burst of one-token events."""
 
 
 class Acceptance(msgspec.Struct, kw_only=True):
@@ -313,20 +325,47 @@ def _mask(table: pa.Table, name: str, value: object, *, missing: bool) -> npt.ND
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def table_stream_acceptance(records: pa.Table, *, stream_interval: int = 1) -> StreamAcceptance | None:
-    """`stream_acceptance` over a records table's profiling requests that ended ok."""
+def table_stream_acceptance(
+    records: pa.Table, *, stream_interval: int = 1, group_bursts: bool = False
+) -> StreamAcceptance | None:
+    """`stream_acceptance` over a records table's profiling requests that ended ok. With `group_bursts` (the
+    server speculates) and nearly every middle chunk carrying one token (`ONE_TOKEN_SHARE`), the chunks are
+    first grouped into steps by arrival gap (`BURST_GAP_SHARE`), since one-token events cannot show a step's
+    size otherwise. (Without speculation, events are steps: gaps would only mislead, e.g. reads merged.)"""
     if records.num_rows == 0 or "chunk_tokens" not in records.schema.names:
         return None
     kept = ~_mask(records, "phase", "warmup", missing=False) & _mask(records, "status", "ok", missing=True)
     estimated = _mask(records, "tokens_estimated", True, missing=False)
     rows = records.filter(pa.array(kept & ~estimated))
-    column = rows.column("chunk_tokens").combine_chunks() if rows.num_rows else None
-    if column is None:
+    if not rows.num_rows:
         return None
-    # Vectorized: drop each list's first and last value, keep the lists with something in between.
-    offsets = np.asarray(column.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    # `.values` with the raw offsets: both index the unsliced child array (flatten() would start at offsets[0]).
-    values = np.asarray(column.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    tokens, offsets = _flat_lists(rows.column("chunk_tokens"))
+    found = _middles(tokens, offsets, stream_interval, int((kept & estimated).sum()))
+    if found is None or not group_bursts or "chunk_times_ns" not in rows.schema.names:
+        return found
+    if found.tokens_per_chunk.get(1, 0) < ONE_TOKEN_SHARE * found.chunks:
+        return found
+    times, _ = _flat_lists(rows.column("chunk_times_ns"))
+    step_tokens, step_offsets = _steps_by_gap(tokens, times, offsets)
+    grouped = _middles(step_tokens, step_offsets, stream_interval, found.estimated_requests)
+    if grouped is not None:
+        grouped.grouped_by_gap = True
+    return grouped
+
+
+def _flat_lists(column: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """A list column's values, flat, and the offsets of each row's list into them."""
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(column), 0).to_numpy(), dtype=np.int64)
+    values = np.asarray(pc.list_flatten(column).to_numpy(), dtype=np.int64)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return values, offsets
+
+
+def _middles(
+    values: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64], stream_interval: int, estimated_requests: int
+) -> StreamAcceptance | None:
+    """`_stream` over each list's values without its first and last."""
     starts, ends = offsets[:-1] + 1, offsets[1:] - 1
     useful = ends > starts
     if not useful.any():
@@ -335,7 +374,25 @@ def table_stream_acceptance(records: pa.Table, *, stream_interval: int = 1) -> S
     np.add.at(keep, starts[useful], 1)
     np.add.at(keep, ends[useful], -1)
     counted = values[np.cumsum(keep)[:-1] > 0]
-    return _stream(counted, int(useful.sum()), stream_interval, int((kept & estimated).sum()))
+    return _stream(counted, int(useful.sum()), stream_interval, estimated_requests)
+
+
+def _steps_by_gap(
+    tokens: npt.NDArray[np.int64], times_ns: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each list's chunks grouped into steps (a chunk closer to the previous one than `BURST_GAP_SHARE` of
+    the list's 95th-percentile gap joins its step): the tokens per step, and each list's offsets into them."""
+    lists = offsets.size - 1
+    owner = np.repeat(np.arange(lists), np.diff(offsets))
+    new_step = np.ones(tokens.size, dtype=bool)
+    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        if end - start > 1:
+            gaps = np.diff(times_ns[start:end])
+            new_step[start + 1 : end] = gaps >= BURST_GAP_SHARE * np.percentile(gaps, 95)
+    step_of_chunk = np.cumsum(new_step) - 1
+    step_tokens = np.bincount(step_of_chunk, weights=tokens).astype(np.int64)
+    step_offsets = np.searchsorted(owner[new_step], np.arange(lists + 1)).astype(np.int64)
+    return step_tokens, step_offsets
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +450,10 @@ def run_acceptance(
     counters = counter_acceptance(before, after) if before is not None and after is not None else None
     if forced_al is None and spec_k is None and counters is None:
         return None
-    stream = table_stream_acceptance(records, stream_interval=stream_interval)
+    speculates = (forced_al is not None and forced_al > 1.0) or (
+        counters is not None and (counters.acceptance_length or 1.0) > 1.0
+    )
+    stream = table_stream_acceptance(records, stream_interval=stream_interval, group_bursts=speculates)
     return acceptance(counters=counters, stream=stream, forced_al=forced_al, spec_k=spec_k, tolerance=tolerance)
 
 
@@ -431,7 +491,9 @@ def acceptance_table(result: Acceptance) -> Table:
     s = result.stream
     if s is not None:
         table.add_row(
-            f"stream tokens/step (interval {s.stream_interval})",
+            f"stream tokens/step (interval {s.stream_interval}"
+            + (", steps told apart by gaps" if s.grouped_by_gap else "")
+            + ")",
             f"{s.tokens_per_step:.3f} over {s.chunks:,} chunks of {s.requests:,} requests",
         )
     return table
