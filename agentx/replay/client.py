@@ -26,7 +26,14 @@ from typing import Final, Literal
 import aiohttp
 import msgspec
 
-from agentx.replay.http1 import ConnectionClosedError, Endpoint, HTTPProtocolError, Pool, encode_headers
+from agentx.replay.http1 import (
+    SPARE_CONNECTIONS,
+    ConnectionClosedError,
+    Endpoint,
+    HTTPProtocolError,
+    Pool,
+    encode_headers,
+)
 from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
@@ -197,6 +204,7 @@ class Client:
         probe_timeout_s: float = 10.0,
         keepalive_timeout_s: float = 60.0,
         context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
+        spare_connections: int = SPARE_CONNECTIONS,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.limit = limit
@@ -205,6 +213,7 @@ class Client:
         self.total_timeout_s = total_timeout_s
         self.probe_timeout_s = probe_timeout_s
         self.keepalive_timeout_s = keepalive_timeout_s
+        self.spare_connections = spare_connections
         self.context_overflow_substrings = tuple(s.lower() for s in context_overflow_substrings)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
         self._secret = api_key or None
@@ -253,6 +262,7 @@ class Client:
             limit=self.limit,
             connect_timeout_s=self.connect_timeout_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
+            spare=self.spare_connections,
         )
 
     async def close(self) -> None:

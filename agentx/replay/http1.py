@@ -22,6 +22,8 @@ from collections import deque
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
+SPARE_CONNECTIONS: Final = 16
+"""Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
 HEAD_MAX_BYTES: Final = 64 * 1024
 """A response head larger than this is a protocol error (no OpenAI-compatible server sends one)."""
 
@@ -268,14 +270,23 @@ class Pool:
     goes first."""
 
     def __init__(
-        self, endpoint: Endpoint, *, limit: int, connect_timeout_s: float | None, keepalive_timeout_s: float
+        self,
+        endpoint: Endpoint,
+        *,
+        limit: int,
+        connect_timeout_s: float | None,
+        keepalive_timeout_s: float,
+        spare: int = SPARE_CONNECTIONS,
     ) -> None:
         self.endpoint = endpoint
         self.limit = limit
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_timeout_s = keepalive_timeout_s
+        self.spare = spare
         self._idle: list[Connection] = []
         self._open = 0
+        self._opening = 0
+        self._spares: set[asyncio.Task[None]] = set()
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -283,7 +294,9 @@ class Pool:
         return self._open
 
     async def acquire(self) -> tuple[Connection, bool]:
-        """A connection ready for a request, and whether it served one before."""
+        """A connection ready for a request, and whether it was waiting in the pool (kept alive after a
+        response, or opened ahead as a spare): the server may have closed such a connection since."""
+        self._top_up()
         while True:
             oldest_ns = time.perf_counter_ns() - int(self.keepalive_timeout_s * 1e9)
             while self._idle:
@@ -320,10 +333,36 @@ class Pool:
         self._wake()
 
     def close(self) -> None:
+        for task in self._spares:
+            task.cancel()
         for connection in self._idle:
             connection.abort()
         self._open -= len(self._idle)
         self._idle.clear()
+
+    def _top_up(self) -> None:
+        """Open connections in the background until `spare` are idle or opening: a burst of requests then
+        finds them ready instead of paying for a connect each (within the limit)."""
+        missing = self.spare - len(self._idle) - self._opening
+        while missing > 0 and (not self.limit or self._open < self.limit):
+            missing -= 1
+            self._open += 1
+            self._opening += 1
+            task = asyncio.ensure_future(self._open_spare())
+            self._spares.add(task)
+            task.add_done_callback(self._spares.discard)
+
+    async def _open_spare(self) -> None:
+        try:
+            connection = await self._connect()
+        except (OSError, TimeoutError):
+            self._open -= 1  # a request that needs the connection will open one and report the failure
+            return
+        finally:
+            self._opening -= 1
+        connection.idle_since_ns = time.perf_counter_ns()
+        self._idle.insert(0, connection)  # under the recently used ones: those are reused first
+        self._wake()
 
     async def _connect(self) -> Connection:
         endpoint = self.endpoint
