@@ -105,7 +105,8 @@ def test_completion_stream_counts_and_timing(sim: SimServer) -> None:
 
 
 def test_token_ids_and_estimated_counts(sim: SimServer) -> None:
-    """Without continuous usage the counts come from token ids, else one token per chunk, flagged."""
+    """Without continuous usage the counts come from token ids, else one token per chunk: exact when the final
+    usage counts as many tokens as chunks (a one-token-per-event stream), else flagged as estimated."""
     rng = random.Random(2)
 
     async def use(client: Client) -> tuple[Exchange, Exchange]:
@@ -117,8 +118,18 @@ def test_token_ids_and_estimated_counts(sim: SimServer) -> None:
     with_ids, without = run(sim.url, use)
     assert with_ids.ok and without.ok
     assert not with_ids.tokens_estimated and sum(with_ids.chunk_tokens) == 25
-    assert without.tokens_estimated and without.chunk_tokens == [1] * len(without.chunk_ns)
-    assert without.completion_tokens == 25
+    assert without.chunk_tokens == [1] * len(without.chunk_ns) == [1] * 25
+    assert without.completion_tokens == 25 and not without.tokens_estimated
+    # Two tokens in one chunk, and only a final count: one per chunk is a guess, flagged.
+    merged = canned(
+        [
+            chunk({"content": "ab"}),
+            chunk({"content": "c"}),
+            chunk(None, usage={"prompt_tokens": 3, "completion_tokens": 3}),
+            b"data: [DONE]\r\n\r\n",
+        ]
+    )
+    assert merged.ok and merged.chunk_tokens == [1, 1] and merged.tokens_estimated
 
 
 def test_cached_tokens_on_repeated_prompt(sim: SimServer) -> None:

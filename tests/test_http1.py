@@ -332,3 +332,35 @@ def test_spare_connections_are_opened_ahead_within_the_limit() -> None:
 
     opened, reused, left = asyncio.run(main())
     assert opened == 3 and reused and left == 0
+
+
+def test_the_servers_keep_alive_timeout_is_honoured() -> None:
+    head = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=100\r\nContent-Length: 0\r\n\r\n"
+    _, connection, outcome = feed(head, [])
+    assert outcome is True and connection.server_idle_timeout_s == 5.0
+
+    async def main() -> tuple[float, float]:
+        pool = Pool(Endpoint("http://127.0.0.1:9"), limit=0, connect_timeout_s=1, keepalive_timeout_s=60, spare=0)
+        before = pool._idle_limit_s()
+        pool.release(connection, reusable=False)  # what it announced is remembered for every connection
+        return before, pool._idle_limit_s()
+
+    assert asyncio.run(main()) == (60.0, 4.0)  # a second's margin under the server's 5 s
+
+
+def test_a_fresh_connection_at_the_limit_replaces_an_idle_one() -> None:
+    async def main() -> tuple[bool, int]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            pool = Pool(Endpoint(f"http://127.0.0.1:{port}"), limit=1, connect_timeout_s=5, keepalive_timeout_s=60)
+            first, _ = await pool.acquire()
+            pool.release(first, reusable=True)  # idle, and the pool is at its limit
+            second, reused = await asyncio.wait_for(pool.acquire(fresh=True), timeout=5)
+            assert second is not first and first.closed
+            opened = pool.open_connections
+            pool.release(second, reusable=False)
+            pool.close()
+            return reused, opened
+
+    assert asyncio.run(main()) == (False, 1)

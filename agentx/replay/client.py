@@ -404,10 +404,10 @@ class Client:
 
 
 async def _send(pool: Pool, payload: bytes, response: _Response) -> None:
-    """Send `payload` on a pooled connection and wait for the whole response. A reused connection that the
-    server had closed before answering gets the request again, once, on a fresh connection."""
+    """Send `payload` on a pooled connection and wait for the whole response. A pooled connection that the
+    server had closed before answering gets the request again, once, on a new connection."""
     for attempt in range(2):
-        connection, reused = await pool.acquire()
+        connection, reused = await pool.acquire(fresh=attempt > 0)
         reusable = False
         try:
             response.exchange.sent_ns = response.flight.last_ns = time.perf_counter_ns()
@@ -570,6 +570,10 @@ class _Response:
                 exchange.chunk_tokens[-1] += usage.completion_tokens - running
             details = usage.prompt_tokens_details
             exchange.cached_tokens = details.cached_tokens if details is not None else None
+            # Counted one per chunk for want of running usage, but the final count says as many tokens as
+            # chunks: each chunk was one token (llama.cpp streams so), so the counts are exact after all.
+            if exchange.tokens_estimated and usage.completion_tokens == len(exchange.chunk_tokens):
+                exchange.tokens_estimated = False
         if not self._done:
             raise _ExchangeError("protocol", "the stream ended without data: [DONE]")
 

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 SPARE_CONNECTIONS: Final = 16
 """Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
+SERVER_IDLE_MARGIN_S: Final = 1.0
+"""A connection idle within this long of the server's announced idle timeout is not reused."""
 HEAD_MAX_BYTES: Final = 64 * 1024
 """A response head larger than this is a protocol error (no OpenAI-compatible server sends one)."""
 
@@ -101,6 +103,8 @@ class Connection(asyncio.Protocol):
         self._left = 0  # body bytes left (Content-Length) or in the current chunk
         self._received = 0
         self._keep_alive = True
+        self.server_idle_timeout_s: float | None = None
+        """The idle timeout the server announced (`Keep-Alive: timeout=N`), if it did."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
@@ -237,6 +241,7 @@ class Connection(asyncio.Protocol):
             return  # an interim response (100 Continue, 103 Early Hints): the real one follows
         connection = headers.get("connection", "").lower()
         self._keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+        self.server_idle_timeout_s = _keep_alive_timeout_s(headers.get("keep-alive", ""))
         if status in (204, 304):
             self._state = _DONE
         elif "chunked" in headers.get("transfer-encoding", "").lower():
@@ -265,6 +270,18 @@ class Connection(asyncio.Protocol):
             self._done.set_exception(exc)
 
 
+def _keep_alive_timeout_s(value: str) -> float | None:
+    """`timeout=N` of a `Keep-Alive` header (e.g. `timeout=5, max=100`), in seconds."""
+    for part in value.split(","):
+        name, _, number = part.strip().partition("=")
+        if name.strip().lower() == "timeout":
+            try:
+                return float(number)
+            except ValueError:
+                return None
+    return None
+
+
 class Pool:
     """Keep-alive connections to one endpoint, at most `limit` open (0: no limit); the most recently used
     goes first."""
@@ -287,23 +304,27 @@ class Pool:
         self._open = 0
         self._opening = 0
         self._spares: set[asyncio.Task[None]] = set()
+        self._server_idle_timeout_s: float | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
     def open_connections(self) -> int:
         return self._open
 
-    async def acquire(self) -> tuple[Connection, bool]:
+    async def acquire(self, *, fresh: bool = False) -> tuple[Connection, bool]:
         """A connection ready for a request, and whether it was waiting in the pool (kept alive after a
-        response, or opened ahead as a spare): the server may have closed such a connection since."""
+        response, or opened ahead as a spare): the server may have closed such a connection since. `fresh`:
+        a new connection, whatever is idle."""
         self._top_up()
         while True:
-            oldest_ns = time.perf_counter_ns() - int(self.keepalive_timeout_s * 1e9)
-            while self._idle:
+            oldest_ns = time.perf_counter_ns() - int(self._idle_limit_s() * 1e9)
+            while self._idle and not fresh:
                 connection = self._idle.pop()
                 if not connection.closed and connection.idle_since_ns >= oldest_ns:
                     return connection, True
                 self._drop(connection)
+            if fresh and self._idle and self.limit and self._open >= self.limit:
+                self._drop(self._idle.pop(0))  # room for the new connection: the longest idle one goes
             if not self.limit or self._open < self.limit:
                 self._open += 1
                 try:
@@ -324,7 +345,17 @@ class Pool:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
+    def _idle_limit_s(self) -> float:
+        """How long a connection may sit idle: ours, or less if the server announced less (with a margin, so
+        that a connection is not reused just as the server closes it)."""
+        announced = self._server_idle_timeout_s
+        if announced is None:
+            return self.keepalive_timeout_s
+        return min(self.keepalive_timeout_s, max(0.0, announced - SERVER_IDLE_MARGIN_S))
+
     def release(self, connection: Connection, reusable: bool) -> None:
+        if connection.server_idle_timeout_s is not None:
+            self._server_idle_timeout_s = connection.server_idle_timeout_s
         if reusable and not connection.closed:
             connection.idle_since_ns = time.perf_counter_ns()
             self._idle.append(connection)
