@@ -16,6 +16,12 @@ Replaying:
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
 Every run writes `records.arrow` and, at its end, `run.json` (options without secrets, RunResult, Summary).
 
+Sweeping concurrency (one replay per level, same seed; OUT/c{N}/ per level, OUT/sweep.json the index):
+    await sweep(trace, options, SweepOptions(concurrency=(1, 2, 4, 8), out_dir=OUT, num_gpus=8)) -> SweepResult
+    sweep_sync(trace, options, sweep_options) for code without an event loop; `result.levels[i].summary`.
+Per-level settings (forced AL/K, extra body) as `SweepOptions.level_settings = {64: LevelSettings(...)}`;
+`agentx report OUT` turns a sweep into the frontier, $/M and plots (docs/results.md).
+
 Decode-only speed (tokens/s per user with prefill excluded, beside the realized speculative acceptance):
     await decode(DecodeOptions(url=..., model=..., isl_tokens=1, osl_tokens=1000, repetitions=5)) -> DecodeResult
     decode_sync(options) for code without an event loop.
@@ -33,6 +39,7 @@ from agentx.decoding import DecodeOptions, DecodeResult, decode, decode_sync
 from agentx.replay.engine import ReplayOptions, RunResult
 from agentx.replay.records import RequestRecord, read_records
 from agentx.results.summary import Summary, summarize
+from agentx.results.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
 from agentx.run import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
@@ -51,6 +58,7 @@ __all__ = [
     "FaultConfig",
     "Finding",
     "Findings",
+    "LevelSettings",
     "Provenance",
     "ReplayOptions",
     "ReplayResult",
@@ -61,6 +69,8 @@ __all__ = [
     "Session",
     "SimServer",
     "Summary",
+    "SweepOptions",
+    "SweepResult",
     "Trace",
     "TraceError",
     "TraceStats",
@@ -74,6 +84,8 @@ __all__ = [
     "save_trace",
     "stream_replay",
     "summarize",
+    "sweep",
+    "sweep_sync",
     "trace_stats",
     "validate",
 ]

@@ -24,7 +24,10 @@ from agentx.trace.io import FORMATS, Format, load_trace, save_trace
 from agentx.trace.stats import parse_token_counts, trace_stats
 
 if TYPE_CHECKING:
+    from agentx.replay.engine import ReplayOptions
+    from agentx.results.sweep import LevelResult
     from agentx.trace.chains import ChainRules
+    from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -279,183 +282,211 @@ def _header(value: str) -> tuple[str, str]:
     return name.strip(), content.strip()
 
 
+def _replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a replay shared by `replay` and `sweep` (all but concurrency, output, GPUs and workers)."""
+    decorators = [
+        click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port."),
+        click.option(
+            "--model",
+            "served_models",
+            multiple=True,
+            help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct "
+            "recorded model, main model first, to the (i mod n)-th --model.",
+        ),
+        click.option(
+            "--max-context-length",
+            type=click.IntRange(min=1),
+            metavar="TOKENS",
+            help="Drop sessions whose peak in+out exceeds this, whole.",
+        ),
+        click.option(
+            "--max-output-tokens",
+            type=click.IntRange(min=1),
+            metavar="TOKENS",
+            help="Cap the output of the root's turns (subagent turns are never capped).",
+        ),
+        click.option(
+            "--chain-rule",
+            "chain_rules",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="A flattened-agent detection threshold (agentx.trace.chains.ChainRules field), "
+            "e.g. aux_isl_floor=8192.",
+        ),
+        click.option(
+            "--context-overflow-substring",
+            "overflow_substrings",
+            multiple=True,
+            metavar="TEXT",
+            help="A 400 whose body holds this is a context overflow (repeatable; replaces the defaults).",
+        ),
+        click.option(
+            "--split-flattened-agents/--no-split-flattened-agents",
+            default=True,
+            show_default=True,
+            help="Split agents recorded flattened into their parent's requests into agents of their own (§3b).",
+        ),
+        click.option(
+            "--duration",
+            "duration_s",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Run this long.",
+        ),
+        click.option("--sessions", type=click.IntRange(min=1), help="Stop after this many session trees."),
+        click.option(
+            "--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s."
+        ),
+        click.option(
+            "--session-order",
+            type=click.Choice(("sequential", "shuffle", "random")),
+            default="sequential",
+            show_default=True,
+        ),
+        click.option("--seed", default=0, show_default=True, help="Seed of session order and prompt content."),
+        click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none)."),
+        click.option(
+            "--ramp",
+            "ramp_s",
+            default=0.0,
+            show_default=True,
+            type=click.FloatRange(min=0),
+            metavar="SECONDS",
+            help="Spread the lanes' first trees over this many seconds.",
+        ),
+        click.option(
+            "--api",
+            type=click.Choice(("completions", "chat")),
+            default="completions",
+            show_default=True,
+            help="completions: token-id prompts (exact); chat: messages of calibrated text.",
+        ),
+        click.option(
+            "--stream-usage",
+            type=click.Choice(("auto", "continuous", "final", "none")),
+            default="auto",
+            show_default=True,
+            help="Usage to ask for in stream_options (auto: probe the server).",
+        ),
+        click.option(
+            "--tokenizer",
+            type=click.Path(path_type=Path),
+            metavar="PATH",
+            help="With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
+        ),
+        click.option(
+            "--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key."
+        ),
+        click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable)."),
+        click.option(
+            "--affinity-header",
+            "affinity_headers",
+            multiple=True,
+            type=click.Choice(("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"), case_sensitive=False),
+            help="Also send the session play's correlation id in this header (repeatable), for router affinity.",
+        ),
+        click.option("--extra-body", help="JSON object merged into every request body."),
+        click.option(
+            "--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s)."
+        ),
+        click.option(
+            "--mode",
+            type=click.Choice(("agentx", "closed", "trace", "rate")),
+            default="agentx",
+            show_default=True,
+            help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
+            "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
+        ),
+        click.option(
+            "--speedup",
+            default=1.0,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            help="trace: time ÷.",
+        ),
+        click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="rate: session arrivals per second."),
+        click.option(
+            "--burstiness",
+            default=1.0,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            help="rate: gamma shape of the gaps (1: Poisson).",
+        ),
+        click.option(
+            "--tstar-window",
+            default="0.25,0.75",
+            show_default=True,
+            metavar="LOW,HIGH",
+            help="agentx: where in each session's span a lane's t* falls.",
+        ),
+        click.option(
+            "--warmup",
+            type=click.Choice(("spread", "burst")),
+            default="spread",
+            show_default=True,
+            help="agentx: primer timing.",
+        ),
+        click.option(
+            "--warmup-requests-per-lane",
+            default=0,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="agentx: cache-pressure requests per lane after the primers (InferenceX: 10).",
+        ),
+        click.option(
+            "--warmup-max-tokens",
+            default="1",
+            show_default=True,
+            metavar="N|recorded",
+            help="agentx: output tokens of a warmup primer.",
+        ),
+        click.option(
+            "--cache-bust",
+            type=click.Choice(("marker", "salt", "off")),
+            default="marker",
+            show_default=True,
+            help="agentx: a per-tree marker in every prompt, or as cache_salt, or none.",
+        ),
+        click.option(
+            "--system-idle-cap",
+            "system_idle_cap",
+            default="10",
+            show_default=True,
+            metavar="SECONDS|off",
+            help="When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
+        ),
+        click.option(
+            "--tree-idle-cap",
+            type=click.FloatRange(min=0),
+            metavar="SECONDS",
+            help="The same per session tree (InferenceX: 300); also caps warmup leads.",
+        ),
+        click.option(
+            "--tree-idle-cap-mode",
+            type=click.Choice(["runtime", "warp"]),
+            default="runtime",
+            show_default=True,
+            help="runtime: act on the live schedule when a tree goes idle (newer reference); "
+            "warp: cut each tree's recorded idle gaps before the run (older reference).",
+        ),
+        click.option(
+            "--failed-request-threshold",
+            type=click.FloatRange(0, 1),
+            metavar="FRACTION",
+            help="Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+    return command
+
+
 @main.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
-@click.option(
-    "--model",
-    "served_models",
-    multiple=True,
-    help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct recorded "
-    "model, main model first, to the (i mod n)-th --model.",
-)
-@click.option(
-    "--max-context-length",
-    type=click.IntRange(min=1),
-    metavar="TOKENS",
-    help="Drop sessions whose peak in+out exceeds this, whole.",
-)
-@click.option(
-    "--max-output-tokens",
-    type=click.IntRange(min=1),
-    metavar="TOKENS",
-    help="Cap the output of the root's turns (subagent turns are never capped).",
-)
-@click.option(
-    "--chain-rule",
-    "chain_rules",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A flattened-agent detection threshold (agentx.trace.chains.ChainRules field), e.g. aux_isl_floor=8192.",
-)
-@click.option(
-    "--context-overflow-substring",
-    "overflow_substrings",
-    multiple=True,
-    metavar="TEXT",
-    help="A 400 whose body holds this is a context overflow (repeatable; replaces the defaults).",
-)
-@click.option(
-    "--split-flattened-agents/--no-split-flattened-agents",
-    default=True,
-    show_default=True,
-    help="Split agents recorded flattened into their parent's requests into agents of their own (§3b).",
-)
+@_replay_flags
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
-@click.option(
-    "--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS", help="Run this long."
-)
-@click.option("--sessions", type=click.IntRange(min=1), help="Stop after this many session trees.")
-@click.option("--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s.")
-@click.option(
-    "--session-order", type=click.Choice(("sequential", "shuffle", "random")), default="sequential", show_default=True
-)
-@click.option("--seed", default=0, show_default=True, help="Seed of session order and prompt content.")
-@click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none).")
-@click.option(
-    "--ramp",
-    "ramp_s",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help="Spread the lanes' first trees over this many seconds.",
-)
-@click.option(
-    "--api",
-    type=click.Choice(("completions", "chat")),
-    default="completions",
-    show_default=True,
-    help="completions: token-id prompts (exact); chat: messages of calibrated text.",
-)
-@click.option(
-    "--stream-usage",
-    type=click.Choice(("auto", "continuous", "final", "none")),
-    default="auto",
-    show_default=True,
-    help="Usage to ask for in stream_options (auto: probe the server).",
-)
-@click.option(
-    "--tokenizer",
-    type=click.Path(path_type=Path),
-    metavar="PATH",
-    help="With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
-)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>).")
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
-@click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
-@click.option(
-    "--affinity-header",
-    "affinity_headers",
-    multiple=True,
-    type=click.Choice(("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"), case_sensitive=False),
-    help="Also send the session play's correlation id in this header (repeatable), for router affinity.",
-)
-@click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
-@click.option(
-    "--mode",
-    type=click.Choice(("agentx", "closed", "trace", "rate")),
-    default="agentx",
-    show_default=True,
-    help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
-    "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
-)
-@click.option(
-    "--speedup", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="trace: time ÷."
-)
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="rate: session arrivals per second.")
-@click.option(
-    "--burstiness",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="rate: gamma shape of the gaps (1: Poisson).",
-)
-@click.option(
-    "--tstar-window",
-    default="0.25,0.75",
-    show_default=True,
-    metavar="LOW,HIGH",
-    help="agentx: where in each session's span a lane's t* falls.",
-)
-@click.option(
-    "--warmup",
-    type=click.Choice(("spread", "burst")),
-    default="spread",
-    show_default=True,
-    help="agentx: primer timing.",
-)
-@click.option(
-    "--warmup-requests-per-lane",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="agentx: cache-pressure requests per lane after the primers (InferenceX: 10).",
-)
-@click.option(
-    "--warmup-max-tokens",
-    default="1",
-    show_default=True,
-    metavar="N|recorded",
-    help="agentx: output tokens of a warmup primer.",
-)
-@click.option(
-    "--cache-bust",
-    type=click.Choice(("marker", "salt", "off")),
-    default="marker",
-    show_default=True,
-    help="agentx: a per-tree marker in every prompt, or as cache_salt, or none.",
-)
-@click.option(
-    "--system-idle-cap",
-    "system_idle_cap",
-    default="10",
-    show_default=True,
-    metavar="SECONDS|off",
-    help="When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
-)
-@click.option(
-    "--tree-idle-cap",
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help="The same per session tree (InferenceX: 300); also caps warmup leads.",
-)
-@click.option(
-    "--tree-idle-cap-mode",
-    type=click.Choice(["runtime", "warp"]),
-    default="runtime",
-    show_default=True,
-    help="runtime: act on the live schedule when a tree goes idle (newer reference); "
-    "warp: cut each tree's recorded idle gaps before the run (older reference).",
-)
-@click.option(
-    "--failed-request-threshold",
-    type=click.FloatRange(0, 1),
-    metavar="FRACTION",
-    help="Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
-)
 @click.option(
     "--workers",
     default=1,
@@ -895,6 +926,352 @@ def export(run_dir: Path, export_format: str, out: Path | None) -> None:
         if metadata["agentx"]["validity"]["run_file_missing"]:
             note = f"{run_dir} has no run.json (a crashed or unfinished run): counted as run_cancelled"
             _stderr.print(note, markup=False)
+
+
+def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: str, out_dir: Path) -> ReplayOptions:
+    """The ReplayOptions every level of a sweep shares, from the `_replay_flags` and `_spec_options` values."""
+    from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS
+    from agentx.replay.engine import ReplayOptions
+
+    body = msgspec.json.decode(flags["extra_body"]) if flags["extra_body"] else None
+    if body is not None and not isinstance(body, dict):
+        raise click.BadParameter("--extra-body must be a JSON object")
+    primer = flags["warmup_max_tokens"]
+    forced = _forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+    tokenizer = flags["tokenizer"]
+    return ReplayOptions(
+        url=url,
+        model=model,
+        models=flags["served_models"][1:],
+        max_context_length=flags["max_context_length"],
+        max_output_tokens=flags["max_output_tokens"],
+        split_flattened_agents=flags["split_flattened_agents"],
+        chain_rules=_chain_rules(flags["chain_rules"]),
+        context_overflow_substrings=flags["overflow_substrings"] or CONTEXT_OVERFLOW_SUBSTRINGS,
+        out_dir=out_dir,
+        duration_s=flags["duration_s"],
+        sessions=flags["sessions"],
+        grace_s=flags["grace_s"],
+        session_order=flags["session_order"],
+        seed=flags["seed"],
+        delay_scale=flags["delay_scale"],
+        ramp_s=flags["ramp_s"],
+        api=flags["api"],
+        stream_usage=flags["stream_usage"],
+        tokenizer=None if tokenizer is None else str(tokenizer),
+        api_key=os.environ.get(flags["api_key_env"]) or None,
+        headers=tuple(_header(h) for h in flags["headers"]),
+        affinity_headers=flags["affinity_headers"],
+        extra_body=body,
+        mode=flags["mode"],
+        speedup=flags["speedup"],
+        rate=flags["rate"],
+        burstiness=flags["burstiness"],
+        tstar_window=_window(flags["tstar_window"]),
+        warmup=flags["warmup"],
+        warmup_max_tokens=None if primer == "recorded" else _positive_int("--warmup-max-tokens", primer),
+        warmup_requests_per_lane=flags["warmup_requests_per_lane"],
+        cache_bust=flags["cache_bust"],
+        failed_request_threshold=flags["failed_request_threshold"],
+        system_idle_cap_s=_seconds_or_off("--system-idle-cap", flags["system_idle_cap"]),
+        tree_idle_cap_s=flags["tree_idle_cap"],
+        tree_idle_cap_mode=flags["tree_idle_cap_mode"],
+        spec_al=forced.al,
+        spec_k=forced.k,
+        spec_al_tolerance=flags["spec_tolerance"],
+        stream_interval=flags["stream_interval"],
+    )
+
+
+@main.command("sweep")
+@click.argument("trace", type=click.Path(path_type=Path))
+@_replay_flags
+@click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
+@click.option("--gpu-sku", metavar="SKU", help="The GPUs (b300, b200, gb300, gb200, mi355x, h200, h100), for prices.")
+@click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
+@click.option(
+    "--before-level",
+    metavar="CMD",
+    help="Shell command run before each level, {concurrency}, {spec_al} and {spec_k} substituted; "
+    "a non-zero exit fails that level.",
+)
+@click.option(
+    "--before-level-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Fail the level when --before-level runs longer.",
+)
+@click.option(
+    "--level-settings",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
+)
+@_spec_options
+@click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
+@_format_option
+@_block_size_option
+def sweep_command(
+    trace: Path,
+    levels: str,
+    out_dir: Path,
+    gpus: int | None,
+    gpu_sku: str | None,
+    resume: bool,
+    before_level: str | None,
+    before_level_timeout: float | None,
+    level_settings: Path | None,
+    as_json: bool,
+    input_format: Format | None,
+    block_size: int | None,
+    **flags: Any,
+) -> None:
+    """Replay TRACE once per concurrency level (same seed), each level into OUT/c{N}, the index into OUT/sweep.json.
+
+    A level that fails is recorded with its error and the sweep goes on (exit 1 when any failed). `agentx report
+    OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
+    sweep (exit 130); `--resume` picks it up.
+    """
+    from agentx.results.cost import load_price_table
+    from agentx.results.sweep import SWEEP_FILE, SweepError, SweepOptions, load_level_settings, parse_levels, sweep
+    from agentx.sim.process import SimServer, SimServerError
+    from agentx.tables import ReplayProgress
+
+    try:
+        concurrency = parse_levels(levels)
+        settings = load_level_settings(level_settings) if level_settings is not None else {}
+        loaded = load_trace(trace, format=input_format, block_size=block_size)
+        if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
+            known = ", ".join(load_price_table().gpus)
+            raise SweepError(
+                f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
+                "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
+            )
+        # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
+        _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir)
+    except (SweepError, TraceError, click.BadParameter, msgspec.DecodeError) as exc:
+        _fail(str(exc))
+    url, served = flags["url"], flags["served_models"]
+    model = served[0] if served else None
+    forced = _forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            try:
+                sim = stack.enter_context(
+                    SimServer(time_scale=flags["sim_time_scale"], block_size=loaded.block_size, **forced.sim_fields())
+                )
+            except SimServerError as exc:
+                _fail(f"cannot start the simulator: {exc}")
+            url, model = sim.url, model or sim.model
+            _stderr.print(f"no --url: sweeping the built-in simulator at {url}", markup=False)
+        if model is None:
+            model = _only_model(url)
+        base = _sweep_base_options(loaded, flags, url, model, out_dir)
+        options = SweepOptions(
+            concurrency=concurrency,
+            out_dir=out_dir,
+            num_gpus=gpus,
+            gpu_sku=None if gpu_sku is None else gpu_sku.lower(),
+            trace_label=str(trace),
+            resume=resume,
+            before_level=before_level,
+            before_level_timeout_s=before_level_timeout,
+            level_settings=settings,
+        )
+        console = None if as_json else _stderr
+        # One live progress line per level (drawn on a terminal only), replaced as each level starts.
+        progress = ReplayProgress(console=None)
+
+        def start(position: int, count: int, level: int) -> None:
+            nonlocal progress
+            _stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
+            progress = ReplayProgress(console=console, duration_s=base.duration_s)
+            progress.start()
+
+        def done(result: LevelResult) -> None:
+            progress.close()
+            entry = result.entry
+            what = entry.status if entry.error is None else f"{entry.status}: {entry.error}"
+            _stderr.print(f"  c{entry.concurrency}: {what} ({entry.elapsed_s:.1f} s)", markup=False)
+
+        def on_record(record: Any) -> None:
+            progress.on_record(record)
+
+        def on_sent() -> None:
+            progress.on_sent()
+
+        work = _interruptible(
+            sweep(loaded, base, options, on_level_start=start, on_level_done=done, on_record=on_record, on_sent=on_sent)
+        )
+        try:
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                result = runner.run(work)
+        except OSError as exc:
+            _fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            _stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            progress.close()
+    index = (out_dir / SWEEP_FILE).read_text()
+    if as_json:
+        sys.stdout.write(index)
+    else:
+        failed = [level.entry for level in result.levels if level.entry.status == "failed"]
+        _stdout.print(
+            f"sweep: {len(result.levels)} level(s) in {out_dir}, {len(failed)} failed; "
+            f"`agentx report {out_dir}` for the frontier and costs",
+            markup=False,
+        )
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if any(level.entry.status == "failed" for level in result.levels):
+        sys.exit(1)
+
+
+def _targets(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"--targets wants tokens/s per user such as 30,50,75, got {text!r}") from None
+    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise click.BadParameter(f"--targets wants positive tokens/s per user such as 30,50,75, got {text!r}")
+    return values
+
+
+@main.command("report")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--markdown", is_flag=True, help="Print the report as Markdown tables.")
+@click.option("--plots", "plots_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write PNG and SVG plots.")
+@click.option(
+    "--target",
+    "target_tps",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Interactivity (tok/s/user) of the per-tier cost table.",
+)
+@click.option(
+    "--targets", default="30,50,75,100,150,200", show_default=True, help="Interactivity targets (tok/s/user)."
+)
+@click.option("--tier", default="hyperscaler", show_default=True, help="Price tier of the targets table's $/M.")
+@click.option(
+    "--statistic",
+    type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
+    default="p90",
+    show_default=True,
+    help="Interactivity = 1/ITL at this statistic.",
+)
+@click.option(
+    "--basis",
+    type=click.Choice(("total", "output", "input")),
+    default="total",
+    show_default=True,
+    help="Tokens the throughput counts.",
+)
+@click.option("--gpu-sku", metavar="SKU", help="The GPUs, overriding what the sweep recorded (for prices).")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, overriding what was recorded.")
+@click.option(
+    "--price",
+    "usd_per_gpu_hour",
+    type=click.FloatRange(min=0),
+    metavar="USD_PER_GPU_HOUR",
+    help="Price every series at this $/GPU/hr (the tier 'given').",
+)
+@click.option("--prices", "prices_path", type=click.Path(path_type=Path), metavar="FILE", help="Price table JSON.")
+@click.option(
+    "--power-kw-per-gpu",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="KW",
+    help="Power per GPU (its share of the facility), for J/token and tokens per MW.",
+)
+@click.option("--label", "labels", multiple=True, help="Name of each directory's series, in order (repeatable).")
+def report_command(
+    dirs: tuple[Path, ...],
+    as_json: bool,
+    markdown: bool,
+    plots_dir: Path | None,
+    target_tps: float,
+    targets: str,
+    tier: str,
+    statistic: str,
+    basis: str,
+    gpu_sku: str | None,
+    gpus: int | None,
+    usd_per_gpu_hour: float | None,
+    prices_path: Path | None,
+    power_kw_per_gpu: float | None,
+    labels: tuple[str, ...],
+) -> None:
+    """Tables of one or more runs or sweeps (their directories), side by side: throughput per GPU at every
+    interactivity target with $/M and the operating point, what serving costs per price tier, best TTFT and TPOT,
+    peak throughput, every level. Reads run.json and records.arrow only, so any run directory works.
+    """
+    from agentx.results.cost import TIERS, PriceError, load_price_table
+    from agentx.results.frontier import FrontierOptions
+    from agentx.results.report import (
+        ReportError,
+        ReportOptions,
+        build_report,
+        load_series,
+        report_json,
+        report_markdown,
+        report_tables,
+    )
+
+    if as_json and markdown:
+        _fail("pass --json or --markdown, not both: each prints the whole report")
+    if len(labels) > len(dirs):
+        _fail(f"{len(labels)} --label for {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}: one per directory")
+    try:
+        prices = load_price_table(prices_path)
+        known_tiers = sorted({*TIERS, *prices.tiers})
+        if usd_per_gpu_hour is None and tier not in known_tiers:
+            raise click.BadParameter(f"--tier {tier!r} is not one of {', '.join(known_tiers)}")
+        if gpu_sku is not None and gpu_sku.lower() not in prices.gpus and usd_per_gpu_hour is None:
+            raise click.BadParameter(
+                f"--gpu-sku {gpu_sku!r} is not in the price table ({', '.join(prices.gpus)}); "
+                "pass --price USD_PER_GPU_HOUR or a --prices file that has it"
+            )
+        options = ReportOptions(
+            frontier=FrontierOptions(statistic=statistic, basis=basis, targets_tps=_targets(targets)),  # type: ignore[arg-type]
+            target_tps=target_tps,
+            tier=tier,
+            gpu_sku=gpu_sku,
+            num_gpus=gpus,
+            usd_per_gpu_hour=usd_per_gpu_hour,
+            kw_per_gpu=power_kw_per_gpu,
+        )
+        series = [load_series(d, labels[i] if i < len(labels) else None) for i, d in enumerate(dirs)]
+        report = build_report(series, options, prices)
+    except (PriceError, ReportError, click.BadParameter) as exc:
+        _fail(str(exc))
+    if as_json:
+        sys.stdout.write(report_json(report) + "\n")
+    elif markdown:
+        sys.stdout.write(report_markdown(report))
+    else:
+        for table in report_tables(report):
+            _stdout.print(table)
+        unknown = [s.label for s in report.series if not s.gpus_known]
+        if unknown:
+            _stderr.print(
+                f"{', '.join(unknown)}: no GPU count recorded; throughput is per server (pass --gpus N)", markup=False
+            )
+    if plots_dir is not None:
+        from agentx.results.plots import PlotsUnavailableError, write_plots
+
+        try:
+            written = write_plots(report, plots_dir)
+        except PlotsUnavailableError as exc:
+            _stderr.print(f"no plots: {exc}", markup=False)
+            return
+        except OSError as exc:
+            _fail(f"{exc.filename or plots_dir}: cannot write the plots ({exc.strerror or exc})")
+        _stderr.print(f"wrote {len(written)} plot files into {plots_dir}", markup=False)
 
 
 @main.group()

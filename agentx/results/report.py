@@ -1,0 +1,555 @@
+"""The report of one or more runs or sweeps, from their directories alone: frontier, cost, latency, peak.
+
+`load_series(path)` reads a run directory (run.json, or records.arrow alone for a run that never finished) or a
+sweep directory (sweep.json and its level directories; or, without sweep.json, every subdirectory holding a
+run); `build_report` turns series into a `Report`: per series its levels, the throughput at every interactivity
+target with its $/M and operating point, what serving costs per price tier at one target, the best TTFT and
+TPOT, the peak throughput. `report_tables` (rich), `report_markdown` and JSON (`msgspec`) render it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.table import Table
+
+from agentx.replay.engine import RECORDS_FILE
+from agentx.replay.records import RecordsError, read_records, run_info
+from agentx.results.cost import (
+    GIVEN_TIER,
+    Cost,
+    Energy,
+    Price,
+    PriceTable,
+    cost,
+    energy,
+    load_price_table,
+    prices_for,
+)
+from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
+from agentx.results.summary import Summary, summarize
+from agentx.results.sweep import SWEEP_FILE, read_index, read_run_file
+from agentx.run import RUN_FILE, RunFile
+
+MISSING = "—"
+"""How a value that does not exist (outside the front, no price) is shown."""
+
+
+class ReportError(ValueError):
+    """A directory that is neither a run nor a sweep, or unreadable files; the message says which."""
+
+
+class Level(msgspec.Struct, kw_only=True):
+    """One run of a series, as read from its directory."""
+
+    label: str
+    concurrency: int | None
+    run_dir: str
+    status: str
+    error: str | None = None
+    summary: Summary | None = None
+    model: str | None = None
+
+
+class Series(msgspec.Struct, kw_only=True):
+    """A run (one level) or a sweep (many), as read from its directory."""
+
+    label: str
+    path: str
+    kind: str
+    """"run" or "sweep"."""
+    gpu_sku: str | None
+    num_gpus: int | None
+    levels: list[Level]
+
+
+class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
+    frontier: FrontierOptions = FrontierOptions()
+    target_tps: float = 50.0
+    """The interactivity target of the per-tier cost table."""
+    tier: str = "hyperscaler"
+    """The price tier of the targets table's $/M (`given` when a price is given outright)."""
+    gpu_sku: str | None = None
+    """Overrides each series' recorded SKU."""
+    num_gpus: int | None = None
+    """Overrides each series' recorded GPU count."""
+    usd_per_gpu_hour: float | None = None
+    kw_per_gpu: float | None = None
+
+
+class LevelRow(msgspec.Struct, kw_only=True):
+    label: str
+    concurrency: int | None
+    status: str
+    error: str | None
+    run_dir: str
+    interactivity_tps: float | None = None
+    total_tps_per_gpu: float | None = None
+    output_tps_per_gpu: float | None = None
+    input_tps_per_gpu: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    tpot_p50_s: float | None = None
+    """Time per output token = ITL, per request, median over requests."""
+    tpot_p90_s: float | None = None
+    requests: int = 0
+    on_front: bool = False
+
+
+class TargetRow(msgspec.Struct, kw_only=True):
+    target_tps: float
+    total_tps_per_gpu: float | None
+    output_tps_per_gpu: float | None
+    input_tps_per_gpu: float | None
+    between: tuple[str, str] | None
+    cost: Cost | None
+    """At the report's tier; None without a price for the series' SKU and tier."""
+
+
+class Best(msgspec.Struct, kw_only=True):
+    value: float
+    label: str
+    interactivity_tps: float | None = None
+
+
+class SeriesReport(msgspec.Struct, kw_only=True):
+    label: str
+    model: str | None
+    path: str
+    gpu_sku: str | None
+    num_gpus: int
+    gpus_known: bool
+    """False: no GPU count was recorded or given; per-GPU figures count the server as one GPU."""
+    levels: list[LevelRow]
+    targets: list[TargetRow]
+    costs_at_target: list[Cost]
+    """Per price tier at `Report.target_tps` (empty when the SKU has no prices and none was given)."""
+    energy_at_target: Energy | None = None
+    best_ttft_s: Best | None = None
+    best_tpot_s: Best | None = None
+    peak_total_tps_per_gpu: Best | None = None
+    peak_output_tps_per_gpu: Best | None = None
+
+
+class Report(msgspec.Struct, kw_only=True):
+    statistic: Statistic
+    basis: Basis
+    target_tps: float
+    tier: str
+    series: list[SeriesReport]
+    prices_updated: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading directories
+
+
+def _read_run_file(run_dir: Path) -> tuple[RunFile | None, str | None]:
+    """The run.json of `run_dir`, or None and why not (None: there is none)."""
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        return None, None
+    try:
+        return read_run_file(path), None
+    except (OSError, msgspec.DecodeError) as exc:
+        return None, f"{path}: not a run.json this version reads ({exc})"
+
+
+def _from_records(path: Path) -> tuple[Summary, dict[str, Any]]:
+    """The summary of a records file, and the run options its schema metadata carries (if any)."""
+    try:
+        table = read_records(path)
+        summary = summarize(table)
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: cannot read the records ({exc})") from None
+    try:
+        options = run_info(table).options
+    except RecordsError:
+        options = {}
+    return summary, options
+
+
+def _level(run_dir: Path, label: str | None = None, concurrency: int | None = None) -> Level | None:
+    """The run in `run_dir` (its run.json, else its records summarized), or None when it has neither.
+
+    A run.json this version cannot read (an older or newer layout) falls back to the records, which every
+    version reads; without records it is a ReportError.
+    """
+    run_file, problem = _read_run_file(run_dir)
+    if run_file is not None:
+        summary = run_file.summary
+        options = run_file.options
+        status = "interrupted" if run_file.run.interrupted else "ok"
+    elif (run_dir / RECORDS_FILE).is_file():
+        summary, options = _from_records(run_dir / RECORDS_FILE)
+        status = "no run.json" if problem is None else "run.json unreadable: from records"
+    elif problem is not None:
+        raise ReportError(problem)
+    else:
+        return None
+    found = options.get("concurrency")
+    level = concurrency if concurrency is not None else found if isinstance(found, int) else None
+    model = options.get("model")
+    return Level(
+        label=label or (f"c{level}" if level is not None else run_dir.name),
+        concurrency=level,
+        run_dir=str(run_dir),
+        status=status,
+        summary=summary,
+        model=model if isinstance(model, str) else None,
+    )
+
+
+def load_series(path: Path, label: str | None = None) -> Series:
+    """The run or sweep in `path`; ReportError when it holds neither."""
+    if not path.is_dir():
+        raise ReportError(f"{path}: no such directory")
+    name = label or path.resolve().name
+    if (path / SWEEP_FILE).is_file():
+        try:
+            index = read_index(path)
+        except msgspec.DecodeError as exc:
+            raise ReportError(f"{path / SWEEP_FILE}: not a sweep index ({exc})") from None
+        assert index is not None
+        levels: list[Level] = []
+        for entry in index.levels:
+            level = _level(path / entry.dir, f"c{entry.concurrency}", entry.concurrency)
+            if level is None or entry.status == "failed":
+                level = level or Level(
+                    label=f"c{entry.concurrency}",
+                    concurrency=entry.concurrency,
+                    run_dir=str(path / entry.dir),
+                    status=entry.status,
+                )
+                level.status, level.error = entry.status, entry.error
+            levels.append(level)
+        return Series(
+            label=name, path=str(path), kind="sweep", gpu_sku=index.gpu_sku, num_gpus=index.num_gpus, levels=levels
+        )
+    single = _level(path)
+    if single is not None:
+        return Series(label=name, path=str(path), kind="run", gpu_sku=None, num_gpus=_gpus(single), levels=[single])
+    found = [level for child in sorted(path.iterdir()) if child.is_dir() and (level := _level(child)) is not None]
+    if not found:
+        raise ReportError(
+            f"{path} holds no run (run.json or records.arrow) and no sweep (sweep.json, or subdirectories with "
+            "runs): pass the directory a replay or a sweep wrote (its --out)"
+        )
+    found.sort(key=lambda lv: (lv.concurrency is None, lv.concurrency or 0, lv.label))
+    return Series(label=name, path=str(path), kind="sweep", gpu_sku=None, num_gpus=_gpus(found[0]), levels=found)
+
+
+def _gpus(level: Level) -> int | None:
+    throughput = level.summary.throughput if level.summary is not None else None
+    return throughput.num_gpus if throughput is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def _frontier_of(series: Series, options: ReportOptions) -> tuple[Frontier, dict[str, Point], int | None]:
+    num_gpus = options.num_gpus or series.num_gpus
+    points: dict[str, Point] = {}
+    for level in series.levels:
+        if level.summary is None or level.status == "failed":
+            continue
+        found = point(
+            level.summary,
+            level.label,
+            concurrency=level.concurrency,
+            num_gpus=num_gpus,
+            statistic=options.frontier.statistic,
+        )
+        if found is not None:
+            points[level.label] = found
+    return frontier(list(points.values()), options.frontier), points, num_gpus
+
+
+def _level_row(level: Level, found: Point | None, on_front: bool) -> LevelRow:
+    row = LevelRow(
+        label=level.label,
+        concurrency=level.concurrency,
+        status=level.status,
+        error=level.error,
+        run_dir=level.run_dir,
+        on_front=on_front,
+    )
+    if found is not None:
+        row.interactivity_tps = found.interactivity_tps
+        row.total_tps_per_gpu = found.total_tps_per_gpu
+        row.output_tps_per_gpu = found.output_tps_per_gpu
+        row.input_tps_per_gpu = found.input_tps_per_gpu
+    if level.summary is not None:
+        latency = level.summary.latency
+        row.requests = level.summary.counts.kept
+        if latency.ttft_s is not None:
+            row.ttft_p50_s, row.ttft_p90_s = latency.ttft_s.p50, latency.ttft_s.p90
+        if latency.itl_s is not None:
+            row.tpot_p50_s, row.tpot_p90_s = latency.itl_s.p50, latency.itl_s.p90
+    return row
+
+
+def _best(rows: Sequence[LevelRow], value: Callable[[LevelRow], float | None], *, lowest: bool) -> Best | None:
+    candidates = [(v, row) for row in rows if (v := value(row)) is not None]
+    if not candidates:
+        return None
+    v, row = (min if lowest else max)(candidates, key=lambda pair: pair[0])
+    return Best(value=v, label=row.label, interactivity_tps=row.interactivity_tps)
+
+
+def series_report(series: Series, options: ReportOptions, prices: PriceTable) -> SeriesReport:
+    """One series' part of the report."""
+    front, points, num_gpus = _frontier_of(series, options)
+    on_front = {p.label for p in front.front}
+    rows = [_level_row(level, points.get(level.label), level.label in on_front) for level in series.levels]
+    sku = options.gpu_sku or series.gpu_sku
+    tiers = prices_for(prices, sku, options.usd_per_gpu_hour)
+    tier = GIVEN_TIER if options.usd_per_gpu_hour is not None else options.tier
+    chosen: Price | None = next((price for name, price in tiers if name == tier), None)
+    targets = [
+        TargetRow(
+            target_tps=at.target_tps,
+            total_tps_per_gpu=at.total_tps_per_gpu,
+            output_tps_per_gpu=at.output_tps_per_gpu,
+            input_tps_per_gpu=at.input_tps_per_gpu,
+            between=at.between,
+            cost=None
+            if chosen is None
+            else cost(chosen, tier, at.total_tps_per_gpu, at.output_tps_per_gpu, at.input_tps_per_gpu),
+        )
+        for at in front.at_targets
+    ]
+    target = frontier(
+        list(points.values()), msgspec.structs.replace(options.frontier, targets_tps=(options.target_tps,))
+    )
+    at = target.at_targets[0]
+    costs = [
+        cost(price, name, at.total_tps_per_gpu, at.output_tps_per_gpu, at.input_tps_per_gpu) for name, price in tiers
+    ]
+    models = {level.model for level in series.levels if level.model}
+    return SeriesReport(
+        label=series.label,
+        model=", ".join(sorted(models)) or None,
+        path=series.path,
+        gpu_sku=sku,
+        num_gpus=num_gpus or 1,
+        gpus_known=num_gpus is not None,
+        levels=rows,
+        targets=targets,
+        costs_at_target=costs,
+        energy_at_target=None
+        if options.kw_per_gpu is None
+        else energy(options.kw_per_gpu, at.total_tps_per_gpu, at.output_tps_per_gpu),
+        best_ttft_s=_best(rows, lambda r: r.ttft_p50_s, lowest=True),
+        best_tpot_s=_best(rows, lambda r: r.tpot_p50_s, lowest=True),
+        peak_total_tps_per_gpu=_best(rows, lambda r: r.total_tps_per_gpu, lowest=False),
+        peak_output_tps_per_gpu=_best(rows, lambda r: r.output_tps_per_gpu, lowest=False),
+    )
+
+
+def build_report(
+    series: Sequence[Series], options: ReportOptions | None = None, prices: PriceTable | None = None
+) -> Report:
+    """The report of `series`, priced from `prices` (default: the built-in table)."""
+    options = options or ReportOptions()
+    table = prices if prices is not None else load_price_table()
+    return Report(
+        statistic=options.frontier.statistic,
+        basis=options.frontier.basis,
+        target_tps=options.target_tps,
+        tier=GIVEN_TIER if options.usd_per_gpu_hour is not None else options.tier,
+        series=[series_report(s, options, table) for s in series],
+        prices_updated=table.updated,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"${value:,.3f}" if value < 10 else f"${value:,.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 1000:,.1f}"
+
+
+def _at(between: tuple[str, str] | None) -> str:
+    if between is None:
+        return MISSING
+    return between[0] if between[0] == between[1] else f"{between[0]}–{between[1]}"
+
+
+def _name(s: SeriesReport) -> str:
+    parts = [s.label] + ([s.model] if s.model else []) + ([s.gpu_sku.upper()] if s.gpu_sku else [])
+    return " · ".join(parts)
+
+
+def _sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Each table as (title, header, rows) of text: the one source of the rich and the Markdown forms."""
+    stat, basis = report.statistic, report.basis
+    sections: list[tuple[str, list[str], list[list[str]]]] = []
+    header = ["tok/s/user"]
+    for s in report.series:
+        header += [f"{_name(s)}: tok/s/GPU", f"$/M ({report.tier})", "at"]
+    rows = []
+    for i, target in enumerate(report.series[0].targets if report.series else []):
+        row = [_n(target.target_tps, 0)]
+        for s in report.series:
+            t = s.targets[i]
+            row += [_n(_basis(t, basis)), _usd(_basis_cost(t.cost, basis)), _at(t.between)]
+        rows.append(row)
+    sections.append((f"throughput at every interactivity target ({basis} tokens, {stat} ITL)", header, rows))
+
+    header = (
+        ["tier", "$/GPU/hr"]
+        + [f"{s.label}: $/M total" for s in report.series]
+        + [f"{s.label}: $/M output" for s in report.series]
+        + ["source"]
+    )
+    tiers: list[str] = []
+    for s in report.series:
+        tiers += [c.tier for c in s.costs_at_target if c.tier not in tiers]
+    rows = []
+    for tier in tiers:
+        found = [next((c for c in s.costs_at_target if c.tier == tier), None) for s in report.series]
+        first = next((c for c in found if c is not None), None)
+        price = first.usd_per_gpu_hour if first else None
+        source = ", ".join(part for part in (first.what, first.date) if part) if first else ""
+        rows.append(
+            [tier, _usd(price)]
+            + [_usd(c.total_usd_per_m if c else None) for c in found]
+            + [_usd(c.output_usd_per_m if c else None) for c in found]
+            + [source]
+        )
+    sections.append((f"what serving actually costs at {report.target_tps:g} tok/s/user", header, rows))
+
+    header = [
+        "series",
+        "best TTFT p50 (ms)",
+        "at",
+        "best TPOT p50 (ms)",
+        "at",
+        "peak tok/s/GPU",
+        "at",
+        "peak output tok/s/GPU",
+        "at",
+    ]
+    rows = []
+    for s in report.series:
+        rows.append(
+            [
+                _name(s) + ("" if s.gpus_known else " (GPUs unknown: per server)"),
+                _ms(s.best_ttft_s.value if s.best_ttft_s else None),
+                s.best_ttft_s.label if s.best_ttft_s else MISSING,
+                _ms(s.best_tpot_s.value if s.best_tpot_s else None),
+                s.best_tpot_s.label if s.best_tpot_s else MISSING,
+                _n(s.peak_total_tps_per_gpu.value if s.peak_total_tps_per_gpu else None),
+                s.peak_total_tps_per_gpu.label if s.peak_total_tps_per_gpu else MISSING,
+                _n(s.peak_output_tps_per_gpu.value if s.peak_output_tps_per_gpu else None),
+                s.peak_output_tps_per_gpu.label if s.peak_output_tps_per_gpu else MISSING,
+            ]
+        )
+    sections.append(("best latency and peak throughput across levels", header, rows))
+
+    for s in report.series:
+        header = [
+            "level",
+            "status",
+            "requests",
+            f"tok/s/user ({stat})",
+            "tok/s/GPU total",
+            "output",
+            "input",
+            "TTFT p50 (ms)",
+            "TPOT p50 (ms)",
+            "front",
+        ]
+        rows = [
+            [
+                r.label,
+                r.status,
+                f"{r.requests:,}",
+                _n(r.interactivity_tps),
+                _n(r.total_tps_per_gpu),
+                _n(r.output_tps_per_gpu),
+                _n(r.input_tps_per_gpu),
+                _ms(r.ttft_p50_s),
+                _ms(r.tpot_p50_s),
+                "✓" if r.on_front else "",
+            ]
+            for r in s.levels
+        ]
+        sections.append((f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header, rows))
+        errors = [[r.label, r.error] for r in s.levels if r.error is not None]
+        if errors:
+            sections.append((f"failed levels of {s.label}", ["level", "error"], errors))
+        if s.energy_at_target is not None:
+            e = s.energy_at_target
+            sections.append(
+                (
+                    f"energy of {s.label} at {report.target_tps:g} tok/s/user ({e.kw_per_gpu:g} kW per GPU)",
+                    ["J/token", "J/output token", "tok/s per MW", "output tok/s per MW"],
+                    [
+                        [
+                            _n(e.joules_per_token, 3),
+                            _n(e.joules_per_output_token, 3),
+                            _n(e.total_tps_per_mw, 0),
+                            _n(e.output_tps_per_mw, 0),
+                        ]
+                    ],
+                )
+            )
+    return sections
+
+
+def _basis(target: TargetRow, basis: str) -> float | None:
+    if basis == "output":
+        return target.output_tps_per_gpu
+    return target.input_tps_per_gpu if basis == "input" else target.total_tps_per_gpu
+
+
+def _basis_cost(found: Cost | None, basis: str) -> float | None:
+    if found is None:
+        return None
+    if basis == "output":
+        return found.output_usd_per_m
+    return found.input_usd_per_m if basis == "input" else found.total_usd_per_m
+
+
+def report_tables(report: Report) -> list[Table]:
+    """The report as rich tables."""
+    tables = []
+    for title, header, rows in _sections(report):
+        table = Table(title=title, title_justify="left")
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def report_markdown(report: Report) -> str:
+    """The report as Markdown tables."""
+    lines: list[str] = []
+    for title, header, rows in _sections(report):
+        lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def report_json(report: Report) -> str:
+    return msgspec.json.format(msgspec.json.encode(report)).decode()

@@ -1,0 +1,328 @@
+"""A concurrency sweep: one replay per level, the same trace and seed, each level in its own run directory.
+
+Layout: `OUT/c{N}/` holds level N's `records.arrow` and `run.json` (a plain run directory: `agentx report`,
+`agentx export` read it alone too); `OUT/sweep.json` (`SweepIndex`) lists the levels, their status and errors,
+rewritten after every level so that an interrupted sweep leaves a readable index.
+
+A level that fails (the server unreachable, the before-level command failing, the failure threshold reached) is
+recorded with its error and the sweep goes on. With `resume`, a level whose `run.json` exists and says the run
+was not interrupted is kept as it is and not replayed; any other level directory is cleared and replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from agentx.replay.engine import OnRecord, OnSent, ReplayOptions
+from agentx.results.summary import Summary
+from agentx.run import RUN_FILE, RunFile, replay
+from agentx.trace.model import Trace
+
+SWEEP_FILE: Final = "sweep.json"
+BEFORE_LEVEL_LOG: Final = "before_level.log"
+_OUTPUT_TAIL_CHARS = 2000
+LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
+
+
+class SweepError(ValueError):
+    """Unusable sweep input (levels, settings file); the message says what to change."""
+
+
+class LevelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What changes with the level besides concurrency (InferenceX changes speculation with concurrency)."""
+
+    spec_al: float | None = None
+    """The forced acceptance length at this level (replaces the sweep's)."""
+    spec_k: int | None = None
+    extra_body: dict[str, Any] | None = None
+    """Merged over the sweep's `extra_body` for this level's requests."""
+
+
+class SweepOptions(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: tuple[int, ...]
+    """The levels, run in this order."""
+    out_dir: Path
+    num_gpus: int | None = None
+    gpu_sku: str | None = None
+    """Recorded in sweep.json for the report's prices (e.g. "b300")."""
+    trace_label: str = ""
+    """What the trace was (its path), recorded in sweep.json."""
+    resume: bool = False
+    before_level: str | None = None
+    """A shell command run before each level, `{concurrency}`, `{spec_al}`, `{spec_k}` substituted (an unset
+    value becomes an empty string); a non-zero exit fails the level."""
+    before_level_timeout_s: float | None = None
+    level_settings: dict[int, LevelSettings] = {}
+
+
+class LevelEntry(msgspec.Struct, kw_only=True):
+    """One level in sweep.json."""
+
+    concurrency: int
+    dir: str
+    """Relative to the sweep directory."""
+    status: LevelStatus
+    error: str | None = None
+    elapsed_s: float = 0.0
+    spec_al: float | None = None
+    spec_k: int | None = None
+
+
+class SweepIndex(msgspec.Struct, kw_only=True):
+    """The layout of sweep.json."""
+
+    version: int = 1
+    trace: str = ""
+    gpu_sku: str | None = None
+    num_gpus: int | None = None
+    seed: int = 0
+    concurrency: list[int] = []
+    levels: list[LevelEntry] = []
+
+
+class LevelResult(msgspec.Struct, kw_only=True):
+    """A level's outcome: its entry and, unless it failed, its summary (read back from run.json when resumed)."""
+
+    entry: LevelEntry
+    run_dir: Path
+    summary: Summary | None = None
+
+
+class SweepResult(msgspec.Struct, kw_only=True):
+    out_dir: Path
+    levels: list[LevelResult]
+    interrupted: bool = False
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """ "1,2,4,8" → (1, 2, 4, 8); SweepError on anything but distinct positive integers."""
+    try:
+        levels = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise SweepError(f"--concurrency wants a comma-separated list of positive integers, got {text!r}") from None
+    if not levels or any(level < 1 for level in levels) or len(set(levels)) != len(levels):
+        raise SweepError(f"--concurrency wants distinct positive integers such as 1,2,4,8, got {text!r}")
+    return levels
+
+
+def load_level_settings(path: Path) -> dict[int, LevelSettings]:
+    """A JSON object of concurrency → `LevelSettings`, e.g. {"1": {"spec_al": 3.2, "spec_k": 3}}."""
+    example = '{"1": {"spec_al": 3.2, "spec_k": 3}, "64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}'
+    try:
+        raw = msgspec.json.decode(path.read_bytes(), type=dict[str, LevelSettings])
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read the level settings ({exc.strerror or exc})") from None
+    except msgspec.DecodeError as exc:
+        raise SweepError(f"{path}: not a level-settings table ({exc}); it wants, e.g., {example}") from None
+    settings: dict[int, LevelSettings] = {}
+    for key, value in raw.items():
+        if not key.strip().isdigit() or int(key) < 1:
+            raise SweepError(f"{path}: {key!r} is not a concurrency level (a positive integer); e.g. {example}")
+        settings[int(key)] = value
+    return settings
+
+
+def level_dir_name(concurrency: int) -> str:
+    return f"c{concurrency}"
+
+
+def read_index(out_dir: Path) -> SweepIndex | None:
+    """The sweep.json of `out_dir`, or None when there is none."""
+    path = out_dir / SWEEP_FILE
+    if not path.is_file():
+        return None
+    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
+
+
+def _paths(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot decode {kind}")
+
+
+def read_run_file(path: Path) -> RunFile:
+    """A run.json; OSError or msgspec.DecodeError when it cannot be read as one."""
+    return msgspec.json.decode(path.read_bytes(), type=RunFile, dec_hook=_paths)
+
+
+def finished_run(run_dir: Path) -> RunFile | None:
+    """The run.json of a level that ran to its end (not interrupted), else None."""
+    try:
+        run_file = read_run_file(run_dir / RUN_FILE)
+    except (OSError, msgspec.DecodeError):
+        return None
+    return None if run_file.run.interrupted else run_file
+
+
+def before_level_command(template: str, concurrency: int, settings: LevelSettings, base: ReplayOptions) -> str:
+    """`template` with `{concurrency}`, `{spec_al}` and `{spec_k}` replaced (shell-quoted; unset: empty)."""
+    spec_al = settings.spec_al if settings.spec_al is not None else base.spec_al
+    spec_k = settings.spec_k if settings.spec_k is not None else base.spec_k
+    values = {"concurrency": concurrency, "spec_al": spec_al, "spec_k": spec_k}
+    command = template
+    # Plain replacement, not str.format: the command may hold other braces (JSON, awk).
+    for name, value in values.items():
+        command = command.replace("{" + name + "}", "" if value is None else shlex.quote(str(value)))
+    return command
+
+
+async def _run_before_level(command: str, log_path: Path, timeout_s: float | None) -> str | None:
+    """Run `command` in a shell, its output into `log_path`; the failure text, or None when it succeeded."""
+    process = await asyncio.create_subprocess_shell(
+        command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return f"the before-level command `{command}` did not finish within {timeout_s} s"
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        raise
+    text = output.decode(errors="replace")
+    log_path.write_text(text)
+    if process.returncode == 0:
+        return None
+    tail = text[-_OUTPUT_TAIL_CHARS:].strip()
+    shown = f"; its output ends with: {tail}" if tail else " (no output)"
+    return f"the before-level command `{command}` exited with status {process.returncode}{shown}"
+
+
+def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSettings, run_dir: Path) -> ReplayOptions:
+    extra_body = base.extra_body
+    if settings.extra_body is not None:
+        extra_body = {**(base.extra_body or {}), **settings.extra_body}
+    return msgspec.structs.replace(
+        base,
+        concurrency=concurrency,
+        out_dir=run_dir,
+        spec_al=settings.spec_al if settings.spec_al is not None else base.spec_al,
+        spec_k=settings.spec_k if settings.spec_k is not None else base.spec_k,
+        extra_body=extra_body,
+    )
+
+
+def _write_index(out_dir: Path, index: SweepIndex) -> None:
+    target = out_dir / SWEEP_FILE
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(msgspec.json.format(msgspec.json.encode(index)) + b"\n")
+    os.replace(partial, target)
+
+
+OnLevel = Callable[[int, int, int], None]
+"""`on_level_start(index, count, concurrency)`: a level is about to start (index from 1)."""
+OnLevelDone = Callable[[LevelResult], None]
+
+
+async def sweep(
+    trace: Trace,
+    base: ReplayOptions,
+    options: SweepOptions,
+    *,
+    on_level_start: OnLevel | None = None,
+    on_level_done: OnLevelDone | None = None,
+    on_record: OnRecord | None = None,
+    on_sent: OnSent | None = None,
+) -> SweepResult:
+    """Replay `trace` once per level of `options.concurrency` with `base`'s options (its concurrency, out_dir and
+    forced acceptance replaced per level), writing each level into `out_dir/c{N}` and the index into sweep.json.
+
+    Cancelling the caller stops the current level as a deadline would (its partial run is kept, marked
+    "interrupted"), writes the index and returns with `interrupted` set.
+    """
+    if not options.concurrency:
+        raise SweepError("a sweep needs at least one concurrency level")
+    out_dir = options.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = SweepIndex(
+        trace=options.trace_label,
+        gpu_sku=options.gpu_sku,
+        num_gpus=options.num_gpus,
+        seed=base.seed,
+        concurrency=list(options.concurrency),
+    )
+    results: list[LevelResult] = []
+    interrupted = False
+    for position, concurrency in enumerate(options.concurrency, start=1):
+        settings = options.level_settings.get(concurrency, LevelSettings())
+        level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
+        if on_level_start is not None:
+            on_level_start(position, len(options.concurrency), concurrency)
+        result = await _level(trace, base, level_options, settings, options, on_record, on_sent)
+        results.append(result)
+        index.levels.append(result.entry)
+        _write_index(out_dir, index)
+        if on_level_done is not None:
+            on_level_done(result)
+        if result.entry.status == "interrupted":
+            interrupted = True
+            break
+    return SweepResult(out_dir=out_dir, levels=results, interrupted=interrupted)
+
+
+async def _level(
+    trace: Trace,
+    base: ReplayOptions,
+    level: ReplayOptions,
+    settings: LevelSettings,
+    options: SweepOptions,
+    on_record: OnRecord | None,
+    on_sent: OnSent | None,
+) -> LevelResult:
+    run_dir = Path(level.out_dir)
+    entry = LevelEntry(
+        concurrency=level.concurrency,
+        dir=level_dir_name(level.concurrency),
+        status="ok",
+        spec_al=level.spec_al,
+        spec_k=level.spec_k,
+    )
+    if options.resume and (done := finished_run(run_dir)) is not None:
+        entry.status = "skipped"
+        entry.elapsed_s = done.run.elapsed_s
+        return LevelResult(entry=entry, run_dir=run_dir, summary=done.summary)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a stale or partial level: its records would mix with the new run's
+    run_dir.mkdir(parents=True)
+    started = time.monotonic()
+    try:
+        if options.before_level is not None:
+            command = before_level_command(options.before_level, level.concurrency, settings, base)
+            failure = await _run_before_level(command, run_dir / BEFORE_LEVEL_LOG, options.before_level_timeout_s)
+            if failure is not None:
+                entry.status, entry.error = "failed", failure
+                return LevelResult(entry=entry, run_dir=run_dir)
+        result = await replay(trace, level, num_gpus=options.num_gpus, on_record=on_record, on_sent=on_sent)
+    except asyncio.CancelledError:
+        if (current := asyncio.current_task()) is not None:
+            current.uncancel()
+        entry.status, entry.error = "interrupted", "interrupted before the run started"
+        return LevelResult(entry=entry, run_dir=run_dir)
+    except Exception as exc:  # any failure of one level is recorded; the sweep goes on
+        entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
+        return LevelResult(entry=entry, run_dir=run_dir)
+    finally:
+        entry.elapsed_s = time.monotonic() - started
+    run = result.run
+    if run.cancel_reason == "interrupted":
+        entry.status, entry.error = "interrupted", "interrupted (Ctrl-C or cancellation)"
+    elif run.cancel_reason is not None:
+        entry.status, entry.error = "failed", f"the run stopped early: {run.cancel_reason}"
+    return LevelResult(entry=entry, run_dir=run_dir, summary=result.summary)
+
+
+def sweep_sync(trace: Trace, base: ReplayOptions, options: SweepOptions) -> SweepResult:
+    """`sweep` for code without an event loop."""
+    return asyncio.run(sweep(trace, base, options))

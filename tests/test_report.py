@@ -1,0 +1,181 @@
+"""`agentx report` on a real sweep: the tables (terminal, JSON, Markdown), the plots, comparisons, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from test_sweep import run_small_sweep
+
+from agentx.cli import main
+from agentx.results.report import MISSING, ReportOptions, build_report, load_series, report_markdown, report_tables
+from agentx.run import RUN_FILE
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "sweep"
+    run_small_sweep(out)
+    return out
+
+
+def _report(args: list[str]) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["report", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def _interactivity(document: dict[str, Any]) -> dict[str, float]:
+    return {level["label"]: level["interactivity_tps"] for level in document["series"][0]["levels"]}
+
+
+def test_json_report_reads_the_sweep_directory(sweep_dir: Path) -> None:
+    document = _report([str(sweep_dir)])
+    assert document["statistic"] == "p90" and document["basis"] == "total" and document["tier"] == "hyperscaler"
+    (series,) = document["series"]
+    assert series["gpu_sku"] == "h100" and series["num_gpus"] == 2 and series["gpus_known"]
+    assert [level["label"] for level in series["levels"]] == ["c1", "c2", "c4"]
+    assert all(level["on_front"] for level in series["levels"])  # each level trades speed for throughput
+    assert [t["target_tps"] for t in series["targets"]] == [30.0, 50.0, 75.0, 100.0, 150.0, 200.0]
+    assert series["peak_total_tps_per_gpu"]["label"] == "c4"
+    assert series["best_tpot_s"]["label"] == "c1"
+    assert [c["tier"] for c in series["costs_at_target"]] == ["hyperscaler", "neocloud", "retail"]
+
+
+def test_targets_interpolate_inside_the_front_price_at_the_given_rate_and_never_extrapolate(sweep_dir: Path) -> None:
+    speeds = _interactivity(_report([str(sweep_dir)]))
+    inside = (speeds["c1"] + speeds["c2"]) / 2
+    above = speeds["c1"] * 1.5
+    targets = f"{inside},{speeds['c4']},{above}"
+    document = _report([str(sweep_dir), "--targets", targets, "--target", str(inside), "--price", "3.6"])
+    (series,) = document["series"]
+    middle, knot, beyond = series["targets"]
+    levels = {level["label"]: level for level in series["levels"]}
+    assert middle["between"] == ["c2", "c1"]
+    assert levels["c1"]["total_tps_per_gpu"] < middle["total_tps_per_gpu"] < levels["c2"]["total_tps_per_gpu"]
+    # $3.60/GPU/hr is $1 per 10⁶ tokens at 1000 tok/s/GPU.
+    assert middle["cost"]["tier"] == "given"
+    assert middle["cost"]["total_usd_per_m"] == pytest.approx(1000 / middle["total_tps_per_gpu"])
+    assert middle["cost"]["output_usd_per_m"] == pytest.approx(1000 / middle["output_tps_per_gpu"])
+    assert knot["total_tps_per_gpu"] == pytest.approx(levels["c4"]["total_tps_per_gpu"])
+    assert knot["between"] == ["c4", "c4"]
+    assert beyond["total_tps_per_gpu"] is None and beyond["cost"]["total_usd_per_m"] is None
+    assert series["costs_at_target"][0]["tier"] == "given"
+    assert series["costs_at_target"][0]["total_usd_per_m"] == pytest.approx(1000 / middle["total_tps_per_gpu"])
+
+
+def test_terminal_and_markdown_tables_render(sweep_dir: Path) -> None:
+    report = build_report([load_series(sweep_dir)], ReportOptions(kw_per_gpu=1.4))
+    console = Console(file=io.StringIO(), width=200, record=True)
+    for table in report_tables(report):
+        console.print(table)
+    text = console.export_text()
+    for title in (
+        "throughput at every interactivity target",
+        "what serving actually costs at 50 tok/s/user",
+        "best latency and peak throughput across levels",
+        "levels of sweep · agentx-sim · H100",
+        "energy of sweep at 50 tok/s/user (1.4 kW per GPU)",
+    ):
+        assert title in text
+    assert MISSING in text  # the simulator is far faster than 200 tok/s/user: the targets lie outside its front
+    markdown = report_markdown(report)
+    assert "| tok/s/user | sweep · agentx-sim · H100: tok/s/GPU | $/M (hyperscaler) | at |" in markdown
+    assert "| c4 | ok |" in markdown and "AWS p5.48xlarge" in markdown
+    result = CliRunner().invoke(main, ["report", str(sweep_dir), "--markdown"])
+    assert result.exit_code == 0 and result.stdout.startswith("### throughput at every interactivity target")
+
+
+def _check_png(path: Path) -> None:
+    from matplotlib.image import imread
+
+    pixels = imread(path)
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 400, (path, pixels.shape)
+    assert pixels.std() > 0.01, path  # not a blank canvas
+
+
+def test_every_plot_renders_as_png_and_svg_with_several_series(sweep_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    single = tmp_path / "single"
+    shutil.copytree(sweep_dir / "c2", single)  # a plain run directory beside the sweep
+    plots = tmp_path / "plots"
+    result = CliRunner().invoke(
+        main, ["report", str(sweep_dir), str(single), "--label", "swept", "--label", "one", "--plots", str(plots)]
+    )
+    assert result.exit_code == 0, result.output
+    names = {"frontier", "cost", "latency", "swimlanes", "chunks"}
+    assert {p.name for p in plots.iterdir()} == {f"{n}.{s}" for n in names for s in ("png", "svg")}
+    for name in names:
+        _check_png(plots / f"{name}.png")
+        root = ET.parse(plots / f"{name}.svg").getroot()
+        assert root.tag.endswith("svg") and len(list(root.iter())) > 50
+    assert "swept" in result.output and "one" in result.output
+
+
+def test_directories_are_compared_side_by_side(sweep_dir: Path, tmp_path: Path) -> None:
+    single = tmp_path / "c1-only"
+    shutil.copytree(sweep_dir / "c1", single)
+    (single / RUN_FILE).unlink()  # a run that crashed before writing run.json: its records still count
+    older = tmp_path / "older"
+    shutil.copytree(sweep_dir / "c2", older)
+    (older / RUN_FILE).write_text('{"options": {}, "run": {"layout": "from another version"}}')
+    document = _report([str(sweep_dir), str(single), str(older), "--gpus", "2"])
+    first, second, third = document["series"]
+    assert (first["label"], second["label"], third["label"]) == ("sweep", "c1-only", "older")
+    # Summarized from the records, which also carry the run's options (its concurrency).
+    assert [(level["label"], level["status"]) for level in second["levels"]] == [("c1", "no run.json")]
+    assert second["levels"][0]["total_tps_per_gpu"] == pytest.approx(first["levels"][0]["total_tps_per_gpu"])
+    assert [(level["label"], level["status"]) for level in third["levels"]] == [
+        ("c2", "run.json unreadable: from records")
+    ]
+    assert third["levels"][0]["total_tps_per_gpu"] == pytest.approx(first["levels"][1]["total_tps_per_gpu"])
+
+
+def test_report_without_matplotlib_still_prints_and_says_how_to_get_plots(
+    sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = CliRunner().invoke(main, ["report", str(sweep_dir), "--plots", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    assert "throughput at every interactivity target" in result.stdout
+    assert "pip install 'agentx[plot]'" in result.output
+    assert not (tmp_path / "plots").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--json", "--markdown"], "not both"),
+        (["--tier", "cheapest"], "--tier 'cheapest' is not one of"),
+        (["--gpu-sku", "tpu9"], "not in the price table"),
+        (["--targets", "50,fast"], "--targets wants"),
+        (["--prices", "missing.json"], "cannot read the price file"),
+        (["--label", "a", "--label", "b"], "2 --label for 1 directory"),
+    ],
+)
+def test_report_mistakes_exit_2_with_one_paragraph(sweep_dir: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["report", str(sweep_dir), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and result.output.count("error:") == 1
+
+
+def test_a_directory_without_runs_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "empty", tmp_path / "missing"):
+        result = CliRunner().invoke(main, ["report", str(target)])
+        assert result.exit_code == 2
+        assert "Traceback" not in result.output
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "empty")])
+    assert "holds no run" in result.output
