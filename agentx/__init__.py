@@ -30,6 +30,11 @@ Results:
     read_records(path) -> pyarrow.Table of a run's records (RequestRecord rows, crash-safe)
     summarize(table, num_gpus=None, server_metrics=None, loop_lag_s=None) -> Summary
 
+Making traces (docs/synth.md):
+    from_logs(paths, FromLogsOptions(format="anthropic-proxy"), salt=None) -> Trace, anonymized
+    generate(preset("agentic-coding") or fit(trace), sessions=N, seed=S) -> Trace
+    compare(a, b) -> Fidelity (KS distances, hit-rate curves, a verdict)
+
 The simulated server, for tests and harnesses without a GPU:
     with SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
@@ -44,6 +49,11 @@ from agentx.run import ReplayResult, ReplayStream, replay, replay_sync, stream_r
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
+from agentx.synth.compare import Fidelity, compare
+from agentx.synth.fit import fit
+from agentx.synth.from_logs import FromLogsOptions, from_logs
+from agentx.synth.generate import generate
+from agentx.synth.presets import preset
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.io import detect_format, load_trace, save_trace
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace
@@ -56,8 +66,10 @@ __all__ = [
     "DecodeResult",
     "EngineConfig",
     "FaultConfig",
+    "Fidelity",
     "Finding",
     "Findings",
+    "FromLogsOptions",
     "LevelSettings",
     "Provenance",
     "ReplayOptions",
@@ -74,10 +86,15 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceStats",
+    "compare",
     "decode",
     "decode_sync",
     "detect_format",
+    "fit",
+    "from_logs",
+    "generate",
     "load_trace",
+    "preset",
     "read_records",
     "replay",
     "replay_sync",
