@@ -149,7 +149,9 @@ def test_synthetic_acceptance_is_measured_both_ways(llama_spec: LlamaServer, tmp
     own = 1 + accepted / (after[LLAMACPP_DRAFTS] - before[LLAMACPP_DRAFTS])
     assert found.counters.acceptance_length == pytest.approx(own, abs=1e-9)  # the server's own counters
     assert found.stream.grouped_by_gap  # one-token events, told apart by time
-    assert found.stream.tokens_per_step == pytest.approx(found.counters.acceptance_length, abs=0.25)
+    # The stream leaves out each request's first and last step (the prefill's token; a step cut by max_tokens):
+    # ~200 of ~230 random steps, so the two agree to within their sampling noise (σ ≈ 0.06), not exactly.
+    assert found.stream.tokens_per_step == pytest.approx(found.counters.acceptance_length, abs=0.15)
     assert found.counters.acceptance_length == pytest.approx(SPEC_AL, abs=0.3)  # a few hundred random steps
 
 
