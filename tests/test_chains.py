@@ -481,3 +481,25 @@ def test_chained_compactions_collapse_into_one_chain_and_a_worker_absorbs_its_ow
     result = split(s)
     assert [r.t for r in result.root.requests] == [0, 5]
     assert [[r.t for r in a.requests] for a in result.root.subagents] == [[2, 3, 6]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tails=st.lists(st.lists(st.integers(min_value=-2, max_value=3), max_size=6).map(tuple), max_size=12),
+    h=st.lists(st.integers(min_value=-2, max_value=3), min_size=1, max_size=7).map(tuple),
+)
+def test_the_fork_search_finds_what_a_scan_of_every_tail_finds(
+    tails: list[tuple[int, ...]], h: tuple[int, ...]
+) -> None:
+    """The neighbours-in-sorted-order search equals the plain rule: the deepest common prefix (first id at
+    least), then the longest tail, then the lowest chain."""
+    from agentx.trace.chains import _deepest_fork, _key, _lcp
+
+    best, expected = (0, 0), None
+    for c, tail in enumerate(tails):
+        if tail and tail[0] == h[0]:
+            key = (_lcp(tail, h), len(tail))
+            if key > best:
+                expected, best = c, key
+    by_ids = sorted((_key(tail), c) for c, tail in enumerate(tails) if tail)
+    assert _deepest_fork(by_ids, _key(h)) == (expected, best[0])

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import msgspec
+import numpy as np
 
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
 from agentx.trace.stats import JOIN_EPSILON_S
@@ -297,6 +298,16 @@ def _find_chains(
     chains: list[_Chain] = []
     chain_of: dict[int, int] = {}
     forks_of: dict[int, list[int]] = {}  # fork-source request → chains forked from it (depth > 0)
+    # (−len(tail_ids), chain) of every chain with a tail, sorted: the longest tails first. A tail shorter than
+    # the best common prefix found so far cannot beat it, so the fork search below stops there, and a
+    # session whose every turn forks (a partial last block changes its id) costs ~1 LCP a turn, not one per
+    # earlier turn.
+    by_length: list[tuple[int, int]] = []
+    # (tail key, chain), in lexicographic order: the tails sharing the longest prefix with a request's ids sit
+    # next to where those ids would go, so the fork search looks at neighbours, not at every chain. Keys are
+    # the ids packed as fixed-width bytes (`_key`): compared by memcmp, not id by id.
+    by_ids: list[tuple[bytes, int]] = []
+    keys: dict[int, bytes] = {}
 
     def append(c: int, i: int) -> None:
         chain = chains[c]
@@ -304,7 +315,28 @@ def _find_chains(
         chain_of[i] = c
         if ids[i]:
             request = requests[i]
+            if chain.tail_ids:
+                del by_length[bisect.bisect_left(by_length, (-len(chain.tail_ids), c))]
+                del by_ids[bisect.bisect_left(by_ids, (keys[chain.tail], c))]
             chain.tail, chain.tail_ids, chain.tail_end, chain.tail_model = i, ids[i], request.end, request.model
+            bisect.insort(by_length, (-len(ids[i]), c))
+            bisect.insort(by_ids, (key_of(i), c))
+
+    def key_of(i: int) -> bytes:
+        key = keys.get(i)
+        if key is None:
+            key = keys[i] = _key(ids[i])
+        return key
+
+    # The keys in file order, built as the trace stores ids: what a request keeps of its predecessor's,
+    # then what it adds (one short conversion each instead of the whole list). A list of ids that does not
+    # follow that encoding falls back to `_key` per request.
+    previous = b""
+    for i, request in enumerate(requests):
+        key = previous[: request.hash_ids_kept * ID_BYTES] + _key(request.hash_ids_added)
+        if len(key) == len(ids[i]) * ID_BYTES:
+            keys[i] = key
+        previous = key
 
     for i in order:
         h, request = ids[i], requests[i]
@@ -318,18 +350,11 @@ def _find_chains(
                 chains[0].members.append(i)
                 chain_of[i] = 0
             continue
-        target = _extension_target(chains, h, request)
+        target = _extension_target(chains, by_length, h, request)
         if target is not None:
             append(target, i)
             continue
-        parent, depth = None, 0
-        best = (0, 0)
-        for c, chain in enumerate(chains):
-            if chain.tail_ids and chain.tail_ids[0] == h[0]:
-                key = (_lcp(chain.tail_ids, h), len(chain.tail_ids))
-                if key > best:
-                    parent, best = c, key
-        depth = best[0]
+        parent, depth = _deepest_fork(by_ids, key_of(i))
         if parent is None and not any(chain.tail_ids for chain in chains):
             append(0, i)  # the first request with ids after id-less ones: it is the main agent
             continue
@@ -343,25 +368,77 @@ def _find_chains(
     return chains, chain_of, seams
 
 
-def _extension_target(chains: Sequence[_Chain], h: HashIds, request: Request) -> int | None:
-    """The chain whose tail is a prefix of `h`, ended by `request.t`, same model; deepest, then lowest."""
-    best, best_len = None, 0
+ID_BYTES: Final = 8
+"""Bytes per id in a tail key: hash ids are int64 (`agentx.trace.validate`)."""
+
+
+def _key(ids: HashIds) -> bytes:
+    """`ids` as fixed-width bytes: bytes order is an order of id sequences, element by element."""
+    try:
+        return np.asarray(ids, dtype=">i8").tobytes()
+    except OverflowError:  # an id out of int64 (the trace was not validated): wrapped, still one width
+        return np.asarray([i & 0xFFFF_FFFF_FFFF_FFFF for i in ids], dtype=">u8").tobytes()
+
+
+def _key_lcp(a: bytes, b: bytes) -> int:
+    """Common prefix of two keys, in ids."""
+    n = min(len(a), len(b)) // ID_BYTES
+    if n == 0 or a[:ID_BYTES] != b[:ID_BYTES]:
+        return 0
+    low, high = 1, n  # a prefix of `low` ids matches; one of `high + 1` does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[low * ID_BYTES : mid * ID_BYTES] == b[low * ID_BYTES : mid * ID_BYTES]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _deepest_fork(by_ids: Sequence[tuple[bytes, int]], h: bytes) -> tuple[int | None, int]:
+    """(chain, common prefix in ids) of the tail sharing the longest prefix with key `h` (at least its first
+    id), then the longest tail, then the lowest chain; (None, 0) when no tail starts like `h`."""
+    position = bisect.bisect_left(by_ids, (h, -1))
+    depth = max(
+        (_key_lcp(by_ids[k][0], h) for k in (position - 1, position) if 0 <= k < len(by_ids)),
+        default=0,
+    )
+    if depth == 0:
+        return None, 0
+    # Every tail starting with h's first `depth` ids (all share exactly that many): a contiguous run around
+    # `position`.
+    prefix = h[: depth * ID_BYTES]
+    start = position
+    while start > 0 and by_ids[start - 1][0].startswith(prefix):
+        start -= 1
+    best, parent = -1, None
+    for k in range(start, len(by_ids)):
+        tail, c = by_ids[k]
+        if not tail.startswith(prefix):
+            break
+        if len(tail) > best or (len(tail) == best and parent is not None and c < parent):
+            best, parent = len(tail), c
+    return parent, depth
+
+
+def _extension_target(
+    chains: Sequence[_Chain], by_length: Sequence[tuple[int, int]], h: HashIds, request: Request
+) -> int | None:
+    """The chain whose tail is a prefix of `h`, ended by `request.t`, same model; deepest, then lowest
+    (`by_length` lists the tails longest first, ties by chain: the first one that fits is the answer)."""
     n = len(h)
-    for c, chain in enumerate(chains):
+    for negative_length, c in by_length:
+        length = -negative_length
+        if length > n:
+            continue
+        chain = chains[c]
         tail = chain.tail_ids
-        length = len(tail)
         # Cheap filters first; the O(L) prefix comparison runs only for survivors.
-        if (
-            length <= best_len
-            or length > n
-            or tail[-1] != h[length - 1]
-            or chain.tail_model != request.model
-            or chain.tail_end > request.t + EPSILON_S
-        ):
+        if tail[-1] != h[length - 1] or chain.tail_model != request.model or chain.tail_end > request.t + EPSILON_S:
             continue
         if h[:length] == tail:
-            best, best_len = c, length
-    return best
+            return c
+    return None
 
 
 def _splice_seams(
