@@ -77,11 +77,11 @@ def _timerfd() -> _TimerFd | None:
 
 class DispatchClock:
     """`at(instant_ns)` gives a future that completes at that `perf_counter_ns` instant. Use as a context
-    manager inside the running loop; `precise` says whether the timerfd is in use."""
+    manager inside the running loop (it holds a file descriptor); `precise=False` uses the loop's timers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, precise: bool = True) -> None:
         self._loop = asyncio.get_running_loop()
-        self._timer = _timerfd()
+        self._timer = _timerfd() if precise else None
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
         self._armed_ns = 0  # the instant the timerfd is set to; 0: disarmed

@@ -72,7 +72,7 @@ class IdleCaps:
                     return False, effective
                 # Woken at the due time, or earlier by `wake_all` (a shift, the run's stop): look again.
                 if self._clock is None:
-                    self._clock = DispatchClock()  # loop timers only: the runner passes its own, which it closes
+                    self._clock = DispatchClock(precise=False)  # no fd to close; the runner passes a precise one
                 waiter = self._clock.at(effective)
                 self._waiters.add(waiter)
                 try:
