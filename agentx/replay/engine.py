@@ -64,10 +64,10 @@ from agentx.replay.play import Hits, Play, PreparedSession, marker_hex, prepare
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
+from agentx.replay.sessions import ReplaySessions
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
-from agentx.trace.chains import DEFAULT_RULES, ChainRules, split_trace
+from agentx.trace.chains import DEFAULT_RULES, ChainRules
 from agentx.trace.model import Trace
-from agentx.trace.warp import warp_idle_gaps
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
@@ -241,7 +241,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     dropped_sessions: int = 0
     """Sessions left out by `max_context_length`."""
     flattened_chains: int = 0
-    """Agents split out of flattened request lists (`split_flattened_agents`)."""
+    """Agents split out of the flattened request lists of the sessions played (`split_flattened_agents`)."""
+    flattened_by_session: dict[str, int] = {}
+    """The same per session played (0: nothing flattened); sessions never played are not split."""
     idle_jumps: int = 0
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0
@@ -356,7 +358,8 @@ async def run_replay(
         missing = [model for model in options.models if model not in served]
         if missing:
             raise ModelNotServed(f"models {missing} are not served by {options.url} (served: {', '.join(served)})")
-        trace, prepared_trace = _prepare_trace(trace, options)
+        sessions = _replay_sessions(trace, options)
+        trace = sessions.trace
         stream_usage = await _stream_usage(client, options, space)
         calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
         out_dir = Path(options.out_dir)
@@ -365,7 +368,7 @@ async def run_replay(
         # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
         start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
         metadata = options_metadata(options)
-        metadata["trace"] = msgspec.to_builtins(prepared_trace)
+        metadata["trace"] = {"dropped_sessions": sessions.dropped}
         broken = locks_broken(options)
         metadata["locks_broken"] = broken
         metadata["unsafe_override"] = bool(broken)
@@ -381,7 +384,7 @@ async def run_replay(
             quiet_gc(options.quiet_gc),
             DispatchClock() as clock,
         ):
-            runner = _Runner(trace, options, client, writer, space, run_id, start_ns, on_record, clock)
+            runner = _Runner(sessions, options, client, writer, space, run_id, start_ns, on_record, clock)
             runner.on_sent = on_sent
             runner.on_profiling = on_profiling
             runner.stream_options = STREAM_OPTIONS[stream_usage]
@@ -425,8 +428,9 @@ async def run_replay(
         skipped_context_overflow=runner.skipped_context_overflow,
         warmup_requests=runner.warmup_requests,
         tstar=runner.tstar,
-        dropped_sessions=len(prepared_trace.dropped_sessions),
-        flattened_chains=prepared_trace.chains,
+        dropped_sessions=len(sessions.dropped),
+        flattened_chains=sessions.flattened_chains,
+        flattened_by_session=sessions.chains_by_session,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.shift_ns / 1e9,
     )
@@ -450,34 +454,16 @@ def _describe_snapshot(lane: int, prepared: PreparedSession, state: Snapshot) ->
     }
 
 
-class _TraceChanges(msgspec.Struct, kw_only=True):
-    dropped_sessions: list[str] = []
-    chains: int = 0
-    sessions_split: int = 0
-
-
-def _prepare_trace(trace: Trace, options: ReplayOptions) -> tuple[Trace, _TraceChanges]:
+def _replay_sessions(trace: Trace, options: ReplayOptions) -> ReplaySessions:
     """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f),
     idle gaps cut when the per-tree cap is the load-time kind (§4c)."""
-    changes = _TraceChanges()
-    if options.split_flattened_agents:
-        trace, report = split_trace(trace, options.chain_rules)
-        changes.chains, changes.sessions_split = report.total.chains, report.sessions_split
-    limit = options.max_context_length
-    if limit is not None:
-        kept = []
-        for session in trace.sessions:
-            peak = max((r.in_tokens + r.out_tokens for a, _, _ in session.agents() for r in a.requests), default=0)
-            if peak > limit:
-                changes.dropped_sessions.append(session.session_id)
-            else:
-                kept.append(session)
-        if changes.dropped_sessions:
-            trace = msgspec.structs.replace(trace, sessions=kept)
     cap = options.tree_idle_cap_s
-    if cap is not None and options.tree_idle_cap_mode == "warp":
-        trace = msgspec.structs.replace(trace, sessions=[warp_idle_gaps(s, cap) for s in trace.sessions])
-    return trace, changes
+    return ReplaySessions(
+        trace,
+        chain_rules=options.chain_rules if options.split_flattened_agents else None,
+        max_context_length=options.max_context_length,
+        warp_cap_s=cap if cap is not None and options.tree_idle_cap_mode == "warp" else None,
+    )
 
 
 async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> StreamUsage:
@@ -503,7 +489,7 @@ async def _calibrate(client: Client, options: ReplayOptions, block_size: int) ->
 class _Runner:
     def __init__(
         self,
-        trace: Trace,
+        sessions: ReplaySessions,
         options: ReplayOptions,
         client: Client,
         writer: RecordWriter,
@@ -513,7 +499,8 @@ class _Runner:
         on_record: OnRecord | None,
         clock: DispatchClock,
     ) -> None:
-        self.trace = trace
+        self.sessions = sessions
+        self.trace = trace = sessions.trace
         self.options = options
         self.client = client
         self.writer = writer
@@ -532,7 +519,7 @@ class _Runner:
             shard_count,
         )
         self.plans: dict[int, PreparedSession] = {}
-        self.hits = Hits(trace)
+        self.hits = Hits(sessions)
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
         elif options.sessions is not None:
@@ -705,7 +692,7 @@ class _Runner:
         prepared = self.plans.get(index)
         if prepared is None:
             prepared = self.plans[index] = prepare(
-                self.trace, index, self.options.child_offset, self.hits, (self.options.model, *self.options.models)
+                self.sessions, index, self.options.child_offset, self.hits, (self.options.model, *self.options.models)
             )
         return prepared
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
+from agentx.replay.sessions import ReplaySessions
 from agentx.replay.tstar import Snapshot
 from agentx.trace.chains import CHAIN_KINDS
-from agentx.trace.model import Agent, Session, Trace
+from agentx.trace.model import Agent, Session
 from agentx.trace.stats import prefix_cache_hits
 
 
@@ -64,11 +65,11 @@ def model_map(session: Session, served: tuple[str, ...]) -> dict[str, str]:
 
 
 def prepare(
-    trace: Trace, index: int, child_offset: ChildOffset, hits: Hits, served: tuple[str, ...] = ("",)
+    sessions: ReplaySessions, index: int, child_offset: ChildOffset, hits: Hits, served: tuple[str, ...] = ("",)
 ) -> PreparedSession:
     """The plan of session `index` with everything a play needs from the trace; `served` are the models to
     map the session's recorded ones onto (§2f)."""
-    session = trace.sessions[index]
+    session = sessions.session(index)
     plan = plan_session(session, child_offset=child_offset)
     by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
     hash_ids = tuple(by_agent[step.agent_id][step.turn] for step in plan.steps)
@@ -99,19 +100,20 @@ class Hits:
     """Theoretical prefix-cache hits per session: computed per session for session-scoped ids (a session is
     its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise."""
 
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
+    def __init__(self, sessions: ReplaySessions) -> None:
+        self.sessions = sessions
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
         self._first_rows: list[int] = []
 
     def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        trace = self.trace
-        if trace.hash_id_scope == "session":
-            alone = Trace(sessions=[trace.sessions[index]], block_size=trace.block_size, hash_id_scope="session")
+        sessions = self.sessions
+        if sessions.trace.hash_id_scope == "session":
+            alone = msgspec.structs.replace(sessions.trace, sessions=[sessions.session(index)])
             return prefix_cache_hits(alone)
         if self._whole is None:
-            self._whole = prefix_cache_hits(trace)
-            self._first_rows = [0, *itertools.accumulate(s.request_count for s in trace.sessions)]
+            whole = sessions.whole()
+            self._whole = prefix_cache_hits(whole)
+            self._first_rows = [0, *itertools.accumulate(s.request_count for s in whole.sessions)]
         start, end = self._first_rows[index], self._first_rows[index + 1]
         return self._whole[0][start:end], self._whole[1][start:end]
 

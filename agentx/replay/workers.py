@@ -109,6 +109,7 @@ def run_workers(
             raise outcome
         assert isinstance(outcome, RunResult)
         results.append(outcome)
+    merged_chains = {session: chains for r in results for session, chains in r.flattened_by_session.items()}
     records_path = out_dir / RECORDS_FILE
     merge_records([result.records_path for result in results], records_path)
     return RunResult(
@@ -130,7 +131,8 @@ def run_workers(
         warmup_requests=sum(r.warmup_requests for r in results),
         tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry["lane"]),
         dropped_sessions=results[0].dropped_sessions,
-        flattened_chains=results[0].flattened_chains,
+        flattened_chains=sum(merged_chains.values()),
+        flattened_by_session=merged_chains,
         idle_jumps=sum(r.idle_jumps for r in results),
         idle_skipped_s=max(r.idle_skipped_s for r in results),
     )

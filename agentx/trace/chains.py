@@ -159,10 +159,13 @@ def split_trace(trace: Trace, rules: ChainRules = DEFAULT_RULES) -> tuple[Trace,
     return msgspec.structs.replace(trace, sessions=sessions), report
 
 
-def split_flattened_agents(session: Session, rules: ChainRules = DEFAULT_RULES, *, block_size: int = 64) -> Session:
+def split_flattened_agents(
+    session: Session, rules: ChainRules = DEFAULT_RULES, *, block_size: int = 64, counts: ChainCounts | None = None
+) -> Session:
     """The session with every hidden agent turned into a subagent (module docstring); the same object
-    when no agent holds more than one chain. `block_size` only matters for the tool/system prefix rule."""
-    return _split_session(session, rules, block_size, ChainCounts())
+    when no agent holds more than one chain. `block_size` only matters for the tool/system prefix rule;
+    `counts`, when given, is added what was found."""
+    return _split_session(session, rules, block_size, counts if counts is not None else ChainCounts())
 
 
 # ---------------------------------------------------------------------------------------------
