@@ -19,6 +19,7 @@ import aiohttp
 import msgspec
 
 from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
+from agentx.replay.play import PreparedTrace
 from agentx.replay.records import RequestRecord, read_records
 from agentx.replay.workers import run_workers
 from agentx.results.acceptance import METRIC_LABELS, METRIC_NAMES, run_acceptance
@@ -83,14 +84,15 @@ def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResul
 
 
 async def replay(
-    trace: Trace,
+    trace: Trace | PreparedTrace,
     options: ReplayOptions,
     *,
     num_gpus: int | None = None,
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
 ) -> ReplayResult:
-    """Drive the server at `options.url` with `trace`, then summarize the records it wrote.
+    """Drive the server at `options.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
+    summarize the records it wrote.
 
     The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
     (after the warmup, whose primers would count otherwise) and after the run, so the summary carries its own

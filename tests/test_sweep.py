@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Iterator
@@ -224,3 +225,36 @@ def test_the_index_round_trips(swept: SweepResult) -> None:
     index = msgspec.json.decode((swept.out_dir / SWEEP_FILE).read_bytes(), type=SweepIndex)
     assert [level.concurrency for level in index.levels] == list(LEVELS) and index.trace == "small"
     assert agentx.sweep_sync is sweep_sync and agentx.SweepOptions is SweepOptions  # the public API
+
+
+def test_the_trace_is_prepared_once_for_every_level(
+    sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentx.replay import sessions as sessions_module
+    from agentx.trace.chains import split_flattened_agents as real_split
+
+    split_calls: list[str] = []
+
+    def counting_split(session: Session, *args: object, **kwargs: object) -> Session:
+        split_calls.append(session.session_id)
+        return real_split(session, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sessions_module, "split_flattened_agents", counting_split)
+    trace = small_trace(sessions=3, turns=2, out_tokens=4)
+    base = msgspec.structs.replace(base_options(sim, tmp_path), duration_s=None)  # one pass: every session
+    result = sweep_sync(trace, base, SweepOptions(concurrency=(1, 3), out_dir=tmp_path / "out"))
+    assert [level.entry.status for level in result.levels] == ["ok", "ok"]
+    for level in result.levels:
+        assert level.summary is not None and level.summary.counts.kept == 6  # both levels played all three
+    assert sorted(split_calls) == ["s0", "s1", "s2"]  # split once, for the first level
+
+
+def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim: SimServer, tmp_path: Path) -> None:
+    from agentx.replay.engine import prepare_trace, run_replay
+
+    base = base_options(sim, tmp_path)
+    prepared = prepare_trace(small_trace(sessions=1), base)
+    other = msgspec.structs.replace(base, max_context_length=10_000)
+    with pytest.raises(ValueError, match="prepared trace was made for other options"):
+        asyncio.run(run_replay(prepared, other))
+

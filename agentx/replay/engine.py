@@ -2,10 +2,10 @@
 
 - `ReplayOptions`: one immutable options object for a run.
 - `await run_replay(trace, options, *, on_record=None, on_sent=None) -> RunResult`: drives the server with
-  the trace's sessions and returns where the records went; `on_sent()` is called as each request goes out
-  and `on_record(record)` as it finishes (progress displays, harnesses). Raises `ServerUnreachable` /
-  `ModelNotServed` (agentx.replay.client) or `CalibrationError` (agentx.replay.calibrate) before any
-  request when the server cannot be used.
+  the trace's (or a `prepare_trace` result's) sessions and returns where the records went; `on_sent()` is
+  called as each request goes out and `on_record(record)` as it finishes (progress displays, harnesses).
+  Raises `ServerUnreachable` / `ModelNotServed` (agentx.replay.client) or `CalibrationError`
+  (agentx.replay.calibrate) before any request when the server cannot be used.
 - `RunResult`: the run id, the records file, counts, whether the run was interrupted, and what the run
   detected (stream usage, chat calibration, event-loop lag samples).
 
@@ -13,7 +13,8 @@ How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
 
 - `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
   (agentx.replay.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
-  replayed: flattened agents split, over-long sessions dropped.
+  replayed (`prepare_trace`, unless given one): over-long sessions dropped; flattened agents are split and
+  plans built per session when a tree first draws it (agentx.replay.sessions).
 - agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replay.tstar), the primers go
   out (spread so that every t* coincides), then the optional cache-pressure stage; the profiling start is
   when that ends. Open-loop modes (`trace`, `rate`) start trees at their arrival times instead of on lanes.
@@ -60,7 +61,7 @@ from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
 from agentx.replay.plan import Step, session_order
-from agentx.replay.play import Hits, Play, PreparedSession, marker_hex, prepare
+from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
@@ -328,7 +329,7 @@ def _validate_spec(options: ReplayOptions) -> None:
 
 
 async def run_replay(
-    trace: Trace,
+    trace: Trace | PreparedTrace,
     options: ReplayOptions,
     *,
     on_record: OnRecord | None = None,
@@ -341,8 +342,14 @@ async def run_replay(
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
     `interrupted=True`. A second cancellation during that drain cancels everything at once and propagates.
+    `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
     """
     _validate(options)
+    if isinstance(trace, PreparedTrace) and trace.made_for != _preparation(options):
+        raise ValueError(
+            "the prepared trace was made for other options (split rules, context limit, load-time idle cap, child "
+            "offset or models): prepare it again with these options"
+        )
     space = TokenSpace(options.token_low, options.token_high)  # validates the range before any I/O
     # Lanes bound the requests in flight; an open loop does not, so neither may its connection pool (0: none).
     lanes_limit = 0 if options.mode in ("trace", "rate") else 2 * options.concurrency
@@ -358,7 +365,8 @@ async def run_replay(
         missing = [model for model in options.models if model not in served]
         if missing:
             raise ModelNotServed(f"models {missing} are not served by {options.url} (served: {', '.join(served)})")
-        sessions = _replay_sessions(trace, options)
+        prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
+        sessions = prepared.sessions
         trace = sessions.trace
         stream_usage = await _stream_usage(client, options, space)
         calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
@@ -384,7 +392,7 @@ async def run_replay(
             quiet_gc(options.quiet_gc),
             DispatchClock() as clock,
         ):
-            runner = _Runner(sessions, options, client, writer, space, run_id, start_ns, on_record, clock)
+            runner = _Runner(prepared, options, client, writer, space, run_id, start_ns, on_record, clock)
             runner.on_sent = on_sent
             runner.on_profiling = on_profiling
             runner.stream_options = STREAM_OPTIONS[stream_usage]
@@ -410,6 +418,8 @@ async def run_replay(
                         await main
                     raise
             elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
+    played_ids = {trace.sessions[index].session_id for index in runner.played}
+    flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
     return RunResult(
         run_id=run_id,
         records_path=records_path,
@@ -429,8 +439,8 @@ async def run_replay(
         warmup_requests=runner.warmup_requests,
         tstar=runner.tstar,
         dropped_sessions=len(sessions.dropped),
-        flattened_chains=sessions.flattened_chains,
-        flattened_by_session=sessions.chains_by_session,
+        flattened_chains=sum(flattened.values()),
+        flattened_by_session=flattened,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.shift_ns / 1e9,
     )
@@ -454,16 +464,25 @@ def _describe_snapshot(lane: int, prepared: PreparedSession, state: Snapshot) ->
     }
 
 
-def _replay_sessions(trace: Trace, options: ReplayOptions) -> ReplaySessions:
-    """The trace as the run replays it: flattened agents split out (§3b), over-long sessions dropped (§4f),
-    idle gaps cut when the per-tree cap is the load-time kind (§4c)."""
+def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
+    """The trace as runs with `options` replay it: over-long sessions dropped (§4f) now; flattened agents split
+    out (§3b), idle gaps cut when the per-tree cap is the load-time kind (§4c) and plans built per session when
+    first played. Pass it to several `run_replay` calls (a sweep) to prepare the trace once."""
     cap = options.tree_idle_cap_s
-    return ReplaySessions(
+    sessions = ReplaySessions(
         trace,
         chain_rules=options.chain_rules if options.split_flattened_agents else None,
         max_context_length=options.max_context_length,
         warp_cap_s=cap if cap is not None and options.tree_idle_cap_mode == "warp" else None,
     )
+    return PreparedTrace(sessions, options.child_offset, (options.model, *options.models), _preparation(options))
+
+
+def _preparation(options: ReplayOptions) -> tuple[object, ...]:
+    """The options a `PreparedTrace` depends on: runs that agree on them can share one."""
+    warp = options.tree_idle_cap_s if options.tree_idle_cap_mode == "warp" else None
+    rules = options.chain_rules if options.split_flattened_agents else None
+    return (rules, options.max_context_length, warp, options.child_offset, options.model, options.models)
 
 
 async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> StreamUsage:
@@ -489,7 +508,7 @@ async def _calibrate(client: Client, options: ReplayOptions, block_size: int) ->
 class _Runner:
     def __init__(
         self,
-        sessions: ReplaySessions,
+        prepared: PreparedTrace,
         options: ReplayOptions,
         client: Client,
         writer: RecordWriter,
@@ -499,8 +518,10 @@ class _Runner:
         on_record: OnRecord | None,
         clock: DispatchClock,
     ) -> None:
-        self.sessions = sessions
-        self.trace = trace = sessions.trace
+        self.prepared = prepared
+        self.trace = trace = prepared.trace
+        self.played: set[int] = set()
+        """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
         self.options = options
         self.client = client
         self.writer = writer
@@ -518,8 +539,6 @@ class _Runner:
             None,
             shard_count,
         )
-        self.plans: dict[int, PreparedSession] = {}
-        self.hits = Hits(sessions)
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
         elif options.sessions is not None:
@@ -689,12 +708,8 @@ class _Runner:
         return self._stop.is_set()
 
     def _prepared(self, index: int) -> PreparedSession:
-        prepared = self.plans.get(index)
-        if prepared is None:
-            prepared = self.plans[index] = prepare(
-                self.sessions, index, self.options.child_offset, self.hits, (self.options.model, *self.options.models)
-            )
-        return prepared
+        self.played.add(index)
+        return self.prepared.prepared(index)
 
     def _play(
         self, prepared: PreparedSession, index: int, lane: int, position: int, state: Snapshot | None = None

@@ -118,6 +118,30 @@ class Hits:
         return self._whole[0][start:end], self._whole[1][start:end]
 
 
+class PreparedTrace:
+    """Everything runs need from a trace, built per session when first played and kept: the session as
+    replayed (`ReplaySessions`), its theoretical hits and its plan. One object serves every run of a sweep, so
+    the trace is prepared once; `made_for` names the options it was built with (the runner checks them)."""
+
+    def __init__(
+        self, sessions: ReplaySessions, child_offset: ChildOffset, served: tuple[str, ...], made_for: object
+    ) -> None:
+        self.sessions = sessions
+        self.trace = sessions.trace
+        self.hits = Hits(sessions)
+        self.child_offset = child_offset
+        self.served = served
+        self.made_for = made_for
+        self._plans: dict[int, PreparedSession] = {}
+
+    def prepared(self, index: int) -> PreparedSession:
+        """Session `index`'s plan (built on first use, then cached)."""
+        plan = self._plans.get(index)
+        if plan is None:
+            plan = self._plans[index] = prepare(self.sessions, index, self.child_offset, self.hits, self.served)
+        return plan
+
+
 def marker_hex(run_id: str, recycle_pass: int, lane: int, session_id: str) -> str:
     """The cache-bust marker of a tree (semantics §2e): 12 hex digits, new for every play."""
     base_trace_id = session_id.split("::", 1)[0]

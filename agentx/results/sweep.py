@@ -23,7 +23,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from agentx.replay.engine import OnRecord, OnSent, ReplayOptions
+from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, prepare_trace
+from agentx.replay.play import PreparedTrace
 from agentx.results.summary import Summary
 from agentx.run import RUN_FILE, RunFile, replay
 from agentx.trace.model import Trace
@@ -221,6 +222,9 @@ def _write_index(out_dir: Path, index: SweepIndex) -> None:
     os.replace(partial, target)
 
 
+LevelServer = Callable[[int, LevelSettings], str]
+"""`level_server(concurrency, settings)`: the URL of a server set up for that level (the built-in simulator
+restarted with the level's forced acceptance, say); called after the before-level command."""
 OnLevel = Callable[[int, int, int], None]
 """`on_level_start(index, count, concurrency)`: a level is about to start (index from 1)."""
 OnLevelDone = Callable[[LevelResult], None]
@@ -235,9 +239,12 @@ async def sweep(
     on_level_done: OnLevelDone | None = None,
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
+    level_server: LevelServer | None = None,
 ) -> SweepResult:
     """Replay `trace` once per level of `options.concurrency` with `base`'s options (its concurrency, out_dir and
     forced acceptance replaced per level), writing each level into `out_dir/c{N}` and the index into sweep.json.
+    The trace is prepared once (`prepare_trace`): a session split or planned for one level is reused by the next.
+    `level_server`, when given, names each level's server (its URL replaces `base.url` for that level).
 
     Cancelling the caller stops the current level as a deadline would (its partial run is kept, marked
     "interrupted"), writes the index and returns with `interrupted` set.
@@ -253,6 +260,8 @@ async def sweep(
         seed=base.seed,
         concurrency=list(options.concurrency),
     )
+    # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
+    prepared = prepare_trace(trace, base)
     results: list[LevelResult] = []
     interrupted = False
     for position, concurrency in enumerate(options.concurrency, start=1):
@@ -260,7 +269,7 @@ async def sweep(
         level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
         if on_level_start is not None:
             on_level_start(position, len(options.concurrency), concurrency)
-        result = await _level(trace, base, level_options, settings, options, on_record, on_sent)
+        result = await _level(prepared, base, level_options, settings, options, on_record, on_sent, level_server)
         results.append(result)
         index.levels.append(result.entry)
         _write_index(out_dir, index)
@@ -273,13 +282,14 @@ async def sweep(
 
 
 async def _level(
-    trace: Trace,
+    trace: PreparedTrace,
     base: ReplayOptions,
     level: ReplayOptions,
     settings: LevelSettings,
     options: SweepOptions,
     on_record: OnRecord | None,
     on_sent: OnSent | None,
+    level_server: LevelServer | None,
 ) -> LevelResult:
     run_dir = Path(level.out_dir)
     entry = LevelEntry(
@@ -304,6 +314,8 @@ async def _level(
             if failure is not None:
                 entry.status, entry.error = "failed", failure
                 return LevelResult(entry=entry, run_dir=run_dir)
+        if level_server is not None:
+            level = msgspec.structs.replace(level, url=level_server(level.concurrency, settings))
         result = await replay(trace, level, num_gpus=options.num_gpus, on_record=on_record, on_sent=on_sent)
     except asyncio.CancelledError:
         if (current := asyncio.current_task()) is not None:
