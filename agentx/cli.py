@@ -25,7 +25,8 @@ from agentx.trace.stats import parse_token_counts, trace_stats
 
 if TYPE_CHECKING:
     from agentx.replay.engine import ReplayOptions
-    from agentx.results.sweep import LevelResult
+    from agentx.results.sweep import LevelResult, LevelSettings
+    from agentx.sim.process import SimServer
     from agentx.trace.chains import ChainRules
     from agentx.trace.model import Trace
 
@@ -1036,7 +1037,7 @@ def sweep_command(
     """
     from agentx.results.cost import load_price_table
     from agentx.results.sweep import SWEEP_FILE, SweepError, SweepOptions, load_level_settings, parse_levels, sweep
-    from agentx.sim.process import SimServer, SimServerError
+    from agentx.sim.process import SimServerError
     from agentx.tables import ReplayProgress
 
     try:
@@ -1056,16 +1057,18 @@ def sweep_command(
     url, served = flags["url"], flags["served_models"]
     model = served[0] if served else None
     forced = _forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+    level_server: Callable[[int, LevelSettings], str] | None = None
     with contextlib.ExitStack() as stack:
         if url is None:
+            sims = stack.enter_context(_LevelSims(flags["sim_time_scale"], loaded.block_size, forced))
             try:
-                sim = stack.enter_context(
-                    SimServer(time_scale=flags["sim_time_scale"], block_size=loaded.block_size, **forced.sim_fields())
-                )
+                sim = sims.start(forced)
             except SimServerError as exc:
                 _fail(f"cannot start the simulator: {exc}")
             url, model = sim.url, model or sim.model
             _stderr.print(f"no --url: sweeping the built-in simulator at {url}", markup=False)
+            if settings:
+                level_server = sims.url_for
         if model is None:
             model = _only_model(url)
         base = _sweep_base_options(loaded, flags, url, model, out_dir)
@@ -1103,7 +1106,16 @@ def sweep_command(
             progress.on_sent()
 
         work = _interruptible(
-            sweep(loaded, base, options, on_level_start=start, on_level_done=done, on_record=on_record, on_sent=on_sent)
+            sweep(
+                loaded,
+                base,
+                options,
+                on_level_start=start,
+                on_level_done=done,
+                on_record=on_record,
+                on_sent=on_sent,
+                level_server=level_server,
+            )
         )
         try:
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
@@ -1129,6 +1141,47 @@ def sweep_command(
         sys.exit(EXIT_INTERRUPTED)
     if any(level.entry.status == "failed" for level in result.levels):
         sys.exit(1)
+
+
+class _LevelSims:
+    """The built-in simulator of a sweep without --url, restarted with a level's forced acceptance when it differs
+    from the running one's (what --before-level does for a real server)."""
+
+    def __init__(self, time_scale: float, block_size: int, forced: _Forced) -> None:
+        self.time_scale = time_scale
+        self.block_size = block_size
+        self.forced = forced
+        self.sim: SimServer | None = None
+        self.running: _Forced | None = None
+
+    def start(self, forced: _Forced) -> SimServer:
+        from agentx.sim.process import SimServer
+
+        self.close()
+        self.sim = SimServer(time_scale=self.time_scale, block_size=self.block_size, **forced.sim_fields()).start()
+        self.running = forced
+        return self.sim
+
+    def url_for(self, concurrency: int, settings: LevelSettings) -> str:
+        wanted = _Forced(
+            settings.spec_al if settings.spec_al is not None else self.forced.al,
+            settings.spec_k if settings.spec_k is not None else self.forced.k,
+        )
+        if self.sim is None or wanted != self.running:
+            _stderr.print(f"  restarting the simulator for c{concurrency}: AL {wanted.al}, K {wanted.k}", markup=False)
+            return self.start(wanted).url
+        return self.sim.url
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None
+
+    def __enter__(self) -> _LevelSims:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _targets(text: str) -> tuple[float, ...]:
@@ -1189,6 +1242,12 @@ def _targets(text: str) -> tuple[float, ...]:
     help="Power per GPU (its share of the facility), for J/token and tokens per MW.",
 )
 @click.option("--label", "labels", multiple=True, help="Name of each directory's series, in order (repeatable).")
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    help="The engine of each directory's series, in order, replacing what its runs recorded (repeatable).",
+)
 def report_command(
     dirs: tuple[Path, ...],
     as_json: bool,
@@ -1205,6 +1264,7 @@ def report_command(
     prices_path: Path | None,
     power_kw_per_gpu: float | None,
     labels: tuple[str, ...],
+    engines: tuple[str, ...],
 ) -> None:
     """Tables of one or more runs or sweeps (their directories), side by side: throughput per GPU at every
     interactivity target with $/M and the operating point, what serving costs per price tier, best TTFT and TPOT,
@@ -1224,8 +1284,9 @@ def report_command(
 
     if as_json and markdown:
         _fail("pass --json or --markdown, not both: each prints the whole report")
-    if len(labels) > len(dirs):
-        _fail(f"{len(labels)} --label for {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}: one per directory")
+    for flag, given in (("--label", labels), ("--engine", engines)):
+        if len(given) > len(dirs):
+            _fail(f"{len(given)} {flag} for {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}: one per directory")
     try:
         prices = load_price_table(prices_path)
         known_tiers = sorted({*TIERS, *prices.tiers})
@@ -1245,7 +1306,10 @@ def report_command(
             usd_per_gpu_hour=usd_per_gpu_hour,
             kw_per_gpu=power_kw_per_gpu,
         )
-        series = [load_series(d, labels[i] if i < len(labels) else None) for i, d in enumerate(dirs)]
+        series = [
+            load_series(d, labels[i] if i < len(labels) else None, engines[i] if i < len(engines) else None)
+            for i, d in enumerate(dirs)
+        ]
         report = build_report(series, options, prices)
     except (PriceError, ReportError, click.BadParameter) as exc:
         _fail(str(exc))

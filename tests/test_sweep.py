@@ -258,3 +258,20 @@ def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim
     with pytest.raises(ValueError, match="prepared trace was made for other options"):
         asyncio.run(run_replay(prepared, other))
 
+
+def test_without_url_each_level_runs_on_a_simulator_forced_to_its_acceptance(tmp_path: Path) -> None:
+    trace_path = tmp_path / "trace.arrow"
+    save_trace(small_trace(sessions=2, turns=3, out_tokens=60), trace_path)
+    settings = tmp_path / "levels.json"
+    settings.write_text(json.dumps({"1": {"spec_al": 1.5, "spec_k": 3}, "2": {"spec_al": 3.5, "spec_k": 3}}))
+    out = tmp_path / "sweep"
+    args = ["sweep", str(trace_path), "--concurrency", "1,2", "--duration", "0.6", "--mode", "closed"]
+    args += ["--delay-scale", "0", "--sim-time-scale", "0.02", "--out", str(out), "--level-settings", str(settings)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "restarting the simulator for c2: AL 3.5, K 3" in result.output
+    for level, forced in ((1, 1.5), (2, 3.5)):
+        run_file = json.loads((out / f"c{level}" / RUN_FILE).read_text())
+        acceptance = run_file["summary"]["acceptance"]
+        assert acceptance["forced_al"] == forced and not acceptance["mismatch"], acceptance
+        assert acceptance["counters"]["acceptance_length"] == pytest.approx(forced, abs=0.3)
