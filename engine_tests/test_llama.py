@@ -108,6 +108,7 @@ def test_completions_replay_is_exact(llama: LlamaServer, tmp_path: Path) -> None
         by_agent.setdefault((record.session_id, record.agent_id), []).append(record.turn)
     assert by_agent == {(f"s{s}", a): list(range(n)) for s in range(2) for a, n in (("", 4), ("sub", 2))}
     assert result.summary.counts.kept == trace.request_count
+    assert result.run.server.engine == "llama.cpp", result.run.server  # owned_by "llamacpp" in /v1/models
 
 
 def test_chat_replay_is_calibrated_through_the_servers_tokenizer(llama: LlamaServer, tmp_path: Path) -> None:

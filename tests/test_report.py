@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 import xml.etree.ElementTree as ET
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from test_sweep import run_small_sweep
 from agentx.cli import main
 from agentx.results.report import MISSING, ReportOptions, build_report, load_series, report_markdown, report_tables
 from agentx.run import RUN_FILE
+
+SIM = f"agentx-sim {package_version('agentx')}"
+"""How the simulator's runs name their engine."""
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,15 @@ def test_json_report_reads_the_sweep_directory(sweep_dir: Path) -> None:
     assert series["peak_total_tps_per_gpu"]["label"] == "c4"
     assert series["best_tpot_s"]["label"] == "c1"
     assert [c["tier"] for c in series["costs_at_target"]] == ["hyperscaler", "neocloud", "retail"]
+    assert series["engine"] == SIM  # recorded by each run: the simulator says who it is
+
+
+def test_engine_flag_names_the_engine_in_place_of_the_recorded_one(sweep_dir: Path) -> None:
+    document = _report([str(sweep_dir), "--engine", "SGLang 0.5.2", "--label", "b300-sglang"])
+    (series,) = document["series"]
+    assert series["engine"] == "SGLang 0.5.2" and series["label"] == "b300-sglang"
+    result = CliRunner().invoke(main, ["report", str(sweep_dir), "--engine", "a", "--engine", "b"])
+    assert result.exit_code == 2 and "2 --engine for 1 directory" in result.output
 
 
 def test_targets_interpolate_inside_the_front_price_at_the_given_rate_and_never_extrapolate(sweep_dir: Path) -> None:
@@ -83,13 +96,13 @@ def test_terminal_and_markdown_tables_render(sweep_dir: Path) -> None:
         "throughput at every interactivity target",
         "what serving actually costs at 50 tok/s/user",
         "best latency and peak throughput across levels",
-        "levels of sweep · agentx-sim · H100",
+        f"levels of sweep · {SIM} · agentx-sim · H100",
         "energy of sweep at 50 tok/s/user (1.4 kW per GPU)",
     ):
         assert title in text
     assert MISSING in text  # the simulator is far faster than 200 tok/s/user: the targets lie outside its front
     markdown = report_markdown(report)
-    assert "| tok/s/user | sweep · agentx-sim · H100: tok/s/GPU | $/M (hyperscaler) | at |" in markdown
+    assert f"| tok/s/user | sweep · {SIM} · agentx-sim · H100: tok/s/GPU | $/M (hyperscaler) | at |" in markdown
     assert "| c4 | ok |" in markdown and "AWS p5.48xlarge" in markdown
     result = CliRunner().invoke(main, ["report", str(sweep_dir), "--markdown"])
     assert result.exit_code == 0 and result.stdout.startswith("### throughput at every interactivity target")

@@ -58,6 +58,7 @@ from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, 
 from agentx.replay.clock import DispatchClock
 from agentx.replay.collector import QUIET_SPAN_NS, collect_on_clock, quiet_gc
 from agentx.replay.conversation import ChatTurn, Conversation
+from agentx.replay.identity import ServerIdentity, identify_server
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
 from agentx.replay.plan import Step, session_order
@@ -245,6 +246,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Agents split out of the flattened request lists of the sessions played (`split_flattened_agents`)."""
     flattened_by_session: dict[str, int] = {}
     """The same per session played (0: nothing flattened); sessions never played are not split."""
+    server: ServerIdentity = ServerIdentity()
+    """The engine serving the run, as the server says itself (agentx.replay.identity)."""
     idle_jumps: int = 0
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0
@@ -365,6 +368,7 @@ async def run_replay(
         missing = [model for model in options.models if model not in served]
         if missing:
             raise ModelNotServed(f"models {missing} are not served by {options.url} (served: {', '.join(served)})")
+        server = await identify_server(client, options.model)
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
@@ -441,6 +445,7 @@ async def run_replay(
         dropped_sessions=len(sessions.dropped),
         flattened_chains=sum(flattened.values()),
         flattened_by_session=flattened,
+        server=server,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.shift_ns / 1e9,
     )

@@ -133,6 +133,7 @@ def run_workers(
         dropped_sessions=results[0].dropped_sessions,
         flattened_chains=sum(merged_chains.values()),
         flattened_by_session=merged_chains,
+        server=results[0].server,
         idle_jumps=sum(r.idle_jumps for r in results),
         idle_skipped_s=max(r.idle_skipped_s for r in results),
     )

@@ -52,6 +52,8 @@ class Level(msgspec.Struct, kw_only=True):
     error: str | None = None
     summary: Summary | None = None
     model: str | None = None
+    engine: str | None = None
+    """The engine that served the run, with its version when it gave one (e.g. "vLLM 0.11.0")."""
 
 
 class Series(msgspec.Struct, kw_only=True):
@@ -118,6 +120,7 @@ class Best(msgspec.Struct, kw_only=True):
 class SeriesReport(msgspec.Struct, kw_only=True):
     label: str
     model: str | None
+    engine: str | None
     path: str
     gpu_sku: str | None
     num_gpus: int
@@ -179,10 +182,13 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
     version reads; without records it is a ReportError.
     """
     run_file, problem = _read_run_file(run_dir)
+    engine = None
     if run_file is not None:
         summary = run_file.summary
         options = run_file.options
         status = "interrupted" if run_file.run.interrupted else "ok"
+        server = run_file.run.server
+        engine = " ".join(part for part in (server.engine, server.version) if part) or None
     elif (run_dir / RECORDS_FILE).is_file():
         summary, options = _from_records(run_dir / RECORDS_FILE)
         status = "no run.json" if problem is None else "run.json unreadable: from records"
@@ -200,11 +206,21 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
         status=status,
         summary=summary,
         model=model if isinstance(model, str) else None,
+        engine=engine,
     )
 
 
-def load_series(path: Path, label: str | None = None) -> Series:
-    """The run or sweep in `path`; ReportError when it holds neither."""
+def load_series(path: Path, label: str | None = None, engine: str | None = None) -> Series:
+    """The run or sweep in `path`; ReportError when it holds neither. `engine` replaces what the runs recorded
+    (a gateway in front of the engine, runs older than the record)."""
+    series = _load_series(path, label)
+    if engine is not None:
+        for level in series.levels:
+            level.engine = engine
+    return series
+
+
+def _load_series(path: Path, label: str | None) -> Series:
     if not path.is_dir():
         raise ReportError(f"{path}: no such directory")
     name = label or path.resolve().name
@@ -331,9 +347,11 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
         cost(price, name, at.total_tps_per_gpu, at.output_tps_per_gpu, at.input_tps_per_gpu) for name, price in tiers
     ]
     models = {level.model for level in series.levels if level.model}
+    engines = {level.engine for level in series.levels if level.engine}
     return SeriesReport(
         label=series.label,
         model=", ".join(sorted(models)) or None,
+        engine=", ".join(sorted(engines)) or None,
         path=series.path,
         gpu_sku=sku,
         num_gpus=num_gpus or 1,
@@ -392,7 +410,7 @@ def _at(between: tuple[str, str] | None) -> str:
 
 
 def _name(s: SeriesReport) -> str:
-    parts = [s.label] + ([s.model] if s.model else []) + ([s.gpu_sku.upper()] if s.gpu_sku else [])
+    parts = [s.label] + [part for part in (s.engine, s.model) if part] + ([s.gpu_sku.upper()] if s.gpu_sku else [])
     return " · ".join(parts)
 
 
