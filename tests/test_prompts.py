@@ -178,19 +178,40 @@ def test_filler_is_per_session_and_turn() -> None:
     assert filler(0, "s", 0, 0) == []
 
 
-def test_lru_evicts_oldest_and_regenerates_identically() -> None:
-    blocks = BlockTokens(0, 8, cache_blocks=2)
-    first = tuple(blocks.block("s", 1))
-    blocks.block("s", 2)
-    blocks.block("s", 1)  # now most recent
-    blocks.block("s", 3)  # evicts 2
+def test_a_block_evicts_the_one_in_its_slot_and_regenerates_identically() -> None:
+    blocks = BlockTokens(0, 8, cache_blocks=16)
+    first = blocks.block("", 3)
+    mapped = [3 ^ k * 16 for k in range(1, 3)]  # ids whose slot is 3's ((id ^ hash("")) % 16, hash("") == 0)
+    blocks.block("", 4)  # the next slot: evicts nothing
     assert len(blocks) == 2
     misses = blocks.misses
-    blocks.block("s", 1)
-    assert blocks.misses == misses
-    blocks.block("s", 2)
-    assert blocks.misses == misses + 1
-    assert blocks.block("s", 1) == first
+    assert blocks.block("", 3) == first and blocks.block("", 4) and blocks.misses == misses  # both cached
+    blocks.block("", mapped[0])  # takes 3's slot
+    assert len(blocks) == 2
+    assert blocks.block("", 4) and blocks.misses == misses + 1  # 4 kept
+    assert blocks.block("", 3) == first and blocks.misses == misses + 2  # 3 made again, identical
+    blocks.block("other", 3)  # same id, another scope: a miss, never the first scope's block
+    assert blocks.misses == misses + 3 and blocks.block("other", 3) != first
+
+
+def test_consecutive_ids_of_a_scope_do_not_evict_each_other() -> None:
+    blocks = BlockTokens(0, 4, cache_blocks=64)
+    out: list[int] = []
+    blocks.extend(out, "session-7", range(1000, 1064))
+    assert len(blocks) == 64
+    misses = blocks.misses
+    blocks.extend(out, "session-7", range(1000, 1064))
+    assert blocks.misses == misses and blocks.hits == 64
+
+
+@pytest.mark.parametrize("cache_blocks", [0, 1, 2, 10, 33, 1000])
+def test_the_cache_never_holds_more_than_its_bound(cache_blocks: int) -> None:
+    blocks = BlockTokens(0, 4, cache_blocks=cache_blocks)
+    out: list[int] = []
+    for start in range(0, 3000, 50):
+        blocks.extend(out, "s", range(start, start + 50))
+        assert len(blocks) <= cache_blocks
+    assert len(blocks) >= min(cache_blocks, 3000) // 2  # and it is used
 
 
 def test_validation() -> None:
