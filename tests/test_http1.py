@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -364,3 +367,34 @@ def test_a_fresh_connection_at_the_limit_replaces_an_idle_one() -> None:
             return reused, opened
 
     assert asyncio.run(main()) == (False, 1)
+
+
+_RESERVE = """
+import os, resource, sys
+from pathlib import Path
+from agentx.replay.http1 import reserve_descriptors
+
+def slots():
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("FDSize:"))
+
+soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+wanted = min(3000, soft - 65)
+before = slots()
+reserve_descriptors(wanted)
+try:
+    os.fstat(wanted + 64)
+    held = True
+except OSError:
+    held = False
+print(before, wanted, slots(), held)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux reports the descriptor table's size")
+def test_descriptors_are_reserved_before_connections_open() -> None:
+    # A fresh process: this one's table may have grown already.
+    output = subprocess.run([sys.executable, "-c", _RESERVE], capture_output=True, text=True, check=True).stdout
+    before, wanted, after, held = output.split()
+    assert int(before) < int(wanted) <= int(after)  # grown now, so connections opened mid-run never grow it
+    assert held == "False"  # the descriptor that made room is closed again
