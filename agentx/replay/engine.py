@@ -393,7 +393,6 @@ async def run_replay(
         with (
             # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
             RecordWriter(records_path, info, flush_interval_s=math.inf) as writer,
-            quiet_gc(options.quiet_gc),
             DispatchClock() as clock,
         ):
             runner = _Runner(prepared, options, client, writer, space, run_id, start_ns, on_record, clock)
@@ -402,26 +401,28 @@ async def run_replay(
             runner.stream_options = STREAM_OPTIONS[stream_usage]
             if calibration is not None:
                 runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
-            main = asyncio.create_task(runner.run())
-            interrupted = False
-            try:
-                await asyncio.shield(main)
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if main.done() or current is None:
-                    raise
-                interrupted = True
-                current.uncancel()
-                runner.cancel_reason = runner.cancel_reason or "interrupted"
-                runner.stop()
+            # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
+            with quiet_gc(options.quiet_gc):
+                main = asyncio.create_task(runner.run())
+                interrupted = False
                 try:
                     await asyncio.shield(main)
                 except asyncio.CancelledError:
-                    main.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await main
-                    raise
-            elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
+                    current = asyncio.current_task()
+                    if main.done() or current is None:
+                        raise
+                    interrupted = True
+                    current.uncancel()
+                    runner.cancel_reason = runner.cancel_reason or "interrupted"
+                    runner.stop()
+                    try:
+                        await asyncio.shield(main)
+                    except asyncio.CancelledError:
+                        main.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await main
+                        raise
+                elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
     played_ids = {trace.sessions[index].session_id for index in runner.played}
     flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
     return RunResult(
