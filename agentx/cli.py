@@ -684,7 +684,9 @@ def replay(
     if as_json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
     else:
-        for table in summary_table(result.summary, title=f"replay of {trace}"):
+        engine = result.run.server.label
+        title = f"replay of {trace}" + (f" on {engine}" if engine else "")
+        for table in summary_table(result.summary, title=title):
             _stdout.print(table)
         _stdout.print(f"records: {result.run.records_path}", markup=False)
         _stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)

@@ -68,10 +68,12 @@ def test_engines_are_named_from_the_served_models_owner(owned_by: str, engine: s
     models = {"data": [{"id": "other", "owned_by": "x"}, {"id": "m", "owned_by": owned_by}]}
     found = asyncio.run(_identify(models, {"version": "1.2.3"}))
     assert found == ServerIdentity(engine=engine, version="1.2.3", owned_by=owned_by)
+    assert found.label == f"{engine} 1.2.3"
 
 
 def test_a_server_that_says_little_gets_a_partial_identity_not_an_error() -> None:
     assert asyncio.run(_identify({"data": [{"id": "m"}]}, None)) == ServerIdentity()
+    assert ServerIdentity().label is None
     assert asyncio.run(_identify({"data": [{"id": "m", "owned_by": "vllm"}]}, ["not", "an", "object"])) == (
         ServerIdentity(engine="vLLM", owned_by="vllm")
     )

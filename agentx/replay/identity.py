@@ -34,6 +34,11 @@ class ServerIdentity(msgspec.Struct, frozen=True, kw_only=True):
     owned_by: str | None = None
     """What `/v1/models` said owns the model, verbatim."""
 
+    @property
+    def label(self) -> str | None:
+        """The engine with its version, e.g. "vLLM 0.11.0" (None: the server did not say)."""
+        return " ".join(part for part in (self.engine, self.version) if part) or None
+
 
 class _Card(msgspec.Struct):
     id: str

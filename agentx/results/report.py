@@ -187,8 +187,7 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
         summary = run_file.summary
         options = run_file.options
         status = "interrupted" if run_file.run.interrupted else "ok"
-        server = run_file.run.server
-        engine = " ".join(part for part in (server.engine, server.version) if part) or None
+        engine = run_file.run.server.label
     elif (run_dir / RECORDS_FILE).is_file():
         summary, options = _from_records(run_dir / RECORDS_FILE)
         status = "no run.json" if problem is None else "run.json unreadable: from records"
