@@ -8,7 +8,7 @@ spawned, so interpreter start, imports, trace load, planning, the `/v1/models` p
 request's body are all inside. The subprocess is then interrupted (Ctrl-C). Several runs, median and
 min–max; never fails on a number. See bench/README.md.
 
-Usage: .venv/bin/python bench/startup.py [--scale 1.0] [--repeat 3] [--out bench/out]
+Usage: .venv/bin/python bench/startup.py [--scale 1.0] [--repeat 3] [--concurrency 1,64] [--out bench/out]
 """
 
 from __future__ import annotations
@@ -97,12 +97,12 @@ def _corpus(out: Path, sessions: int) -> Path:
     return arrow
 
 
-def _one_run(mock: _Mock, trace: Path, work: Path) -> float | None:
+def _one_run(mock: _Mock, trace: Path, work: Path, concurrency: int) -> float | None:
     mock.reset()
     command = [
         sys.executable, "-m", "agentx.cli", "replay", str(trace),
         "--url", f"http://127.0.0.1:{mock.port}", "--model", "m",
-        "--concurrency", "1", "--sessions", "1", "--delay-scale", "0", "--out", str(work),
+        "--concurrency", str(concurrency), "--sessions", str(concurrency), "--delay-scale", "0", "--out", str(work),
     ]  # fmt: skip
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
@@ -123,27 +123,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 400-session corpus")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--concurrency",
+        default="1,64",
+        help="lanes (comma-separated): the AgentX scenario prepares every lane's first tree (and its t*) before "
+        "the first request, so start-up grows with them",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     sessions = max(1, round(FULL_SESSIONS * args.scale))
     traces = {"small": SMALL_TRACE, "agentx-size": _corpus(args.out, sessions)}
+    levels = [int(part) for part in args.concurrency.split(",") if part.strip()]
     mock = _Mock()
-    times: dict[str, list[float]] = {name: [] for name in traces}
+    times: dict[tuple[str, int], list[float]] = {(name, level): [] for name in traces for level in levels}
     for _ in range(args.repeat):
-        for name, trace in traces.items():  # interleaved: a drift in machine speed touches both alike
-            elapsed = _one_run(mock, trace, args.out / f"startup-run-{name}")
+        for (name, level), values in times.items():  # interleaved: a drift in machine speed touches all alike
+            elapsed = _one_run(mock, traces[name], args.out / f"startup-run-{name}", level)
             if elapsed is not None:
-                times[name].append(elapsed)
+                values.append(elapsed)
     print(f"\nstart-up to first request (agentx replay subprocess, {args.repeat} runs; median (min–max))")
-    for name, trace in traces.items():
-        values = times[name]
+    for (name, level), values in times.items():
+        trace = traces[name]
+        label = f"{name}, c{level}"
         if not values:
-            print(f"  {name:12s} no successful run")
+            print(f"  {label:18s} no successful run")
             continue
         figure = f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f})"
         size = f"{trace.stat().st_size / 1e6:.1f} MB"
-        print(f"  {name:12s} {figure:24s} target < {TARGETS_S[name]:.1f} s   ({trace.name}, {size})")
+        print(f"  {label:18s} {figure:24s} target < {TARGETS_S[name]:.1f} s   ({trace.name}, {size})")
 
 
 if __name__ == "__main__":
