@@ -102,8 +102,9 @@ class Hits:
 
     def __init__(self, sessions: ReplaySessions) -> None:
         self.sessions = sessions
-        self._whole: tuple[np.ndarray, np.ndarray] | None = None
-        self._first_rows: list[int] = []
+        # (hits, totals, first row of each session), set in one assignment: a plan made on a worker thread
+        # (agentx.replay.offloop) and one made on the loop may both ask.
+        self._whole: tuple[np.ndarray, np.ndarray, list[int]] | None = None
 
     def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         sessions = self.sessions
@@ -112,10 +113,11 @@ class Hits:
             return prefix_cache_hits(alone)
         if self._whole is None:
             whole = sessions.whole()
-            self._whole = prefix_cache_hits(whole)
-            self._first_rows = [0, *itertools.accumulate(s.request_count for s in whole.sessions)]
-        start, end = self._first_rows[index], self._first_rows[index + 1]
-        return self._whole[0][start:end], self._whole[1][start:end]
+            hits, totals = prefix_cache_hits(whole)
+            self._whole = hits, totals, [0, *itertools.accumulate(s.request_count for s in whole.sessions)]
+        hits, totals, first_rows = self._whole
+        start, end = first_rows[index], first_rows[index + 1]
+        return hits[start:end], totals[start:end]
 
 
 class PreparedTrace:
@@ -133,6 +135,10 @@ class PreparedTrace:
         self.served = served
         self.made_for = made_for
         self._plans: dict[int, PreparedSession] = {}
+
+    def cached(self, index: int) -> PreparedSession | None:
+        """Session `index`'s plan if it is built already."""
+        return self._plans.get(index)
 
     def prepared(self, index: int) -> PreparedSession:
         """Session `index`'s plan (built on first use, then cached)."""

@@ -121,23 +121,23 @@ class BlockTokens:
         # Slot `(id ^ hash(scope)) % slots` holds the last block made that maps there: no dict, because a dict
         # that evicts rehashes all its entries every ~1.7 × its size insertions, a pause of several ms at 65k
         # blocks that landed on due requests (1,000 requests/s of fresh blocks: every ~1.8 s). Consecutive ids
-        # of one scope take consecutive slots, so a session's prefix does not evict itself. Tuples, not lists:
-        # a tuple of ints leaves the garbage collector's lists once it is seen, so tens of thousands of cached
-        # blocks add nothing to a collection's pause.
+        # of one scope take consecutive slots, so a session's prefix does not evict itself. A slot is one
+        # (id, scope, tokens) tuple, replaced whole: a body built on a worker thread (agentx.replay.offloop)
+        # and one built on the loop never see half of another's block. Tuples of ints leave the garbage
+        # collector's lists once seen, so tens of thousands of cached blocks add nothing to its pauses.
         self._slot_count = cache_blocks
-        self._slot_ids: list[int | None] = [None] * cache_blocks
-        self._slot_scopes: list[str] = [""] * cache_blocks
-        self._slot_tokens: list[tuple[int, ...]] = [()] * cache_blocks
+        self._slots: list[tuple[int, str, tuple[int, ...]] | None] = [None] * cache_blocks
         self._filled = 0
         self._low = self.space.low
         self._width = self.space.block_width
-        self._offset_scope: str | None = None
-        self._offset = 0
-        self._scope_key64 = np.uint64(0)
+        # The last scope's (key, offset, 64-bit key), replaced whole for the same reason.
+        self._scope: tuple[str, int, np.uint64] | None = None
         # One int object per id: cached blocks hold pointers into this table, not fresh ints.
         self._ids = np.array(range(self.space.high), dtype=object)
         self.hits = 0
         self.misses = 0
+        """Blocks found in and missing from the cache (counted without a lock: approximate while a worker
+        thread builds bodies too)."""
 
     def block(self, scope_key: str, hash_id: int) -> tuple[int, ...]:
         """The `block_size` tokens of block `hash_id` in scope `scope_key` (shared: do not modify)."""
@@ -148,17 +148,16 @@ class BlockTokens:
     def extend(self, out: list[int], scope_key: str, hash_ids: Sequence[int]) -> None:
         """Append the blocks of `hash_ids`, in order, to `out`. The hot path: cached blocks are only looked
         up and concatenated; the missing ones are made together, in one vectorized pass."""
-        slots = self._slot_count
-        slot_ids, slot_scopes, slot_tokens = self._slot_ids, self._slot_scopes, self._slot_tokens
+        count, slots = self._slot_count, self._slots
         salt = hash(scope_key)
         found: list[tuple[int, ...] | None] = []
         missing: dict[int, tuple[int, ...]] = {}
         for hash_id in hash_ids:
             tokens = None
-            if slots:
-                slot = (hash_id ^ salt) % slots
-                if slot_ids[slot] == hash_id and slot_scopes[slot] == scope_key:
-                    tokens = slot_tokens[slot]
+            if count:
+                held = slots[(hash_id ^ salt) % count]
+                if held is not None and held[0] == hash_id and held[1] == scope_key:
+                    tokens = held[2]
             if tokens is None:
                 missing[hash_id] = ()
             found.append(tokens)
@@ -166,10 +165,10 @@ class BlockTokens:
             made = self._make(scope_key, list(missing))
             for hash_id, tokens in zip(missing, made, strict=True):
                 missing[hash_id] = tokens
-                if slots:
-                    slot = (hash_id ^ salt) % slots
-                    self._filled += slot_ids[slot] is None
-                    slot_ids[slot], slot_scopes[slot], slot_tokens[slot] = hash_id, scope_key, tokens
+                if count:
+                    slot = (hash_id ^ salt) % count
+                    self._filled += slots[slot] is None
+                    slots[slot] = (hash_id, scope_key, tokens)
         self.misses += len(missing)
         self.hits += len(hash_ids) - len(missing)
         extend = out.extend
@@ -179,22 +178,23 @@ class BlockTokens:
     def _make(self, scope_key: str, hash_ids: list[int]) -> list[tuple[int, ...]]:
         """The blocks of `hash_ids` (distinct) in one scope: a counter-based hash (splitmix64) of the scope's
         key, the id and the position, so each block is the same whichever others it is made with."""
-        if scope_key != self._offset_scope:
+        scope = self._scope
+        if scope is None or scope[0] != scope_key:
             # Misses cluster by session, so remembering the last scope's keys is enough (and bounded).
             digest = hashlib.shake_128(f"{self.seed}:{scope_key}".encode()).digest(16)
-            self._offset_scope = scope_key
-            self._offset = int.from_bytes(digest[:8], "little")
-            self._scope_key64 = np.uint64(int.from_bytes(digest[8:], "little"))
+            scope = (scope_key, int.from_bytes(digest[:8], "little"), np.uint64(int.from_bytes(digest[8:], "little")))
+            self._scope = scope
+        _, offset, scope_key64 = scope
         low, width, size = self._low, self._width, self.block_size
         ids = np.array(hash_ids, dtype=np.int64)
         # The leading pair spells (id + offset) in base `width`: distinct ids of a scope never share it.
-        code = (ids % (width * width) + self._offset % (width * width)) % (width * width)
+        code = (ids % (width * width) + offset % (width * width)) % (width * width)
         matrix = np.empty((len(hash_ids), max(size, 2)), dtype=np.int64)
         matrix[:, 0] = code % width
         matrix[:, 1] = code // width
         if size > 2:
             positions = np.arange(1, size - 1, dtype=np.uint64) * _GOLDEN
-            base = _mix64(ids.view(np.uint64) * _GOLDEN + self._scope_key64)
+            base = _mix64(ids.view(np.uint64) * _GOLDEN + scope_key64)
             matrix[:, 2:] = _mix64(base[:, None] + positions[None, :]) % np.uint64(width)
         matrix += low
         rows: list[list[int]] = self._ids[matrix[:, :size]].tolist()
