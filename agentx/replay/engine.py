@@ -56,11 +56,12 @@ from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter
 from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
 from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
 from agentx.replay.clock import DispatchClock
-from agentx.replay.collector import QUIET_SPAN_NS, collect_on_clock, quiet_gc
+from agentx.replay.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new, quiet_gc
 from agentx.replay.conversation import ChatTurn, Conversation
 from agentx.replay.identity import ServerIdentity, identify_server
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
+from agentx.replay.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
 from agentx.replay.plan import Step, session_order
 from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
@@ -527,6 +528,7 @@ class _Runner:
         self.prepared = prepared
         self.trace = trace = prepared.trace
         self.played: set[int] = set()
+        self.off_loop = OffLoop()
         """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
         self.options = options
         self.client = client
@@ -621,6 +623,8 @@ class _Runner:
                 firsts: dict[int, Play] = {}
                 if self.options.mode == "agentx":
                     firsts = self._first_plays()
+                    if self.options.quiet_gc:
+                        freeze_new()  # the lanes' first plans: built once, walked by no collection
                     await self._warmup(list(firsts.values()))
                     primed_ns = time.perf_counter_ns()
                     for play in firsts.values():
@@ -639,6 +643,7 @@ class _Runner:
             finally:
                 for task in background:
                     task.cancel()
+                self.off_loop.close()
         if failure is not None:
             raise failure
 
@@ -659,7 +664,7 @@ class _Runner:
                 if not state.sendable:
                     continue
                 self.trees_started += 1
-                firsts[lane] = self._play(prepared, index, lane, position, state)
+                firsts[lane] = self._play(prepared, lane, position, self._marker(index, lane), state)
                 self.tstar.append(_describe_snapshot(lane, prepared, state))
                 break
         return firsts
@@ -717,14 +722,37 @@ class _Runner:
         self.played.add(index)
         return self.prepared.prepared(index)
 
+    async def _prepared_off_loop(self, index: int) -> PreparedSession:
+        """`_prepared`, a large session not planned yet planned off the loop (agentx.replay.offloop)."""
+        self.played.add(index)
+        cached = self.prepared.cached(index)
+        if cached is not None:
+            return cached
+        if self.trace.sessions[index].request_count < OFF_LOOP_REQUESTS:
+            return self.prepared.prepared(index)
+        prepared = await self.off_loop.run("plan", self.prepared.prepared, index)
+        if self.options.quiet_gc:
+            freeze_new()
+        return prepared
+
+    async def _build_off_loop(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
+        """`_build`, a large completions prompt built off the loop (agentx.replay.offloop; a chat body
+        advances its play's conversation, which stays on the loop)."""
+        if self.renderer is not None or step.request.in_tokens < OFF_LOOP_TOKENS:
+            return self._build(tree, step, phase)
+        return await self.off_loop.run("body", self._build, tree, step, phase)
+
+    def _marker(self, index: int, lane: int) -> str | None:
+        """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
+        if self.options.mode != "agentx" or self.options.cache_bust == "off":
+            return None
+        recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
+        key = self.options.benchmark_id or self.run_id
+        return marker_hex(key, recycle_pass, lane, self.trace.sessions[index].session_id)
+
     def _play(
-        self, prepared: PreparedSession, index: int, lane: int, position: int, state: Snapshot | None = None
+        self, prepared: PreparedSession, lane: int, position: int, marker: str | None, state: Snapshot | None = None
     ) -> Play:
-        marker = None
-        if self.options.mode == "agentx" and self.options.cache_bust != "off":
-            recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
-            key = self.options.benchmark_id or self.run_id
-            marker = marker_hex(key, recycle_pass, lane, prepared.plan.session_id)
         return Play(
             prepared,
             lane,
@@ -781,7 +809,9 @@ class _Runner:
         while (drawn := self._next_tree()) is not None:
             position, index = drawn
             self.trees_started += 1
-            await self._run_play(self._play(self._prepared(index), index, lane, position))
+            marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
+            prepared = await self._prepared_off_loop(index)
+            await self._run_play(self._play(prepared, lane, position, marker))
 
     async def _arrivals(self) -> None:
         """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
@@ -804,7 +834,7 @@ class _Runner:
                 if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
                     break
                 self.trees_started += 1
-                play = self._play(self._prepared(index), index, -1, position)
+                play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
                 play.start_ns = due_ns
                 trees.create_task(self._run_play(play, started=True))
 
@@ -832,7 +862,7 @@ class _Runner:
                 self.skipped += 1
                 return
             phase: Phase = "profiling" if self.profiling_started.is_set() else "warmup"
-            sent_tokens, body = self._build(tree, step, phase)
+            sent_tokens, body = await self._build_off_loop(tree, step, phase)
             for dependency in step.depends_on:
                 await tree.done[dependency].wait()
             if self._stop.is_set():
@@ -849,7 +879,7 @@ class _Runner:
                     self.skipped += 1
                     return
                 if phase != "profiling":
-                    sent_tokens, body = self._build(tree, step, "profiling")
+                    sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
             if state is not None and step.index in state.first_live:
                 offset_s = state.first_live[step.index] - self._first_offset_cut(state)
                 due_ns = self.profiling_start_ns + int(offset_s * self.delay_scale * 1e9)

@@ -1,0 +1,103 @@
+"""Work off the event loop: the worker threads, and replays whose plans and bodies are made there."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from agentx.replay import engine as engine_module
+from agentx.replay.engine import ReplayOptions, run_replay
+from agentx.replay.offloop import SWITCH_INTERVAL_S, OffLoop
+from agentx.replay.records import read_records, to_records
+from agentx.sim.process import SimServer
+from agentx.trace.model import Agent, Request, Session, Trace
+
+
+def test_work_runs_on_a_worker_thread_with_a_short_switch_interval() -> None:
+    before = sys.getswitchinterval()
+    seen: list[tuple[str, float]] = []
+
+    def work(value: int) -> int:
+        seen.append((threading.current_thread().name, sys.getswitchinterval()))
+        return value * 2
+
+    async def main() -> tuple[int, int]:
+        off_loop = OffLoop()
+        try:
+            return await off_loop.run("plan", work, 2), await off_loop.run("body", work, 5)
+        finally:
+            off_loop.close()
+
+    assert asyncio.run(main()) == (4, 10)
+    assert [name.split("_")[0] for name, _ in seen] == ["agentx-plan", "agentx-body"]
+    assert all(interval == SWITCH_INTERVAL_S for _, interval in seen)
+    assert sys.getswitchinterval() == before  # set back once nothing runs
+
+
+def _trace() -> Trace:
+    """Two sessions of growing prompts with a subagent: enough blocks for the cache and markers to matter."""
+    sessions = []
+    for s in range(2):
+        requests = [
+            Request(
+                t=float(turn),
+                model="m",
+                in_tokens=200 + 48 * turn,
+                out_tokens=4,
+                api_time=0.1,
+                hash_ids_kept=0,
+                hash_ids_added=tuple(range(100 * s, 100 * s + 12 + 3 * turn)),
+            )
+            for turn in range(5)
+        ]
+        sub = Agent(agent_id="sub", spawn_after=1, t=1.5, requests=[msgspec.structs.replace(requests[1], t=1.5)])
+        sessions.append(Session(session_id=f"s{s}", root=Agent(requests=requests, subagents=[sub])))
+    return Trace(sessions=sessions, block_size=16)
+
+
+def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[tuple[object, ...], str]:
+    """The replay's bodies by (phase, session, agent, turn), as digests, and a check that it succeeded."""
+    bodies: dict[tuple[object, ...], str] = {}
+    real_build = engine_module._Runner._build
+
+    def recording_build(self: Any, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, bytes]:
+        sent, body = real_build(self, tree, step, phase)
+        key = (phase, tree.prepared.plan.session_id, step.agent_id, step.turn)
+        bodies[key] = hashlib.sha256(body).hexdigest()
+        return sent, body
+
+    monkeypatch.setattr(engine_module._Runner, "_build", recording_build)
+    options = ReplayOptions(
+        url=sim.url, model=sim.model, out_dir=out_dir, concurrency=1, delay_scale=0.0, seed=7, run_id="same"
+    )
+    result = asyncio.run(run_replay(_trace(), options))
+    records = to_records(read_records(result.records_path))
+    assert result.errors == 0 and len(records) == len(bodies) >= 8
+    return bodies
+
+
+def test_plans_and_bodies_made_off_the_loop_equal_those_made_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SimServer(time_scale=0.01, block_size=16) as sim:
+        on_loop = _replay(sim, tmp_path / "on", monkeypatch)
+        calls: list[str] = []
+        real_run = OffLoop.run
+
+        async def counting_run(self: OffLoop, kind: str, function: Any, *args: object) -> Any:
+            calls.append(kind)
+            return await real_run(self, kind, function, *args)
+
+        monkeypatch.setattr(OffLoop, "run", counting_run)
+        monkeypatch.setattr(engine_module, "OFF_LOOP_REQUESTS", 1)
+        monkeypatch.setattr(engine_module, "OFF_LOOP_TOKENS", 1)
+        off_loop = _replay(sim, tmp_path / "off", monkeypatch)
+    assert "plan" in calls and "body" in calls
+    assert off_loop == on_loop  # the same bodies, byte for byte
