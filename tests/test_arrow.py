@@ -408,3 +408,23 @@ def test_unreadable_files(tmp_path: Path) -> None:
     empty = tmp_path / "e.arrow"
     empty.write_bytes(b"")
     assert "not a readable" in _refusal(empty)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tmp_path: Path) -> None:
+    import gc
+
+    path = tmp_path / "t.arrow"
+    save_trace(Trace(sessions=[Session(session_id="s", root=Agent(requests=[]))], block_size=16), path)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        load_trace(path)
+        assert gc.isenabled() is enabled
+        bad = tmp_path / "bad.arrow"
+        bad.write_bytes(b"ARROW1 but not really")
+        with pytest.raises(TraceError):
+            load_trace(bad, format="arrow")  # fails while loading: the collector is still restored
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
