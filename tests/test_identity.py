@@ -9,6 +9,7 @@ from importlib.metadata import version as package_version
 
 import pytest
 from aiohttp import web
+from loopback import serve
 
 from agentx.replay.client import Client
 from agentx.replay.identity import ServerIdentity, identify_server
@@ -28,15 +29,8 @@ async def _server(models: object, version: object | None) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/version", get_version)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as url:
+        yield url
 
 
 async def _identify(models: object, version: object | None, model: str = "m") -> ServerIdentity:

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import msgspec
 import pytest
 from aiohttp import web
+from loopback import serve
 
 from agentx.replay.client import Client
 from agentx.replay.probe import detect_stream_usage
@@ -21,15 +22,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def _server(handler: _Handler) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/v1/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as url:
+        yield url
 
 
 def _stand_in(*, reject: set[str], usage_per_chunk: bool) -> _Handler:

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loopback import serve
 from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
@@ -149,15 +150,8 @@ async def _header_server(seen: list[dict[str, str]]) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as url:
+        yield url
 
 
 def _flat(session_id: str, n: int) -> Session:
