@@ -1,0 +1,83 @@
+"""Shared by the commands: consoles, the one-paragraph error exit, trace-format options, running a coroutine."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+
+from agentx.trace.errors import Finding
+from agentx.trace.io import FORMATS
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+T = TypeVar("T")
+
+# Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default.
+PIPED_WIDTH = 120
+stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+
+def fail(message: str) -> NoReturn:
+    stderr.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def print_findings(findings: list[Finding], limit: int) -> None:
+    shown = findings if limit <= 0 else findings[:limit]
+    for finding in shown:
+        style = "red" if finding.severity == "error" else "yellow"
+        stderr.print(f"[{style}]{finding.severity}:[/] ", end="", markup=True)
+        stderr.print(str(finding), markup=False)
+    if len(shown) < len(findings):
+        stderr.print(f"… and {len(findings) - len(shown)} more (use --max-findings 0 to see all)", markup=False)
+
+
+format_option = click.option(
+    "--format", "input_format", type=click.Choice(FORMATS), help="Input format (default: detected from content)."
+)
+block_size_option = click.option(
+    "--block-size", type=click.IntRange(min=1), help="Tokens per hash id, overriding the file's."
+)
+
+
+async def interruptible(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work`; Ctrl-C cancels it, and the replay turns that into a graceful stop (grace, flush)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed: a quarter less client CPU per streamed chunk (bench/replay_overhead.py)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency except on Windows
+        return None
+    return uvloop.new_event_loop
+
+
+def only_model(url: str) -> str:
+    from agentx.replay.client import Client, ServerUnreachable
+
+    async def probe() -> list[str]:
+        async with Client(url) as client:
+            return await client.probe_models()
+
+    try:
+        models = asyncio.run(probe())
+    except ServerUnreachable as exc:
+        fail(f"{url}: the server is unreachable ({exc})")
+    if len(models) != 1:
+        fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
+    return models[0]

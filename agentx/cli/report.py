@@ -1,0 +1,169 @@
+"""`agentx report`: the tables and plots of runs and sweeps."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from agentx.cli.common import (
+    fail,
+    stderr,
+    stdout,
+)
+
+
+def _targets(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"--targets wants tokens/s per user such as 30,50,75, got {text!r}") from None
+    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise click.BadParameter(f"--targets wants positive tokens/s per user such as 30,50,75, got {text!r}")
+    return values
+
+
+@click.command("report")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--markdown", is_flag=True, help="Print the report as Markdown tables.")
+@click.option("--plots", "plots_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write PNG and SVG plots.")
+@click.option(
+    "--target",
+    "target_tps",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Interactivity (tok/s/user) of the per-tier cost table.",
+)
+@click.option(
+    "--targets", default="30,50,75,100,150,200", show_default=True, help="Interactivity targets (tok/s/user)."
+)
+@click.option("--tier", default="hyperscaler", show_default=True, help="Price tier of the targets table's $/M.")
+@click.option(
+    "--statistic",
+    type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
+    default="p90",
+    show_default=True,
+    help="Interactivity = 1/ITL at this statistic.",
+)
+@click.option(
+    "--basis",
+    type=click.Choice(("total", "output", "input")),
+    default="total",
+    show_default=True,
+    help="Tokens the throughput counts.",
+)
+@click.option("--gpu-sku", metavar="SKU", help="The GPUs, overriding what the sweep recorded (for prices).")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, overriding what was recorded.")
+@click.option(
+    "--price",
+    "usd_per_gpu_hour",
+    type=click.FloatRange(min=0),
+    metavar="USD_PER_GPU_HOUR",
+    help="Price every series at this $/GPU/hr (the tier 'given').",
+)
+@click.option("--prices", "prices_path", type=click.Path(path_type=Path), metavar="FILE", help="Price table JSON.")
+@click.option(
+    "--power-kw-per-gpu",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="KW",
+    help="Power per GPU (its share of the facility), for J/token and tokens per MW.",
+)
+@click.option("--label", "labels", multiple=True, help="Name of each directory's series, in order (repeatable).")
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    help="The engine of each directory's series, in order, replacing what its runs recorded (repeatable).",
+)
+def report_command(
+    dirs: tuple[Path, ...],
+    as_json: bool,
+    markdown: bool,
+    plots_dir: Path | None,
+    target_tps: float,
+    targets: str,
+    tier: str,
+    statistic: str,
+    basis: str,
+    gpu_sku: str | None,
+    gpus: int | None,
+    usd_per_gpu_hour: float | None,
+    prices_path: Path | None,
+    power_kw_per_gpu: float | None,
+    labels: tuple[str, ...],
+    engines: tuple[str, ...],
+) -> None:
+    """Tables of one or more runs or sweeps (their directories), side by side: throughput per GPU at every
+    interactivity target with $/M and the operating point, what serving costs per price tier, best TTFT and TPOT,
+    peak throughput, every level. Reads run.json and records.arrow only, so any run directory works.
+    """
+    from agentx.results.cost import TIERS, PriceError, load_price_table
+    from agentx.results.frontier import FrontierOptions
+    from agentx.results.report import (
+        ReportError,
+        ReportOptions,
+        build_report,
+        load_series,
+        report_json,
+        report_markdown,
+        report_tables,
+    )
+
+    if as_json and markdown:
+        fail("pass --json or --markdown, not both: each prints the whole report")
+    for flag, given in (("--label", labels), ("--engine", engines)):
+        if len(given) > len(dirs):
+            fail(f"{len(given)} {flag} for {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}: one per directory")
+    try:
+        prices = load_price_table(prices_path)
+        known_tiers = sorted({*TIERS, *prices.tiers})
+        if usd_per_gpu_hour is None and tier not in known_tiers:
+            raise click.BadParameter(f"--tier {tier!r} is not one of {', '.join(known_tiers)}")
+        if gpu_sku is not None and gpu_sku.lower() not in prices.gpus and usd_per_gpu_hour is None:
+            raise click.BadParameter(
+                f"--gpu-sku {gpu_sku!r} is not in the price table ({', '.join(prices.gpus)}); "
+                "pass --price USD_PER_GPU_HOUR or a --prices file that has it"
+            )
+        options = ReportOptions(
+            frontier=FrontierOptions(statistic=statistic, basis=basis, targets_tps=_targets(targets)),  # type: ignore[arg-type]
+            target_tps=target_tps,
+            tier=tier,
+            gpu_sku=gpu_sku,
+            num_gpus=gpus,
+            usd_per_gpu_hour=usd_per_gpu_hour,
+            kw_per_gpu=power_kw_per_gpu,
+        )
+        series = [
+            load_series(d, labels[i] if i < len(labels) else None, engines[i] if i < len(engines) else None)
+            for i, d in enumerate(dirs)
+        ]
+        report = build_report(series, options, prices)
+    except (PriceError, ReportError, click.BadParameter) as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(report_json(report) + "\n")
+    elif markdown:
+        sys.stdout.write(report_markdown(report))
+    else:
+        for table in report_tables(report):
+            stdout.print(table)
+        unknown = [s.label for s in report.series if not s.gpus_known]
+        if unknown:
+            stderr.print(
+                f"{', '.join(unknown)}: no GPU count recorded; throughput is per server (pass --gpus N)", markup=False
+            )
+    if plots_dir is not None:
+        from agentx.results.plots import PlotsUnavailableError, write_plots
+
+        try:
+            written = write_plots(report, plots_dir)
+        except PlotsUnavailableError as exc:
+            stderr.print(f"no plots: {exc}", markup=False)
+            return
+        except OSError as exc:
+            fail(f"{exc.filename or plots_dir}: cannot write the plots ({exc.strerror or exc})")
+        stderr.print(f"wrote {len(written)} plot files into {plots_dir}", markup=False)

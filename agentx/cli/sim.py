@@ -1,0 +1,51 @@
+"""`agentx sim`: the built-in simulated server."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+import msgspec
+
+from agentx.cli.common import (
+    fail,
+    stderr,
+)
+from agentx.sim.options import click_options, options_from_flags
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0: a free one)."
+)
+@click.option("--json", "ready_json", is_flag=True, help="Print the ready line as JSON {url, model, pid}.")
+@click.option("--access-log", is_flag=True, help="Log every request to stderr.")
+@click_options
+def sim(host: str, port: int, ready_json: bool, access_log: bool, **flags: Any) -> None:
+    """Serve a simulated vLLM-like OpenAI-compatible server until Ctrl-C (docs/sim.md)."""
+    try:
+        options = options_from_flags(flags, host=host, port=port, access_log=access_log)
+    except ValueError as exc:
+        fail(str(exc))
+    from agentx.sim.server import serve  # aiohttp and uvloop load only for this command
+
+    def ready(url: str, model: str) -> None:
+        if ready_json:
+            line = msgspec.json.encode({"url": url, "model": model, "pid": os.getpid()}).decode()
+        else:
+            line = f"agentx sim: serving model {model} at {url} (Ctrl-C to stop)"
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()  # a harness reads this line through a pipe, where stdout is block-buffered
+
+    try:
+        serve(options, ready)
+    except ValueError as exc:
+        fail(f"invalid simulator configuration: {exc}")
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    except RuntimeError as exc:
+        fail(str(exc))
+    stderr.print("agentx sim: stopped", markup=False)

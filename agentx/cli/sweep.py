@@ -1,0 +1,300 @@
+"""`agentx sweep`: one replay per concurrency level."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import msgspec
+
+from agentx.cli.common import (
+    EXIT_INTERRUPTED,
+    block_size_option,
+    fail,
+    format_option,
+    interruptible,
+    loop_factory,
+    only_model,
+    stderr,
+    stdout,
+)
+from agentx.cli.options import (
+    Forced,
+    forced_acceptance,
+    parse_chain_rules,
+    parse_header,
+    parse_window,
+    positive_int,
+    replay_flags,
+    seconds_or_off,
+    spec_options,
+)
+from agentx.trace.errors import TraceError
+from agentx.trace.io import Format, load_trace
+
+if TYPE_CHECKING:
+    from agentx.replay.engine import ReplayOptions
+    from agentx.results.sweep import LevelResult, LevelSettings
+    from agentx.sim.process import SimServer
+    from agentx.trace.model import Trace
+
+
+def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: str, out_dir: Path) -> ReplayOptions:
+    """The ReplayOptions every level of a sweep shares, from the `replay_flags` and `spec_options` values."""
+    from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS
+    from agentx.replay.engine import ReplayOptions
+
+    body = msgspec.json.decode(flags["extra_body"]) if flags["extra_body"] else None
+    if body is not None and not isinstance(body, dict):
+        raise click.BadParameter("--extra-body must be a JSON object")
+    primer = flags["warmup_max_tokens"]
+    forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+    tokenizer = flags["tokenizer"]
+    return ReplayOptions(
+        url=url,
+        model=model,
+        models=flags["served_models"][1:],
+        max_context_length=flags["max_context_length"],
+        max_output_tokens=flags["max_output_tokens"],
+        split_flattened_agents=flags["split_flattened_agents"],
+        chain_rules=parse_chain_rules(flags["chain_rules"]),
+        context_overflow_substrings=flags["overflow_substrings"] or CONTEXT_OVERFLOW_SUBSTRINGS,
+        out_dir=out_dir,
+        duration_s=flags["duration_s"],
+        sessions=flags["sessions"],
+        grace_s=flags["grace_s"],
+        session_order=flags["session_order"],
+        seed=flags["seed"],
+        delay_scale=flags["delay_scale"],
+        ramp_s=flags["ramp_s"],
+        api=flags["api"],
+        stream_usage=flags["stream_usage"],
+        tokenizer=None if tokenizer is None else str(tokenizer),
+        api_key=os.environ.get(flags["api_key_env"]) or None,
+        headers=tuple(parse_header(h) for h in flags["headers"]),
+        affinity_headers=flags["affinity_headers"],
+        extra_body=body,
+        mode=flags["mode"],
+        speedup=flags["speedup"],
+        rate=flags["rate"],
+        burstiness=flags["burstiness"],
+        tstar_window=parse_window(flags["tstar_window"]),
+        warmup=flags["warmup"],
+        warmup_max_tokens=None if primer == "recorded" else positive_int("--warmup-max-tokens", primer),
+        warmup_requests_per_lane=flags["warmup_requests_per_lane"],
+        cache_bust=flags["cache_bust"],
+        failed_request_threshold=flags["failed_request_threshold"],
+        system_idle_cap_s=seconds_or_off("--system-idle-cap", flags["system_idle_cap"]),
+        tree_idle_cap_s=flags["tree_idle_cap"],
+        tree_idle_cap_mode=flags["tree_idle_cap_mode"],
+        spec_al=forced.al,
+        spec_k=forced.k,
+        spec_al_tolerance=flags["spec_tolerance"],
+        stream_interval=flags["stream_interval"],
+    )
+
+
+@click.command("sweep")
+@click.argument("trace", type=click.Path(path_type=Path))
+@replay_flags
+@click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
+@click.option("--gpu-sku", metavar="SKU", help="The GPUs (b300, b200, gb300, gb200, mi355x, h200, h100), for prices.")
+@click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
+@click.option(
+    "--before-level",
+    metavar="CMD",
+    help="Shell command run before each level, {concurrency}, {spec_al} and {spec_k} substituted; "
+    "a non-zero exit fails that level.",
+)
+@click.option(
+    "--before-level-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Fail the level when --before-level runs longer.",
+)
+@click.option(
+    "--level-settings",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
+)
+@spec_options
+@click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
+@format_option
+@block_size_option
+def sweep_command(
+    trace: Path,
+    levels: str,
+    out_dir: Path,
+    gpus: int | None,
+    gpu_sku: str | None,
+    resume: bool,
+    before_level: str | None,
+    before_level_timeout: float | None,
+    level_settings: Path | None,
+    as_json: bool,
+    input_format: Format | None,
+    block_size: int | None,
+    **flags: Any,
+) -> None:
+    """Replay TRACE once per concurrency level (same seed), each level into OUT/c{N}, the index into OUT/sweep.json.
+
+    A level that fails is recorded with its error and the sweep goes on (exit 1 when any failed). `agentx report
+    OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
+    sweep (exit 130); `--resume` picks it up.
+    """
+    from agentx.results.cost import load_price_table
+    from agentx.results.sweep import SWEEP_FILE, SweepError, SweepOptions, load_level_settings, parse_levels, sweep
+    from agentx.sim.process import SimServerError
+    from agentx.tables import ReplayProgress
+
+    try:
+        concurrency = parse_levels(levels)
+        settings = load_level_settings(level_settings) if level_settings is not None else {}
+        loaded = load_trace(trace, format=input_format, block_size=block_size)
+        if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
+            known = ", ".join(load_price_table().gpus)
+            raise SweepError(
+                f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
+                "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
+            )
+        # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
+        _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir)
+    except (SweepError, TraceError, click.BadParameter, msgspec.DecodeError) as exc:
+        fail(str(exc))
+    url, served = flags["url"], flags["served_models"]
+    model = served[0] if served else None
+    forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+    level_server: Callable[[int, LevelSettings], str] | None = None
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            sims = stack.enter_context(_LevelSims(flags["sim_time_scale"], loaded.block_size, forced))
+            try:
+                sim = sims.start(forced)
+            except SimServerError as exc:
+                fail(f"cannot start the simulator: {exc}")
+            url, model = sim.url, model or sim.model
+            stderr.print(f"no --url: sweeping the built-in simulator at {url}", markup=False)
+            if settings:
+                level_server = sims.url_for
+        if model is None:
+            model = only_model(url)
+        base = _sweep_base_options(loaded, flags, url, model, out_dir)
+        options = SweepOptions(
+            concurrency=concurrency,
+            out_dir=out_dir,
+            num_gpus=gpus,
+            gpu_sku=None if gpu_sku is None else gpu_sku.lower(),
+            trace_label=str(trace),
+            resume=resume,
+            before_level=before_level,
+            before_level_timeout_s=before_level_timeout,
+            level_settings=settings,
+        )
+        console = None if as_json else stderr
+        # One live progress line per level (drawn on a terminal only), replaced as each level starts.
+        progress = ReplayProgress(console=None)
+
+        def start(position: int, count: int, level: int) -> None:
+            nonlocal progress
+            stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
+            progress = ReplayProgress(console=console, duration_s=base.duration_s)
+            progress.start()
+
+        def done(result: LevelResult) -> None:
+            progress.close()
+            entry = result.entry
+            what = entry.status if entry.error is None else f"{entry.status}: {entry.error}"
+            stderr.print(f"  c{entry.concurrency}: {what} ({entry.elapsed_s:.1f} s)", markup=False)
+
+        def on_record(record: Any) -> None:
+            progress.on_record(record)
+
+        def on_sent() -> None:
+            progress.on_sent()
+
+        work = interruptible(
+            sweep(
+                loaded,
+                base,
+                options,
+                on_level_start=start,
+                on_level_done=done,
+                on_record=on_record,
+                on_sent=on_sent,
+                level_server=level_server,
+            )
+        )
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                result = runner.run(work)
+        except OSError as exc:
+            fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            progress.close()
+    index = (out_dir / SWEEP_FILE).read_text()
+    if as_json:
+        sys.stdout.write(index)
+    else:
+        failed = [level.entry for level in result.levels if level.entry.status == "failed"]
+        stdout.print(
+            f"sweep: {len(result.levels)} level(s) in {out_dir}, {len(failed)} failed; "
+            f"`agentx report {out_dir}` for the frontier and costs",
+            markup=False,
+        )
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if any(level.entry.status == "failed" for level in result.levels):
+        sys.exit(1)
+
+
+class _LevelSims:
+    """The built-in simulator of a sweep without --url, restarted with a level's forced acceptance when it differs
+    from the running one's (what --before-level does for a real server)."""
+
+    def __init__(self, time_scale: float, block_size: int, forced: Forced) -> None:
+        self.time_scale = time_scale
+        self.block_size = block_size
+        self.forced = forced
+        self.sim: SimServer | None = None
+        self.running: Forced | None = None
+
+    def start(self, forced: Forced) -> SimServer:
+        from agentx.sim.process import SimServer
+
+        self.close()
+        self.sim = SimServer(time_scale=self.time_scale, block_size=self.block_size, **forced.sim_fields()).start()
+        self.running = forced
+        return self.sim
+
+    def url_for(self, concurrency: int, settings: LevelSettings) -> str:
+        wanted = Forced(
+            settings.spec_al if settings.spec_al is not None else self.forced.al,
+            settings.spec_k if settings.spec_k is not None else self.forced.k,
+        )
+        if self.sim is None or wanted != self.running:
+            stderr.print(f"  restarting the simulator for c{concurrency}: AL {wanted.al}, K {wanted.k}", markup=False)
+            return self.start(wanted).url
+        return self.sim.url
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None
+
+    def __enter__(self) -> _LevelSims:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

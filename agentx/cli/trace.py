@@ -1,0 +1,148 @@
+"""`agentx validate`, `convert`, `inspect` and `compare`: traces in and out."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+import msgspec
+
+from agentx.cli.common import (
+    block_size_option,
+    fail,
+    format_option,
+    print_findings,
+    stderr,
+    stdout,
+)
+from agentx.tables import stats_tables
+from agentx.trace.errors import Findings, TraceError
+from agentx.trace.io import Format, load_trace, save_trace
+from agentx.trace.stats import parse_token_counts, trace_stats
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@format_option
+@block_size_option
+@click.option("--max-findings", default=50, show_default=True, help="Print at most this many findings (0: all).")
+def validate(trace: Path, input_format: Format | None, block_size: int | None, max_findings: int) -> None:
+    """Check TRACE; print each error and warning with its file, line, session and request.
+
+    Exit status 0 when there are no errors (warnings allowed), 2 otherwise.
+    """
+    findings = Findings()
+    try:
+        loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
+    except TraceError as exc:
+        print_findings(findings.items or exc.findings, max_findings)
+        errors = len(findings.errors) or len(exc.findings)
+        fail(f"{trace}: {errors} error(s), {len(findings.warnings)} warning(s); the trace is not usable")
+    print_findings(findings.items, max_findings)
+    stdout.print(
+        f"{trace}: ok — {len(loaded.sessions):,} sessions, {loaded.request_count:,} requests, "
+        f"{len(findings.warnings):,} warning(s)",
+        markup=False,
+    )
+
+
+@click.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("destination", type=click.Path(path_type=Path))
+@click.option(
+    "--to",
+    "output_format",
+    type=click.Choice(("arrow", "parquet", "weka", "mooncake")),
+    help="Output format (default: from DESTINATION's suffix: .arrow, .parquet, else Weka JSONL).",
+)
+@format_option
+@block_size_option
+def convert(
+    source: Path, destination: Path, output_format: Format | None, input_format: Format | None, block_size: int | None
+) -> None:
+    """Convert SOURCE to DESTINATION (Arrow, Parquet, Weka JSONL or Mooncake JSONL)."""
+    started = time.perf_counter()
+    findings = Findings()
+    try:
+        trace = load_trace(source, format=input_format, block_size=block_size, findings=findings)
+        print_findings(findings.warnings, 10)
+        save_trace(trace, destination, format=output_format)
+    except TraceError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{destination}: cannot write: {exc.strerror or exc}")
+    size_mb = destination.stat().st_size / 1e6 if destination.is_file() else 0.0
+    stdout.print(
+        f"wrote {destination}: {len(trace.sessions):,} sessions, {trace.request_count:,} requests, "
+        f"{size_mb:,.2f} MB in {time.perf_counter() - started:.2f} s",
+        markup=False,
+    )
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--cache-tokens",
+    default="",
+    metavar="N[,N...]",
+    help="LRU cache capacities in tokens to simulate, e.g. 1e6,1e7,1e8.",
+)
+@click.option(
+    "--non-causal",
+    is_flag=True,
+    help="Count a block as cached once its producer starts (older reference rule), not once it ends.",
+)
+@format_option
+@block_size_option
+def inspect(
+    trace: Path, as_json: bool, cache_tokens: str, non_causal: bool, input_format: Format | None, block_size: int | None
+) -> None:
+    """Summarise TRACE: sessions, subagent shape, distributions, prefix-cache hit rates."""
+    try:
+        capacities = parse_token_counts(cache_tokens) if cache_tokens else []
+    except ValueError as exc:
+        fail(f"--cache-tokens: {exc}")
+    findings = Findings()
+    try:
+        loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
+    except TraceError as exc:
+        fail(str(exc))
+    if findings.warnings:
+        stderr.print(f"{len(findings.warnings):,} warning(s); `agentx validate {trace}` lists them", markup=False)
+    stats = trace_stats(loaded, cache_tokens=capacities, causal=not non_causal)
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(stats)).decode() + "\n")
+        return
+    for table in stats_tables(stats, title=str(trace)):
+        stdout.print(table)
+
+
+@click.command("compare")
+@click.argument("trace_a", type=click.Path(path_type=Path))
+@click.argument("trace_b", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(trace_a: Path, trace_b: Path, as_json: bool) -> None:
+    """How alike TRACE_A and TRACE_B are: KS distances, prefix-cache hit-rate curves, a verdict."""
+    from agentx.synth.compare import compare
+
+    try:
+        fidelity = compare(load_trace(trace_a), load_trace(trace_b))
+    except TraceError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(msgspec.json.encode(fidelity).decode())
+        return
+    lines = [f"{'quantity':<22}{'KS':>7}{'limit':>8}{'median A':>12}{'median B':>12}{'n A':>9}{'n B':>9}"]
+    for d in fidelity.distances:
+        lines.append(
+            f"{d.quantity:<22}{d.ks:>7.3f}{d.limit:>8.3f}{d.median_a:>12,.1f}{d.median_b:>12,.1f}{d.count_a:>9,}{d.count_b:>9,}"
+        )
+    lines.append(f"{'cache tokens/session':<22}{'hit A':>9}{'hit B':>9}")
+    for point in fidelity.hit_curve:
+        capacity = "infinite" if point.capacity_tokens_per_session is None else f"{point.capacity_tokens_per_session:,}"
+        lines.append(f"{capacity:<22}{point.hit_rate_a:>9.1%}{point.hit_rate_b:>9.1%}")
+    lines.append(fidelity.verdict)
+    click.echo("\n".join(lines))
