@@ -19,7 +19,7 @@ from agentx.cli.common import (
     format_option,
     interruptible,
     loop_factory,
-    only_model,
+    server_and_model,
     stderr,
     stdout,
 )
@@ -119,7 +119,6 @@ def replay(
     from agentx.results.summary import summary_table
     from agentx.run import RUN_FILE, replay_workers
     from agentx.run import replay as run_and_summarize
-    from agentx.sim.process import SimServer, SimServerError
     from agentx.tables import ReplayProgress, planned_requests
 
     if tokenizer is not None and api != "chat":
@@ -146,17 +145,15 @@ def replay(
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
-        if url is None:
-            try:
-                sim = stack.enter_context(
-                    SimServer(time_scale=sim_time_scale, block_size=loaded.block_size, **forced.sim_fields())
-                )
-            except SimServerError as exc:
-                fail(f"cannot start the simulator: {exc}")
-            url, model = sim.url, model or sim.model
-            stderr.print(f"no --url: replaying against the built-in simulator at {url}", markup=False)
-        if model is None:
-            model = only_model(url)
+        url, model = server_and_model(
+            stack,
+            url,
+            model,
+            "replaying against",
+            time_scale=sim_time_scale,
+            block_size=loaded.block_size,
+            **forced.sim_fields(),
+        )
         options = ReplayOptions(
             url=url,
             model=model,
@@ -309,7 +306,6 @@ def decode_command(
     """
     from agentx.decoding import DecodeOptions, decode_sync, decode_tables
     from agentx.replay.client import ModelNotServed, ServerUnreachable
-    from agentx.sim.process import SimServer, SimServerError
 
     try:
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
@@ -320,15 +316,7 @@ def decode_command(
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     with contextlib.ExitStack() as stack:
-        if url is None:
-            try:
-                sim = stack.enter_context(SimServer(time_scale=sim_time_scale, **forced.sim_fields()))
-            except SimServerError as exc:
-                fail(f"cannot start the simulator: {exc}")
-            url, model = sim.url, model or sim.model
-            stderr.print(f"no --url: measuring the built-in simulator at {url}", markup=False)
-        if model is None:
-            model = only_model(url)
+        url, model = server_and_model(stack, url, model, "measuring", time_scale=sim_time_scale, **forced.sim_fields())
         options = DecodeOptions(
             url=url,
             model=model,
