@@ -1,11 +1,12 @@
-"""CPU-heavy work of a run in a worker thread, so the event loop keeps dispatching meanwhile.
+"""CPU-heavy work of a run on worker threads, so the event loop keeps dispatching meanwhile.
 
 Planning a session and building a body are pure Python: tens of µs for a small session or prompt, but over
 100 ms to split and plan the largest session of the AgentX-size corpus and ~10–30 ms to make a 100k-token
 prompt of new blocks. Done on the loop, that holds every lane's dispatch as long (a replay of that corpus at 32
-lanes: dispatch lag p99 35 ms, max 155 ms). `OffLoop.run` does it in one worker thread and awaits it, so only
-the request or lane that needs it waits. While it works, the interpreter hands itself between threads every
-`SWITCH_INTERVAL_S` (the default, 5 ms, would let the worker hold it that long), set back once it is idle.
+lanes: dispatch lag p99 35 ms, max 155 ms). `OffLoop.run` does it on a worker thread (one per kind of work, so a
+body never waits behind a plan) and awaits it, so only the request or lane that needs it waits. While one works,
+the interpreter hands itself between threads every `SWITCH_INTERVAL_S` (the default, 5 ms, would let a worker
+hold it that long), set back once all are idle.
 """
 
 from __future__ import annotations
