@@ -1,4 +1,4 @@
-"""The agentx mode end to end against the simulator: t* and warmup, cache-bust markers, errors (semantics §2e,
+"""The agentx mode end to end against the simulator: t* and warmup, cache-bust markers, errors (docs/agentx.md §2e,
 §4d, §5)."""
 
 from __future__ import annotations

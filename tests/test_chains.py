@@ -92,7 +92,7 @@ def shape(s: Session) -> set[tuple[tuple[Key, ...], tuple[Key, ...] | None, int]
 
 def plan_shape(s: Session) -> set[tuple[Key, Key | None, float, frozenset[Key]]]:
     """Each step as (request, anchor request, delay, joined requests): the plan without agent ids, and without
-    §3c's barriers (edges that exist only between split-out chains, so never in an explicit tree)."""
+    docs/agentx.md §3c's barriers (edges that exist only between split-out chains, so never in an explicit tree)."""
     plan = plan_session(s, barriers=False)
     step_key = {step.index: key(step.request, ids) for step, ids in zip(plan.steps, _step_ids(s), strict=True)}
     return {

@@ -1,4 +1,4 @@
-"""The segment model of chat prompt reconstruction (agentx-replay-semantics.md §2b–§2c): hand-computed
+"""The segment model of chat prompt reconstruction (docs/agentx.md §2b–§2c): hand-computed
 turns for each rule, then the invariants over random turn sequences.
 
 The hand-computed examples use 4-token blocks, so `in_tokens = 4·blocks + filler`."""

@@ -1,6 +1,6 @@
 """AIPerf-compatible exports (agentx/results/export.py) and the `agentx export` command.
 
-The compatibility test reimplements InferenceX's aggregation (semantics §7) over nothing but our
+The compatibility test reimplements InferenceX's aggregation (docs/agentx.md §7) over nothing but our
 `profile_export.jsonl` and checks it reproduces `agentx.results.summary.summarize` for the same run.
 """
 
@@ -46,7 +46,7 @@ REL = 1e-9
 
 
 # ---------------------------------------------------------------------------------------------
-# InferenceX's aggregation (process_agentic_result.py, semantics §7), reading only profile_export.jsonl
+# InferenceX's aggregation (process_agentic_result.py, docs/agentx.md §7), reading only profile_export.jsonl
 
 
 def ix_percentile(values: list[float], p: float) -> float:

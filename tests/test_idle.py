@@ -1,4 +1,4 @@
-"""Idle caps (semantics §4b, §4c): timers move earlier together when nothing is in flight; joins never move."""
+"""Idle caps (docs/agentx.md §4b, §4c): timers move earlier together when nothing is in flight; joins never move."""
 
 from __future__ import annotations
 

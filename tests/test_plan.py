@@ -326,8 +326,8 @@ def _timed(t: float, end: float) -> Request:
 
 
 def test_barriers_tie_a_root_to_the_chains_split_out_of_it() -> None:
-    """§3c: each turn also waits for the latest turn of every other stream of its scope that ended before it
-    started; overlapping turns create no edge, and plain subagents are no part of the scope."""
+    """docs/agentx.md §3c: each turn also waits for the latest turn of every other stream of its scope that ended
+    before it started; overlapping turns create no edge, and plain subagents are no part of the scope."""
     chain = Agent(
         agent_id="fa:000", spawn_after=1, t=1.0, subagent_type="fa", requests=[_timed(1.0, 1.5), _timed(3.0, 3.2)]
     )

@@ -65,7 +65,7 @@ def test_exact_length_and_ids_in_space(
     assert ids[: len(prefix)] == prefix
     assert all(space.low <= token < space.high for token in ids[len(prefix) :])
     covered = min(len(hash_ids), in_tokens // block_size)
-    # Covered blocks come from the block range, everything after from the filler range (§1d).
+    # Covered blocks come from the block range, everything after from the filler range (docs/agentx.md §1d).
     assert all(token < space.filler_low for token in ids[len(prefix) : len(prefix) + covered * block_size])
     assert all(token >= space.filler_low for token in ids[len(prefix) + covered * block_size :])
     assert len(blocks) <= cache_blocks

@@ -1,4 +1,5 @@
-"""`ReplaySessions`: the run's view of the trace, each session split (§3b) and warped (§4c) when first played."""
+"""`ReplaySessions`: the run's view of the trace, each session split and warped when first played (docs/agentx.md
+§3b, §4c)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from scripts.make_sample_traces import (
 )
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
-JOIN_EPSILON_S = 1e-6  # the replay semantics' tolerance when a parent request joins a subagent
+JOIN_EPSILON_S = 1e-6  # docs/agentx.md §3a: the tolerance when a parent request joins a subagent
 
 
 @pytest.fixture(scope="module")

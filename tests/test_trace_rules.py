@@ -1,4 +1,5 @@
-"""Per-trace rules of a replay: model mapping (§2f), context filter (§4f), output cap (§2d), flattened agents (§3b)."""
+"""Per-trace rules of a replay (docs/agentx.md): model mapping (§2f), context filter (§4f), output cap (§2d),
+flattened agents (§3b)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Run validity (agentx/results/validity.py): every §5 reason and the InferenceX gate, on hand-built runs."""
+"""Run validity (agentx/results/validity.py): every reason of docs/agentx.md §5 and the InferenceX gate, on
+hand-built runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-tree idle cap's load-time version (semantics §4c): recorded idle gaps cut before the run."""
+"""The per-tree idle cap's load-time version (docs/agentx.md §4c): recorded idle gaps cut before the run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Weka / AgentX trace JSON (semantics §1): reading, writing, round trips, real data and bad input."""
+"""Weka / AgentX trace JSON (docs/agentx.md §1): reading, writing, round trips, real data and bad input."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_sample_relative_subagent_times_become_absolute(weka_sample_files: list[
             agent = agents[entry["agent_id"]]
             assert agent.t == entry["t"]
             inner = [call["t"] for call in entry["requests"]]
-            # Legacy rule (semantics §1c): an inner t below the spawn time is relative to it.
+            # Legacy rule (docs/agentx.md §1c): an inner t below the spawn time is relative to it.
             expected = [entry["t"] + t if t < entry["t"] - 1e-6 else t for t in inner]
             assert [r.t for r in agent.requests] == expected
             assert agent.relative_times == any(t < entry["t"] - 1e-6 for t in inner)

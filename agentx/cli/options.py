@@ -138,7 +138,10 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
             "--split-flattened-agents/--no-split-flattened-agents",
             default=True,
             show_default=True,
-            help="Split agents recorded flattened into their parent's requests into agents of their own (§3b).",
+            help=(
+                "Split agents recorded flattened into their parent's requests into agents of their own "
+                "(docs/agentx.md §3b)."
+            ),
         ),
         click.option(
             "--duration",

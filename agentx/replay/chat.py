@@ -13,7 +13,7 @@ while later turns resend it (the prefix cache sees the recorded reuse); the last
 the conversation's base tokens (the generation prompt) and whatever a too-short message could not. When
 the last message is too short for that, the prompt comes out longer than `in`, and the record's
 `isl_sent_tokens` says by how much. (The reference instead sends `in`
-tokens of content and lets the template add its own, agentx-replay-semantics.md §2a–§2d.)
+tokens of content and lets the template add its own, docs/agentx.md §2a–§2d.)
 """
 
 from __future__ import annotations

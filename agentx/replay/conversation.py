@@ -1,4 +1,4 @@
-"""Chat conversations rebuilt from hash ids: the segment model of agentx-replay-semantics.md §2b–§2c.
+"""Chat conversations rebuilt from hash ids: the segment model of docs/agentx.md §2b–§2c.
 
 - `Segment`: one chat message as blocks (hash ids, `block_size` tokens each) plus filler tokens.
 - `ChatTurn`: the whole message list one request sends, plus what changed since the previous turn.

@@ -9,7 +9,7 @@
 - `RunResult`: the run id, the records file, counts, whether the run was interrupted, and what the run
   detected (stream usage, chat calibration, event-loop lag samples).
 
-How a run goes (agentx-replay-semantics.md §4d–§4e, §8; docs/replay.md):
+How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
 
 - `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
   (agentx.replay.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
@@ -151,7 +151,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     ramp_s: float = 0.0
     """Lane i starts its first tree i/concurrency × ramp_s after the run start, so lanes do not stay in step."""
     mode: Literal["agentx", "closed", "trace", "rate"] = "agentx"
-    """`agentx` (semantics §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
+    """`agentx` (docs/agentx.md §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
     start at turn 0, and every tree carries a cache-bust marker; `closed`: every tree from turn 0, no warmup,
     no marker. The open-loop modes have no lanes: `trace` starts each session at its recorded start (÷
     `speedup`), `rate` starts sessions at `rate` per second (agentx.replay.arrivals); turns still follow
@@ -177,7 +177,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     vLLM's `cache_salt` body field (`salt`; the prompt is left untouched), or nothing."""
     system_idle_cap_s: float | None = 10.0
     """When nothing is in flight anywhere, every pending timer moves earlier so that the earliest fires at
-    most this long after the system went idle (semantics §4b; AgentX locks it at 10 s). None: off."""
+    most this long after the system went idle (docs/agentx.md §4b; AgentX locks it at 10 s). None: off."""
     tree_idle_cap_s: float | None = None
     """The same per tree (§4c; InferenceX passes 300); it also caps warmup leads and a lane's first offset."""
     tree_idle_cap_mode: Literal["runtime", "warp"] = "runtime"
@@ -236,7 +236,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     cancel_reason: str | None = None
     """Why the run stopped early: "interrupted" (Ctrl-C, cancellation) or "failure_threshold"; None otherwise."""
     skipped_context_overflow: int = 0
-    """Steps not sent because their session had ended on a context overflow (semantics §5)."""
+    """Steps not sent because their session had ended on a context overflow (docs/agentx.md §5)."""
     warmup_requests: int = 0
     """Warmup primers sent (their records have `phase = "warmup"`)."""
     tstar: list[dict[str, Any]] = []
@@ -256,7 +256,7 @@ class RunResult(msgspec.Struct, kw_only=True):
 
 
 class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
-    """A root agent's warmup primer failed: the run stops before profiling (semantics §5)."""
+    """A root agent's warmup primer failed: the run stops before profiling (docs/agentx.md §5)."""
 
 
 OnRecord = Callable[[RequestRecord], None]
@@ -340,7 +340,7 @@ async def run_replay(
     on_sent: OnSent | None = None,
     on_profiling: OnSent | None = None,
 ) -> RunResult:
-    """Replay `trace` against `options.url` (see the module docstring and semantics §4d–§4e, §8);
+    """Replay `trace` against `options.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
     `on_profiling()` is called once, as the profiling phase starts (after the warmup).
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
@@ -647,7 +647,7 @@ class _Runner:
         if failure is not None:
             raise failure
 
-    # -- the agentx start: t*, snapshot, warmup (semantics §4d)
+    # -- the agentx start: t*, snapshot, warmup (docs/agentx.md §4d)
 
     def _first_plays(self) -> dict[int, Play]:
         """Each lane's first tree, resumed at the lane's t*; a session with nothing to send from its t* is
@@ -942,7 +942,7 @@ class _Runner:
 
     def _ended(self, tree: Play, step: Step) -> bool:
         """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
-        tree, semantics §5); counts it as skipped for that reason."""
+        tree, docs/agentx.md §5); counts it as skipped for that reason."""
         if "" in tree.ended_agents or step.agent_id in tree.ended_agents:
             self.skipped_context_overflow += 1
             return True
@@ -1145,7 +1145,7 @@ class _Runner:
         return record
 
     def _judge_failures(self, record: RequestRecord) -> None:
-        """Cancel the run once the profiling error ratio crosses `failed_request_threshold` (semantics §5)."""
+        """Cancel the run once the profiling error ratio crosses `failed_request_threshold` (docs/agentx.md §5)."""
         self.profiling_requests += 1
         if record.status == "error" and record.error_kind != "cancelled":
             self.profiling_errors += 1

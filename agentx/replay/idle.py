@@ -1,4 +1,4 @@
-"""Idle caps: replay timers that move earlier when the server would otherwise sit idle (semantics §4b, §4c).
+"""Idle caps: replay timers that move earlier when the server would otherwise sit idle (docs/agentx.md §4b, §4c).
 
 Recorded sessions hold long idle gaps (a human reading, a tool running for minutes). Replayed as is, a
 benchmark would spend much of its time with nothing in flight. Two caps shorten such gaps without

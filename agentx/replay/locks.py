@@ -1,4 +1,4 @@
-"""The AgentX scenario's locked settings (semantics §5): a run that changes one is not a valid submission.
+"""The AgentX scenario's locked settings (docs/agentx.md §5): a run that changes one is not a valid submission.
 
 The reference refuses to start with a locked rule broken unless `--unsafe-override` is given, and then marks
 the run invalid. agentx never refuses (engineers explore with short runs and scaled delays); it lists the

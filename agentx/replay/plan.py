@@ -4,7 +4,7 @@ One `Step` per request of every agent (root and nested subagents). A step is dis
 
     max(completion(anchor) + delay_s, completion of every step in `joins`)
 
-with `completion(None) = 0`, the session's start on the replay clock. The rules (semantics §3a, §4a, §8):
+with `completion(None) = 0`, the session's start on the replay clock. The rules (docs/agentx.md §3a, §4a, §8):
 
 - **Later turns of an agent** are anchored to the agent's previous request and wait the recorded
   end-to-start gap `max(0, t_k − (t_{k−1} + api_time_{k−1}))`, an unknown api_time counting as 0: the

@@ -28,9 +28,9 @@ class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     plan: SessionPlan
     hash_ids: tuple[tuple[int, ...], ...]
     prefix_tokens: dict[str, int]
-    """Per agent: its turn-0 tool + system tokens (the chat system message, semantics §1e)."""
+    """Per agent: its turn-0 tool + system tokens (the chat system message, docs/agentx.md §1e)."""
     hit_blocks: tuple[int, ...]
-    """Per step: the theoretical prefix-cache hit in blocks (semantics §6, causal rule)."""
+    """Per step: the theoretical prefix-cache hit in blocks (docs/agentx.md §6, causal rule)."""
     total_blocks: tuple[int, ...]
     agent_steps: dict[str, tuple[int, ...]]
     """Per agent: its step indices in turn order."""
@@ -149,7 +149,7 @@ class PreparedTrace:
 
 
 def marker_hex(run_id: str, recycle_pass: int, lane: int, session_id: str) -> str:
-    """The cache-bust marker of a tree (semantics §2e): 12 hex digits, new for every play."""
+    """The cache-bust marker of a tree (docs/agentx.md §2e): 12 hex digits, new for every play."""
     base_trace_id = session_id.split("::", 1)[0]
     return hashlib.sha256(f"{run_id}:{recycle_pass}:{lane}:{base_trace_id}".encode()).hexdigest()[:12]
 

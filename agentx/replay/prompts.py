@@ -1,6 +1,6 @@
 """Synthetic prompts as token-id lists, for `--api completions`.
 
-A request's prompt is rebuilt from its trace record alone (design: agentx-replay-semantics.md §1d, §2a):
+A request's prompt is rebuilt from its trace record alone (docs/agentx.md §1d, §2a):
 
 - the first `m = min(len(hash_ids), in_tokens // block_size)` hash ids each give one block of
   `block_size` tokens, deterministic per (seed, scope key, hash id), so requests that share leading hash

@@ -4,7 +4,7 @@ One `RequestRecord` per request sent (warmup included, tagged by `phase`). Times
 nanoseconds on the run's monotonic clock, as offsets from the run start; the run's wall-clock epoch
 is stored once per file, so wall time = `agentx.wall_epoch_ns` + offset. The derived latencies
 (`dispatch_lag_s`, `ttft_s`, `e2e_s`, `itl_s`) are computed by the record itself from the raw times,
-so every consumer gets the same definitions (agentx-replay-semantics.md §6).
+so every consumer gets the same definitions (docs/agentx.md §6).
 
 The file is an Arrow IPC **stream** (zstd buffers), not the IPC file format: the file format is only
 readable once its footer is written at close, while a stream is a sequence of self-delimiting

@@ -1,4 +1,4 @@
-"""The trace as a run replays it: over-long sessions left out (§4f) at start; flattened agents split out
+"""The trace as a run replays it: over-long sessions left out (docs/agentx.md §4f) at start; flattened agents split out
 (§3b) and idle gaps warped (§4c, load-time kind) per session, when the session is first played.
 
 Splitting is the costly part of start-up on real corpora (about 8 ms a session on the AgentX-size one, the

@@ -1,4 +1,4 @@
-"""Where a lane's first tree joins the recording: its t*, and the snapshot of the session at t* (semantics §4d).
+"""Where a lane's first tree joins the recording: its t*, and the snapshot of the session at t* (docs/agentx.md §4d).
 
 An AgentX run does not start every lane at turn 0: each lane's first tree resumes mid-session, at a time t*
 drawn per (seed, trace, lane) inside a window of the session's span, so that the server sees steady-state

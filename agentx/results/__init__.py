@@ -1,7 +1,7 @@
 """Results of a replay run: what the records of a run add up to.
 
 `summary.py` computes a `Summary` from a records table (`agentx.replay.records.read_records`) following the
-InferenceX aggregation (agentx-replay-semantics.md §6–§7): counts, TTFT/E2E/ITL statistics and
+InferenceX aggregation (docs/agentx.md §6–§7): counts, TTFT/E2E/ITL statistics and
 interactivity, per-chunk ITL, throughput, cache hit rates, client dispatch lag and per-play roll-ups, plus the
 rich tables the terminal shows. It reads the table, never `RequestRecord` objects, so it works on the file of
 any run (columns a newer minor version adds are optional). This package sits above `replay/records` and

@@ -1,4 +1,4 @@
-"""AIPerf-compatible exports of a run: `profile_export.jsonl` and `profile_export_aiperf.json` (semantics §6, §7).
+"""AIPerf-compatible exports of a run: `profile_export.jsonl` and `profile_export_aiperf.json` (docs/agentx.md §6, §7).
 
 `profile_export.jsonl` has one object per record, warmup included, in the records file's order:
 

@@ -1,4 +1,4 @@
-"""Whether a run is a valid submission (semantics §5): AIPerf's `submission_valid` and its reasons.
+"""Whether a run is a valid submission (docs/agentx.md §5): AIPerf's `submission_valid` and its reasons.
 
 A run is valid unless one of these applies (reasons are reported in this order):
 

@@ -1,4 +1,4 @@
-"""Hidden agents: split "flattened" subagents out of an agent's request list (semantics §3b).
+"""Hidden agents: split "flattened" subagents out of an agent's request list (docs/agentx.md §3b).
 
 Some traces (Weka/AgentX corpora converted from proxy logs) record subagents flattened into one request
 list: a session's top-level requests interleave several independent conversations. The reference finds

@@ -1,6 +1,6 @@
 """What a trace holds: size, shape of the agent trees, distributions, and prefix-cache hit rates.
 
-Theoretical prefix-cache hit (semantics §6): one infinite cache per hash-id namespace (per
+Theoretical prefix-cache hit (docs/agentx.md §6): one infinite cache per hash-id namespace (per
 session, or one for a global-scope trace); requests in recorded order; a request's hits are the
 leading run of its hash ids already available; a block becomes available when a request holding
 it ends (`t + api_time`, "causal"), or when it starts with `causal=False` (older reference code).

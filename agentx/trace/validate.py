@@ -2,7 +2,7 @@
 
 Errors make a trace unusable (negative times, duplicate ids, absurd sizes); warnings are
 tolerated at replay the way the reference tolerates them (e.g. fewer hash ids than `in` needs:
-the missing blocks become filler, semantics §1d).
+the missing blocks become filler, docs/agentx.md §1d).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-tree idle cap, load-time version (semantics §4c, the older reference): idle gaps cut out of the
+"""The per-tree idle cap, load-time version (docs/agentx.md §4c, the older reference): idle gaps cut out of the
 recorded times before the replay starts.
 
 Sort every request start of a session tree (root, subagents, split chains); for each gap `g` between two

@@ -1,6 +1,6 @@
 """Weka / AgentX trace JSON: one trace per file, a directory of files, or JSONL (one per line).
 
-Every field of semantics §1 is read. Beyond the reference we accept nested subagents,
+Every field of docs/agentx.md §1 is read. Beyond the reference we accept nested subagents,
 `hash_id_scope: "global"`, and unknown keys (dropped with a warning; the reference fails on
 them). Legacy subagents whose inner `t` is relative to the spawn are stored with absolute times
 and written back in their original form.
