@@ -159,14 +159,16 @@ def _flat(session_id: str, n: int) -> Session:
     return Session(session_id=session_id, root=Agent(requests=requests))
 
 
-def _header_run(tmp_path: Path, affinity: tuple[str, ...]) -> list[dict[str, str]]:
+def _header_run(
+    tmp_path: Path, affinity: tuple[str, ...], trace: Trace | None = None, mode: str = "closed"
+) -> list[dict[str, str]]:
     seen: list[dict[str, str]] = []
+    trace = trace or Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
 
     async def go() -> None:
         async with _header_server(seen) as url:
-            trace = Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
             options = ReplayOptions(
-                mode="closed",
+                mode=mode,  # type: ignore[arg-type]
                 url=url,
                 model="m",
                 out_dir=tmp_path,
@@ -189,6 +191,38 @@ def test_affinity_headers_carry_the_correlation_id(tmp_path: Path) -> None:
         assert "X-SMG-Routing-Key" not in headers
     ids = [headers["X-Session-ID"] for headers in seen]
     assert len(set(ids[:3])) == 1 and len(set(ids[3:])) == 1 and ids[0] != ids[3]  # one per play
+
+
+def test_each_agent_session_has_its_own_correlation_id_and_each_request_its_own_id(tmp_path: Path) -> None:
+    """As the reference's transport (docs/agentx.md §2d): X-Request-ID per request; X-Correlation-ID and
+    X-Session-Affinity per agent session, each subagent its own; the records carry the same ids, with the
+    root's as `root_correlation_id` and the parent's as `parent_correlation_id`."""
+    requests = [Request(t=float(i), model="m", in_tokens=20, out_tokens=2) for i in range(3)]
+    subs = [
+        Agent(agent_id=name, spawn_after=1, t=0.5, requests=[Request(t=0.5 + i, model="m", in_tokens=20, out_tokens=2)])
+        for i, name in enumerate(("x", "y"))
+    ]
+    trace = Trace(
+        sessions=[Session(session_id="tree", root=Agent(requests=requests, subagents=subs))], block_size=BLOCK
+    )
+    seen = _header_run(tmp_path, ("X-Dynamo-Session-ID",), trace)
+    assert len(seen) == 5
+    assert len({headers["X-Request-ID"] for headers in seen}) == 5
+    for headers in seen:
+        assert headers["X-Session-Affinity"] == headers["X-Correlation-ID"] == headers["X-Dynamo-Session-ID"]
+    records = to_records(read_records(tmp_path / "records.arrow"))
+    by_request = {record.request_id: record for record in records}
+    assert set(by_request) == {headers["X-Request-ID"] for headers in seen}
+    for headers in seen:
+        record = by_request[headers["X-Request-ID"]]
+        assert record.correlation_id == headers["X-Correlation-ID"]
+        assert headers.get("X-Dynamo-Parent-Session-ID", "") == record.parent_correlation_id
+    by_agent = {record.agent_id: record.correlation_id for record in records}
+    assert len(set(by_agent.values())) == 3  # root, x and y: one id each
+    assert {record.correlation_id for record in records if record.agent_id == ""} == {by_agent[""]}
+    for record in records:
+        assert record.root_correlation_id == by_agent[""]
+        assert record.parent_correlation_id == ("" if record.agent_id == "" else by_agent[""])
 
 
 def test_no_affinity_headers_by_default(tmp_path: Path) -> None:
@@ -228,3 +262,74 @@ def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     bad = CliRunner().invoke(main, [*args[:8], "--affinity-header", "X-Nope"])
     assert bad.exit_code == 2 and "X-Nope" in bad.output
     assert len(captured) == 1
+
+
+@asynccontextmanager
+async def _slow_server() -> AsyncIterator[str]:
+    """Answers each request after `max_tokens` × 10 ms, so a test sets how long each turn runs."""
+    from aiohttp import web
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        await asyncio.sleep(int(body["max_tokens"]) * 0.01)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = b'{"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
+        chunk += b'"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+        await response.write(b"data: " + chunk + b"\n\ndata: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    async with serve(app) as url:
+        yield url
+
+
+def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:
+    """Root turns at 0, 1 and 10 s (api 0.5 s each); one subagent spawned after turn 0 whose single turn (1.5 s
+    recorded) is joined by the root's turn at 10 s. Returns the gap between the later of (the root's turn 1, the
+    subagent) ending and the join turn going out, at delay scale 0.1."""
+    root = Agent(
+        requests=[
+            Request(t=t, model="m", in_tokens=20, out_tokens=out, api_time=0.5)
+            for t, out in zip((0.0, 1.0, 10.0), root_outs, strict=True)
+        ],
+        subagents=[
+            Agent(
+                agent_id="sub",
+                spawn_after=1,
+                t=0.6,
+                requests=[Request(t=0.6, model="m", in_tokens=20, out_tokens=sub_out, api_time=1.5)],
+            )
+        ],
+    )
+    trace = Trace(sessions=[Session(session_id="j", root=root)], block_size=BLOCK)
+
+    async def go() -> None:
+        async with _slow_server() as url:
+            options = ReplayOptions(
+                mode="closed", url=url, model="m", out_dir=tmp_path, delay_scale=0.1, stream_usage="final"
+            )
+            await run_replay(trace, options)
+
+    asyncio.run(go())
+    records = {(r.agent_id, r.turn): r for r in to_records(read_records(tmp_path / "records.arrow"))}
+    join = records[("", 2)]
+    previous_end = max(records[("", 1)].end_ns, records[("sub", 0)].end_ns)
+    return (join.sent_ns - previous_end) / 1e9
+
+
+def test_a_join_turn_goes_out_when_its_last_subagent_ends_after_the_previous_turn(tmp_path: Path) -> None:
+    """The subagent (0.5 s) ends after the root's turn 1 (0.1 s) but before turn 1's end + the recorded 8.5 s ×
+    0.1 end-to-start delay: the join turn goes out at once (docs/agentx.md §3a; reference `_resolve_think_ms`)."""
+    assert _join_gap_s(tmp_path, [10, 10, 1], 50) < 0.2
+
+
+def test_a_join_turn_whose_subagents_ended_first_keeps_its_delay(tmp_path: Path) -> None:
+    """The subagent (0.1 s) ends before the root's turn 1 (1 s): the join turn waits the ordinary end-to-start
+    delay after turn 1, 8.5 s × 0.1."""
+    assert 0.8 <= _join_gap_s(tmp_path, [10, 100, 1], 10) < 1.2

@@ -23,7 +23,8 @@ def _session() -> Session:
     - `late`: spawned after root turn 2 (20), runs 21–22: starts after t*, its spawning turn is replayed;
     - `pending`: spawned after root turn 1 (10, ends 10.5), first turn at 16: starts after t* = 15 from a
       turn completed by t* — live at its first turn, due 1 s after the start;
-    - `cut`: spawned after a root turn that runs 14.0–15.5 (recorded in the root as turn 1b? no: see below).
+    - `cut`: spawned by the root turn that runs 14.0–15.5, first turn at 15.8: t* = 15 falls inside its
+      spawning request, which had started, so it is live at its turn 0 (the reference's rule).
     """
     early = Agent(agent_id="early", spawn_after=1, t=1.0, requests=[_req(1.0), _req(2.0), _req(3.0)])
     across = Agent(agent_id="across", spawn_after=2, t=11.0, requests=[_req(11.0), _req(13.0), _req(16.0), _req(18.0)])
@@ -64,8 +65,13 @@ def test_the_snapshot_at_15_s() -> None:
     # `pending` starts after t* from a turn that completed by t* (10.5 ≤ 15): live at its turn 0, no primer.
     assert snap.first_live[at("pending", 0)] == pytest.approx(1.0)
     assert at("pending", 0) not in snap.primers and not any(plan.steps[p].agent_id == "pending" for p in snap.primers)
-    # `cut` starts after t* but its spawning turn (14.0–15.5) had not completed by t*: never spawned.
-    assert {at("cut", 0), at("cut", 1)} <= snap.skipped
+    # `cut` starts after t* and its spawning turn (14.0–15.5) was in flight at t*: it had started, so `cut` is
+    # live at its turn 0, due 0.8 s in (reference: `trajectory_source.py`, `spawn_turn_not_completed`).
+    assert snap.first_live[at("cut", 0)] == pytest.approx(0.8)
+    assert not {at("cut", 0), at("cut", 1)} & snap.not_sent
+    # At t* = 13.9 its spawning turn (14.0) had not started: the replay sends that turn, which spawns `cut`.
+    early_snap = snapshot(plan, 13.9)
+    assert at("cut", 0) not in early_snap.first_live and at("cut", 0) not in early_snap.not_sent
     # `late` is spawned by a root turn replayed after t*: ordinary plan steps, in no snapshot set.
     for turn in (0, 1):
         index = at("late", turn)

@@ -449,7 +449,7 @@ async def run_replay(
         flattened_by_session=flattened,
         server=server,
         idle_jumps=len(runner.idle.jumps),
-        idle_skipped_s=runner.idle.shift_ns / 1e9,
+        idle_skipped_s=runner.idle.skipped_ns / 1e9,
     )
 
 
@@ -695,13 +695,19 @@ class _Runner:
             if stopped:
                 return
             record = await self._send(play, step, due_ns, sent_tokens, body, phase="warmup")
-            if record.status == "error" and step.depth == 0:
+            if record.status == "error" and step.depth == 0 and not failures and not self._stop.is_set():
+                # The first failed root primer ends the run at once, in-flight primers included (reference:
+                # `credit/callback_handler.py`, `_handle_warmup_failure`).
+                failures.append(record)
+                self.stop()
+                self._hard_stop()
+            elif record.status == "error" and step.depth == 0 and failures:
                 failures.append(record)
 
         async with asyncio.TaskGroup() as group:
             for play, index, lead in primers:
                 group.create_task(prime(play, index, lead))
-        if failures and not self._stop.is_set():
+        if failures:
             first = failures[0]
             raise WarmupFailed(
                 f"the warmup primer of session {first.session_id!r} (turn {first.turn}) failed with "
@@ -779,14 +785,19 @@ class _Runner:
             self.writer.flush()
 
     async def _stopper(self) -> None:
+        """End the run `duration_s` after the profiling start (the warmup is not counted, as in the reference),
+        or when it is stopped; in-flight requests then get `grace_s`, pending timers none."""
         duration = self.options.duration_s
         if duration is None:
             await self._stop.wait()
         else:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(duration):
-                    await self._stop.wait()
-            self._stop.set()
+            await self._wait_for_profiling()
+            if not self._stop.is_set():
+                end_ns = self.profiling_start_ns + int(duration * 1e9)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, (end_ns - time.perf_counter_ns()) / 1e9)):
+                        await self._stop.wait()
+        self.stop()
         await asyncio.sleep(self.options.grace_s)
         self._hard_stop()
 
@@ -886,8 +897,8 @@ class _Runner:
             else:
                 base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
                 due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
-            for joined in step.joins:
-                due_ns = max(due_ns, tree.completed_ns[joined])
+            if step.joins:
+                due_ns = self._join_due(tree, step, due_ns)
             # After a cache-pressure stage, a turn due before the profiling start goes out at it (§4d).
             due_ns = max(due_ns, self.profiling_start_ns)
             stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
@@ -931,6 +942,16 @@ class _Runner:
             self.profiling_started.set()
             if self.on_profiling is not None:
                 self.on_profiling()
+
+    @staticmethod
+    def _join_due(tree: Play, step: Step, due_ns: int) -> int:
+        """When a turn that joins subagents goes out (docs/agentx.md §3a): if the last of them completed after the
+        agent's previous turn did, as soon as it completed, with no think time (reference:
+        `timing/branch_orchestrator.py`, `_resolve_think_ms` is 0 for an ordinary join); if they had all
+        completed before, after the ordinary end-to-start delay (`due_ns`)."""
+        joined_ns = max(tree.completed_ns[joined] for joined in step.joins)
+        anchor_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
+        return joined_ns if joined_ns > anchor_ns else due_ns
 
     def _first_offset_cut(self, state: Snapshot) -> float:
         """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is
@@ -1039,6 +1060,8 @@ class _Runner:
         self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes, phase: Phase = "profiling"
     ) -> RequestRecord:
         tree.sent[step.index].set()
+        request_id = str(uuid.uuid4())
+        headers = {**tree.headers(step.agent_id), "X-Request-ID": request_id}
         if self.on_sent is not None:
             self.on_sent()
         sent_ns = time.perf_counter_ns()
@@ -1049,7 +1072,7 @@ class _Runner:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
                     try:
-                        exchange = await self.client.stream(self.path, body, extra_headers=tree.headers)
+                        exchange = await self.client.stream(self.path, body, extra_headers=headers)
                     finally:
                         self._in_flight.discard(timeout)
             except TimeoutError:
@@ -1060,7 +1083,7 @@ class _Runner:
         tree.completed_ns[step.index] = end_ns
         if exchange is not None and exchange.error_kind == "context_overflow" and phase == "profiling":
             tree.ended_agents.add(step.agent_id)  # the root's ends the whole tree (`_ended`)
-        return self._record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase)
+        return self._record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase, request_id)
 
     def _record(
         self,
@@ -1072,6 +1095,7 @@ class _Runner:
         sent_tokens: int,
         exchange: Exchange | None,
         phase: Phase,
+        request_id: str,
     ) -> RequestRecord:
         origin = self.start_ns
         request = step.request
@@ -1089,7 +1113,10 @@ class _Runner:
             "depth": step.depth,
             "turn": step.turn,
             "model": tree.prepared.models[step.index],
-            "correlation_id": tree.headers["X-Correlation-ID"],
+            "correlation_id": tree.correlation_id(step.agent_id),
+            "root_correlation_id": tree.root_correlation_id,
+            "parent_correlation_id": tree.parent_correlation_id(step.agent_id),
+            "request_id": request_id,
             "scheduled_ns": scheduled_ns - origin,
             "isl_recorded_tokens": request.in_tokens,
             "isl_sent_tokens": sent_tokens,

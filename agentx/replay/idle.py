@@ -4,15 +4,18 @@ Recorded sessions hold long idle gaps (a human reading, a tool running for minut
 benchmark would spend much of its time with nothing in flight. Two caps shorten such gaps without
 touching order, spacing or dependencies:
 
-- **System idle cap** (AgentX locks it at 10 s): when nothing is in flight anywhere, every pending timer
-  (next turns, subagent offsets, first turns after t*, primers) moves earlier by one common amount, so that
-  the earliest fires at most `system_cap_s` after the system went idle.
-- **Per-tree idle cap** (optional; InferenceX passes 300 s): the same, per tree: when a tree has nothing in
-  flight, its own pending timers move so that its earliest fires at most `tree_cap_s` after it went idle.
+- **System idle cap** (AgentX locks it at 10 s): when nothing is in flight anywhere, every timer pending at
+  that moment (next turns, subagent offsets, first turns after t*, primers) moves earlier by one common
+  amount, so that the earliest fires at most `system_cap_s` after the system went idle.
+- **Per-tree idle cap** (optional, runtime kind): the same, per tree: when a tree has nothing in flight, its
+  own pending timers move so that its earliest fires at most `tree_cap_s` after it went idle.
 
-A timer is a due time on the `perf_counter_ns` clock minus two shifts, the system's and its tree's; the
-shifts only grow. Joins never move: a step waiting for a subagent waits for its completion, which no shift
-can bring forward. Every shift is logged in `jumps` (when, which tree, by how much).
+A shift acts once, on the timers pending at that moment, as the reference's `cap_pending_delay`
+(`common/loop_scheduler.py`) does: a timer set later, after the next request returns, is measured from that
+request's real completion with its full recorded delay. So a jump never shortens a future think time, and a
+timer is never due in the past (a shifted one is due at the earliest now). Joins never move: a step waiting
+for a subagent waits for its completion, which no shift can bring forward. Every shift is logged in `jumps`
+(when, which cap, by how much).
 """
 
 from __future__ import annotations
@@ -25,11 +28,10 @@ from agentx.replay.clock import DispatchClock
 
 
 class Tree(Protocol):
-    """What the caps need of a play: its in-flight count, its idle start and shift, its pending timers."""
+    """What the caps need of a play: its in-flight count, its idle start, its pending timers (token → due)."""
 
     in_flight: int
     idle_since_ns: int | None
-    idle_shift_ns: int
     pending_due_ns: dict[int, int]
 
 
@@ -41,7 +43,8 @@ class IdleCaps:
     ) -> None:
         self.system_cap_ns = None if system_cap_s is None else int(system_cap_s * 1e9)
         self.tree_cap_ns = None if tree_cap_s is None else int(tree_cap_s * 1e9)
-        self.shift_ns = 0
+        self.skipped_ns = 0
+        """Idle time the system cap removed, in all."""
         self.in_flight = 0
         self.idle_since_ns: int | None = time.perf_counter_ns()
         self.trees: set[Tree] = set()
@@ -52,28 +55,26 @@ class IdleCaps:
         self._waiters: set[asyncio.Future[None]] = set()
         self._next_token = 0
 
-    def effective_ns(self, tree: Tree, due_ns: int) -> int:
-        return due_ns - self.shift_ns - tree.idle_shift_ns
-
     async def wait(self, tree: Tree, due_ns: int, stop: asyncio.Event) -> tuple[bool, int]:
-        """Wait until `due_ns`, as shifted; returns (stopped, the effective due time)."""
+        """Wait until `due_ns`, or the earlier time a cap moves it to; returns (stopped, the due time it
+        fired at)."""
         token = self._next_token
         self._next_token += 1
-        tree.pending_due_ns[token] = due_ns
+        pending = tree.pending_due_ns
+        pending[token] = due_ns
         self.trees.add(tree)
         try:
             self._cap(tree)
             while True:
-                effective = self.effective_ns(tree, due_ns)
+                due = pending[token]
                 if stop.is_set():
-                    return True, effective
-                remaining_s = (effective - time.perf_counter_ns()) / 1e9
-                if remaining_s <= 0:
-                    return False, effective
+                    return True, due
+                if due <= time.perf_counter_ns():
+                    return False, due
                 # Woken at the due time, or earlier by `wake_all` (a shift, the run's stop): look again.
                 if self._clock is None:
                     self._clock = DispatchClock(precise=False)  # no fd to close; the runner passes a precise one
-                waiter = self._clock.at(effective)
+                waiter = self._clock.at(due)
                 self._waiters.add(waiter)
                 try:
                     await waiter
@@ -81,8 +82,8 @@ class IdleCaps:
                     self._waiters.discard(waiter)
                     waiter.cancel()
         finally:
-            del tree.pending_due_ns[token]
-            if not tree.pending_due_ns:
+            del pending[token]
+            if not pending:
                 self.trees.discard(tree)
 
     def wake_all(self) -> None:
@@ -108,26 +109,35 @@ class IdleCaps:
         self._cap(tree)
 
     def _cap(self, tree: Tree) -> None:
-        """Apply both caps as they stand now (called whenever something goes idle or a timer is set)."""
+        """Apply both caps to the timers pending now (called when something goes idle or a timer is set)."""
+        now = time.perf_counter_ns()
         shifted = False
         if self.tree_cap_ns is not None and tree.in_flight == 0 and tree.idle_since_ns is not None:
-            earliest = self._earliest(tree)
-            limit = tree.idle_since_ns + self.tree_cap_ns
-            if earliest is not None and earliest > limit:
-                tree.idle_shift_ns += earliest - limit
-                self.jumps.append((time.perf_counter_ns(), "tree", earliest - limit))
+            shift = _shift(tree.idle_since_ns + self.tree_cap_ns, now, [tree])
+            if shift > 0:
+                self.jumps.append((now, "tree", shift))
                 shifted = True
         if self.system_cap_ns is not None and self.in_flight == 0 and self.idle_since_ns is not None:
-            candidates = [e for t in self.trees if (e := self._earliest(t)) is not None]
-            limit = self.idle_since_ns + self.system_cap_ns
-            if candidates and min(candidates) > limit:
-                self.shift_ns += min(candidates) - limit
-                self.jumps.append((time.perf_counter_ns(), "system", min(candidates) - limit))
+            shift = _shift(self.idle_since_ns + self.system_cap_ns, now, self.trees)
+            if shift > 0:
+                self.skipped_ns += shift
+                self.jumps.append((now, "system", shift))
                 shifted = True
         if shifted:
             self.wake_all()
 
-    def _earliest(self, tree: Tree) -> int | None:
-        if not tree.pending_due_ns:
-            return None
-        return self.effective_ns(tree, min(tree.pending_due_ns.values()))
+
+def _shift(limit_ns: int, now_ns: int, trees: set[Tree] | list[Tree]) -> int:
+    """Move the pending timers of `trees` earlier by one amount so that the earliest is due at `limit_ns` (or
+    now, if that has passed), none before now; returns the amount (0: the earliest was due soon enough)."""
+    dues = [due for tree in trees for due in tree.pending_due_ns.values()]
+    if not dues:
+        return 0
+    shift = min(dues) - max(limit_ns, now_ns)
+    if shift <= 0:
+        return 0
+    for tree in trees:
+        pending = tree.pending_due_ns
+        for token, due in pending.items():
+            pending[token] = max(now_ns, due - shift)
+    return shift

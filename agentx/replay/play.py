@@ -38,6 +38,8 @@ class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     """Per step: the served model it names (§2f)."""
     top_level: tuple[bool, ...]
     """Per step: the root's or a flat chain's (the output cap applies), not a subagent's (§2d)."""
+    parents: dict[str, str]
+    """Per agent: its parent agent's id (the root's own entry is absent)."""
 
 
 def _models_in_file_order(agent: Agent) -> Iterator[str]:
@@ -93,7 +95,10 @@ def prepare(
         agent.agent_id for agent, parent, depth in session.agents() if depth == 1 and agent.subagent_type in CHAIN_KINDS
     }
     top_level = tuple(step.depth == 0 or step.agent_id in chains for step in plan.steps)
-    return PreparedSession(plan, hash_ids, prefix_tokens, hit_blocks, total_blocks, steps_of, models, top_level)
+    parents = {agent.agent_id: parent.agent_id for agent, parent, _ in session.agents() if parent is not None}
+    return PreparedSession(
+        plan, hash_ids, prefix_tokens, hit_blocks, total_blocks, steps_of, models, top_level, parents
+    )
 
 
 class Hits:
@@ -192,12 +197,44 @@ class Play:
         self.marker = marker
         self.in_flight = 0
         self.idle_since_ns: int | None = None
-        self.idle_shift_ns = 0
         self.pending_due_ns: dict[int, int] = {}
         """The idle caps' view of the play (agentx.replay.idle)."""
         self.ended_agents: set[str] = set()
         """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
-        # One id per play of a tree: its requests share prefixes, so a router keeping them together helps.
-        correlation_id = uuid.uuid4().hex
-        self.headers = {"X-Correlation-ID": correlation_id}
-        self.headers.update((name, correlation_id) for name in affinity_headers)
+        self.affinity_headers = affinity_headers
+        self.correlation_ids: dict[str, str] = {}
+        """Per agent session of this play: its `X-Correlation-ID` (made when first asked for)."""
+        self._headers: dict[str, dict[str, str]] = {}
+        self.root_agent_id = next((step.agent_id for step in prepared.plan.steps if step.depth == 0), "")
+
+    def correlation_id(self, agent_id: str) -> str:
+        """The agent session's correlation id: one per agent of each play (each subagent its own), as the
+        reference's (docs/agentx.md §2d); a UUID4 in its textual form."""
+        correlation_id = self.correlation_ids.get(agent_id)
+        if correlation_id is None:
+            correlation_id = self.correlation_ids[agent_id] = str(uuid.uuid4())
+        return correlation_id
+
+    @property
+    def root_correlation_id(self) -> str:
+        return self.correlation_id(self.root_agent_id)
+
+    def parent_correlation_id(self, agent_id: str) -> str:
+        """The parent agent session's correlation id ("" for the root)."""
+        parent = self.prepared.parents.get(agent_id)
+        return "" if parent is None else self.correlation_id(parent)
+
+    def headers(self, agent_id: str) -> dict[str, str]:
+        """The session headers of `agent_id`'s requests (docs/agentx.md §2d, reference
+        `transports/base_transports.py`): `X-Correlation-ID` and `X-Session-Affinity` carry the agent session's
+        correlation id, as do the chosen affinity headers; Dynamo's also names the parent session."""
+        headers = self._headers.get(agent_id)
+        if headers is None:
+            correlation_id = self.correlation_id(agent_id)
+            headers = {"X-Correlation-ID": correlation_id, "X-Session-Affinity": correlation_id}
+            headers.update((name, correlation_id) for name in self.affinity_headers)
+            parent = self.parent_correlation_id(agent_id)
+            if "X-Dynamo-Session-ID" in self.affinity_headers and parent:
+                headers["X-Dynamo-Parent-Session-ID"] = parent
+            self._headers[agent_id] = headers
+        return headers

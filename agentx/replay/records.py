@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.4"
+FORMAT_VERSION: Final = "1.5"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -66,7 +66,13 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     turn: int
     model: str
     correlation_id: str = ""
-    """The play's `X-Correlation-ID` (one per play of a tree)."""
+    """The agent session's `X-Correlation-ID` (one per agent of each play of a tree; docs/agentx.md §2d)."""
+    root_correlation_id: str = ""
+    """The correlation id of the root agent session of the play (equal to `correlation_id` on the root)."""
+    parent_correlation_id: str = ""
+    """The correlation id of the parent agent session ("" for the root)."""
+    request_id: str = ""
+    """The request's `X-Request-ID` (a UUID per request)."""
     scheduled_ns: int
     queued_ns: int | None = None
     """When the request was handed to the HTTP client; `sent_ns − queued_ns` is the client's own queueing."""
@@ -152,7 +158,13 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("depth", _INT32, nullable=False), "agent depth: 0 for the root, 1 for its subagents, ..."),
     (pa.field("turn", _INT32, nullable=False), "0-based request index within its agent"),
     (pa.field("model", _STR, nullable=False), "model name sent to the server"),
-    (pa.field("correlation_id", _STR, nullable=False), "the play's X-Correlation-ID header (one per play of a tree)"),
+    (
+        pa.field("correlation_id", _STR, nullable=False),
+        "the agent session's X-Correlation-ID header (one per agent of each play of a tree)",
+    ),
+    (pa.field("root_correlation_id", _STR, nullable=False), "the root agent session's correlation id in this play"),
+    (pa.field("parent_correlation_id", _STR, nullable=False), 'the parent agent session\'s correlation id ("": root)'),
+    (pa.field("request_id", _STR, nullable=False), "the request's X-Request-ID header (a UUID per request)"),
     (pa.field("scheduled_ns", _INT64, nullable=False), "when the request was due, ns after the run start"),
     (pa.field("queued_ns", _INT64), "handed to the HTTP client (before the connection pool), ns after the run start"),
     (

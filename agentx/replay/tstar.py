@@ -10,12 +10,11 @@ traffic (long contexts, subagents in flight) from the first profiled second. Rec
 `snapshot(plan, t_star)` says what each step of the tree is at t*, in the plan's terms:
 
 - **done**: recorded start before t*: already happened, never sent (for joins it counts as complete);
-- **skipped**: steps of a subagent that never runs from t*: it had finished by t* (every turn before t*),
-  or it starts after t* but its spawning turn began before t* and had not completed by t* (so the replay,
-  which resumes after that turn, never spawns it); its nested subagents go with it;
+- **skipped**: steps of a subagent that never runs from t*: it had finished by t* (every turn before t*);
+  its nested subagents go with it;
 - **first live**: the first step at or after t* of each agent that is running at t* (the root, a subagent
-  that started before t* and has turns left, or one that starts after t* from a spawning turn completed by
-  t*), due `max(0, t − t*)` after the profiling start;
+  that started before t* and has turns left, or one that starts after t* from a spawning turn that had
+  started by t*, even one still in flight at t*), due `max(0, t − t*)` after the profiling start;
 - **primers**: the turn before each first-live step of the same agent (none for a first-live turn 0), sent
   in warmup with its full prefix, with its lead `t* − t` for the spread schedule;
 - every other step follows the plan as usual (e.g. a subagent spawned by a turn replayed after t*);
@@ -99,14 +98,7 @@ def snapshot(plan: SessionPlan, t_star: float) -> Snapshot:
         # A subagent inherits its parent's fate: skipped with it (the plan lists parents first).
         parent_skipped = anchor is not None and agent_of[anchor.index] in skipped_agents
         finished = all(turn.request.t < t_star for turn in turns)
-        unspawned = (
-            head.depth > 0
-            and head.request.t >= t_star
-            and anchor is not None
-            and anchor.request.t < t_star
-            and anchor.request.end > t_star
-        )
-        if parent_skipped or (head.depth > 0 and finished) or unspawned:
+        if parent_skipped or (head.depth > 0 and finished):
             skipped_agents.add(agent_id)
             skipped.update(turn.index for turn in turns)
             continue
@@ -115,8 +107,10 @@ def snapshot(plan: SessionPlan, t_star: float) -> Snapshot:
         if not live:
             continue  # a root that had finished by t*: only its subagents may still run
         first = live[0]
-        # Live at t* unless its own start is an ordinary step after a turn the replay sends (e.g. a subagent
-        # spawned by a root turn after t*): then the plan's anchor and delay place it.
+        # Live at t* unless its own start is an ordinary step after a turn the replay sends (a subagent whose
+        # spawning turn had not started by t*): then the plan's anchor and delay place it. One whose spawning
+        # turn had started, even if still in flight at t*, is live (reference: `timing/trajectory_source.py`,
+        # the `spawn_turn_not_completed` test, which despite its name tests the start).
         anchor_of_first = steps[first.anchor] if first.anchor is not None else None
         if anchor_of_first is None or anchor_of_first.index in done or anchor_of_first.index in skipped:
             first_live[first.index] = max(0.0, first.request.t - t_star)
