@@ -6,13 +6,17 @@ The compatibility test reimplements InferenceX's aggregation (docs/agentx.md §7
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import math
 import statistics
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -26,17 +30,20 @@ from agentx.replay.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID
 from agentx.replay.records import read_records as read_records_file
 from agentx.results.export import (
     JSONL_FILE,
+    NOT_EXPORTED,
     SUMMARY_FILE,
     ExportError,
     aiperf_jsonl_lines,
     aiperf_summary,
     export_run,
 )
+from agentx.results.export_sweeps import sweep_metrics
 from agentx.results.summary import Summary, summarize
-from agentx.run import RUN_FILE, replay_sync
+from agentx.run import RUN_FILE, replay, replay_sync
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
+from scripts import aiperf_export_keys as keys
 
 BLOCK = 16
 MS = 1_000_000
@@ -208,36 +215,59 @@ def test_real_run_jsonl_rows_and_no_secrets(run_dir: Path) -> None:
     assert len(documents) == table.num_rows
     conversations = {d["metadata"]["conversation_id"] for d in documents}
     assert {"s0", "s0::sa:sub"} <= conversations
+    per_agent = "root_correlation_id" in table.schema.names  # records 1.5: one correlation id per agent session
     for document in documents:
         meta = document["metadata"]
         assert meta["request_start_ns"] <= meta["request_end_ns"]
-        assert meta["x_correlation_id"] and meta["root_correlation_id"] == meta["x_correlation_id"]
+        assert meta["x_correlation_id"] and meta["root_correlation_id"]
         assert (meta["agent_depth"] > 0) == ("::sa:" in meta["conversation_id"])
+        assert meta["source_kind"] == ("weka_subagent" if meta["agent_depth"] else "weka_main")
+        assert meta["phase_name"] == meta["phase_kind"] == "profiling" and meta["phase_index"] == 0
+        if meta["agent_depth"] == 0:
+            assert meta["root_correlation_id"] == meta["x_correlation_id"] and meta["parent_correlation_id"] is None
+        elif per_agent:
+            assert meta["x_correlation_id"] != meta["root_correlation_id"] == meta["parent_correlation_id"]
         if document["error"] is not None:
-            assert document["error"]["type"] in ("http", "connection", "protocol", "timeout")
+            assert set(document["metrics"]) <= {"error_isl"}
+            assert document["error"]["type"] in ("Internal Server Error", "connection", "protocol", "timeout")
+    numbers = sorted(d["metadata"]["session_num"] for d in documents)
+    assert numbers == list(range(len(documents)))  # one phase, numbered by due time
 
 
 def test_real_run_summary_file(run_dir: Path) -> None:
     path = export_run(run_dir, "aiperf-summary")
     assert path == run_dir / SUMMARY_FILE
     document = msgspec.json.decode(path.read_bytes())
-    summary = summarize(read_records_file(run_dir / "records.arrow"))
+    table = read_records_file(run_dir / "records.arrow")
+    summary = summarize(table)
     assert summary.latency.ttft_s is not None and summary.throughput is not None
     ttft = document["time_to_first_token"]
     assert ttft["unit"] == "ms" and ttft["count"] == summary.latency.ttft_s.count
     for stat, ours in (("avg", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("std", "std")):
         assert close(ttft[stat], 1000 * getattr(summary.latency.ttft_s, ours)), stat
+    assert {"p1", "p5", "p10", "p25"} <= set(ttft)
     assert document["request_count"]["avg"] == summary.counts.kept
     assert document["error_request_count"]["avg"] == summary.counts.errors + summary.counts.cancelled
-    assert close(document["benchmark_duration"]["avg"], summary.throughput.duration_s)
-    assert close(document["output_token_throughput"]["avg"], summary.throughput.output_tps)
+    # AIPerf's duration: first send to the last content chunk of the successful requests; its throughputs
+    # divide by the phase window instead (a closed run without --duration: first due time to last end).
+    rows = [r for r in table.to_pylist() if r["status"] == "ok"]
+    expected = (max(r["last_token_ns"] for r in rows) - min(r["sent_ns"] for r in rows)) / S
+    assert close(document["benchmark_duration"]["avg"], expected)
+    everything = table.to_pylist()
+    window_s = (max(r["end_ns"] for r in everything) - min(r["scheduled_ns"] for r in everything)) / S
+    osl = sum(r["osl_server_tokens"] if r["osl_server_tokens"] is not None else r["osl_streamed_tokens"] for r in rows)
+    assert close(document["output_token_throughput"]["avg"], osl / window_s)
+    assert close(document["request_throughput"]["avg"], len(rows) / window_s)
     hit = document["theoretical_prefix_cache_hit"]
     assert summary.cache.theoretical_hit_rate is not None
     assert close(hit["sum"] / hit["count"], summary.cache.theoretical_hit_rate)
     assert close(hit["avg"], 100 * summary.cache.theoretical_hit_rate)
-    # A short closed-loop run breaks the scenario's locks: recorded as such, the only reason.
+    assert document["adj_request_latency"]["count"] == len(rows) + document["error_request_count"]["avg"]
+    # A short closed-loop run breaks the scenario's locks: recorded as such, the only reason; no scenario.
+    assert document["metadata"]["scenario"] is None
     assert document["metadata"]["submission_valid"] is False
     assert document["metadata"]["submission_invalid_reasons"] == ["unsafe_override"]
+    assert document["was_cancelled"] is False and document["is_complete"] is True
     assert b"do-not-export" not in path.read_bytes()
 
 
@@ -288,8 +318,29 @@ def table(records: list[RequestRecord]) -> pa.Table:
     return pa.Table.from_pylist([msgspec.structs.asdict(r) for r in records], schema=SCHEMA.with_metadata(metadata))
 
 
-def decoded(records: list[RequestRecord]) -> list[dict[str, Any]]:
-    return [msgspec.json.decode(line) for line in aiperf_jsonl_lines(table(records))]
+def decoded(records: list[RequestRecord], run_file: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(line) for line in aiperf_jsonl_lines(table(records), run_file)]
+
+
+NEW_COLUMNS = ("root_correlation_id", "parent_correlation_id", "request_id")
+"""Columns records 1.5 added; tables are built with or without them, whatever this checkout's schema has."""
+
+
+def with_columns(records_table: pa.Table, **columns: list[Any]) -> pa.Table:
+    """The table with these string columns set (added when its schema lacks them)."""
+    for name, values in columns.items():
+        array = pa.array(values, type=pa.string())
+        index = records_table.schema.get_field_index(name)
+        if index >= 0:
+            records_table = records_table.set_column(index, pa.field(name, pa.string(), nullable=False), array)
+        else:
+            records_table = records_table.append_column(pa.field(name, pa.string(), nullable=False), array)
+    return records_table
+
+
+def without_new_columns(records_table: pa.Table) -> pa.Table:
+    """The table as a file older than records 1.5 holds it."""
+    return records_table.drop_columns([name for name in NEW_COLUMNS if name in records_table.schema.names])
 
 
 def test_one_row_per_record_with_wall_clock_times_and_ms_metrics() -> None:
@@ -328,47 +379,46 @@ def test_errors_carry_an_error_object_and_cancellations_are_flagged() -> None:
     cancelled = failed("cancelled", first_token_ns=1 * S + 100 * MS, end_ns=9 * S, error_message="cancelled")
     rows = decoded([http, cancelled])
     error = rows[0]["error"]
-    assert error["code"] == 500 and error["type"] == "http"
+    assert error["code"] == 500 and error["type"] == "Internal Server Error"  # the status's reason phrase
     assert "abcdefghijkl" not in error["message"] and "[redacted]" in error["message"]
     assert rows[0]["metadata"]["was_cancelled"] is False
-    assert rows[1]["error"]["type"] == "cancelled"
+    assert rows[1]["error"]["type"] == "RequestCancellationError" and rows[1]["error"]["code"] == 499
     assert rows[1]["metadata"]["was_cancelled"] is True
     assert rows[1]["metadata"]["cancellation_time_ns"] == EPOCH_NS + 9 * S
-    assert "output_sequence_length" not in rows[0]["metrics"]
+    assert rows[0]["metrics"] == {"error_isl": {"value": 100, "unit": "tokens"}}  # a failure has only error_isl
     assert inferencex_aggregate(aiperf_jsonl_lines(table([http, cancelled])))["kept"] == 0
 
 
 def test_subagent_conversation_ids_and_session_numbers() -> None:
-    rows = decoded(
-        [
-            rec(),
-            rec(agent_id="explore", depth=1, turn=2),
-            rec(turn=1),
-            rec(play=1, correlation_id="corr-1"),
-        ]
-    )
+    records = [rec(), rec(agent_id="explore", depth=1, turn=2), rec(turn=1), rec(play=1, correlation_id="corr-1")]
+    rows = [msgspec.json.decode(line) for line in aiperf_jsonl_lines(without_new_columns(table(records)))]
     assert [r["metadata"]["conversation_id"] for r in rows] == ["s", "s::sa:explore", "s", "s"]
-    assert [r["metadata"]["session_num"] for r in rows] == [0, 1, 0, 2]
     assert [r["metadata"]["request_num"] for r in rows] == [0, 1, 2, 3]
-    assert rows[1]["metadata"]["parent_correlation_id"] == "corr-0"
+    # Files older than records 1.5: one correlation id per play, so a child's parent and root share it.
+    assert rows[1]["metadata"]["parent_correlation_id"] == rows[1]["metadata"]["root_correlation_id"] == "corr-0"
     assert rows[3]["metadata"]["x_correlation_id"] == "corr-1"
+    assert [r["metadata"]["x_request_id"] for r in rows] == ["run-1:0", "run-1:1", "run-1:2", "run-1:3"]
 
 
 def test_summary_document_counts_and_units() -> None:
     records = [
         rec(theoretical_hit_blocks=3, theoretical_total_blocks=4),
         rec(sent_ns=2 * S, first_token_ns=2 * S + 300 * MS, last_token_ns=2 * S + 800 * MS, end_ns=3 * S),
-        failed("context_overflow"),
+        failed("context_overflow", http_status=400),
         rec(phase="warmup", theoretical_hit_blocks=0, theoretical_total_blocks=100),
     ]
     document = aiperf_summary(table(records), {"options": {}, "run": {"interrupted": False}})
     assert document["request_count"] == {"avg": 2, "unit": "requests"}
-    assert document["error_request_count"]["avg"] == 1
+    # An agentx-mode run (the default mode): the overflow is left out of every metric and counted apart.
+    assert document["error_request_count"]["avg"] == 0 and "adj_request_latency" not in document
+    assert document["context_overflow_count"]["avg"] == document["skipped_context_overflow_count"]["avg"] == 1
     assert document["time_to_first_token"]["count"] == 2
     assert document["time_to_first_token"]["avg"] == pytest.approx(200.0)
     assert document["time_to_first_token"]["sum"] == pytest.approx(400.0)
-    assert document["benchmark_duration"] == {"avg": 2.0, "unit": "sec"}
+    assert document["benchmark_duration"] == {"avg": pytest.approx(1.8), "unit": "sec"}  # 1 s → 2.8 s
     assert document["theoretical_prefix_cache_hit"] == {"avg": 75.0, "sum": 3, "count": 4, "unit": "%"}
+    assert document["warmup_metrics"]["theoretical_prefix_cache_hit"]["avg"] == 0.0
+    assert document["metadata"]["scenario"] == "inferencex-agentx-mvp"
     assert document["metadata"]["submission_valid"] is False  # 1 overflow in 3 requests
     assert document["metadata"]["submission_invalid_reasons"] == ["context_overflow_rate_exceeded"]
     assert "Authorization" not in msgspec.json.encode(document).decode()
@@ -478,3 +528,317 @@ def test_export_run_refuses_an_unknown_format(tmp_path: Path) -> None:
         export_run(_write_run(tmp_path / "run", [rec()]), "csv")
     with pytest.raises(ExportError):
         export_run(tmp_path / "missing", "aiperf-jsonl")
+
+
+# ---------------------------------------------------------------------------------------------
+# the fields AIPerf 0.13.0 writes, each against its definition
+
+
+AGENTX = {"options": {"mode": "agentx", "seed": 11}, "run": {"interrupted": False}}
+CLOSED = {"options": {"mode": "closed"}, "run": {"interrupted": False}}
+
+
+def test_jsonl_phases_sources_and_correlation_ids() -> None:
+    records = [
+        rec(phase="warmup", scheduled_ns=0, sent_ns=0, first_token_ns=50 * MS, last_token_ns=50 * MS, end_ns=60 * MS),
+        rec(scheduled_ns=2 * S, sent_ns=2 * S, first_token_ns=2 * S + 100 * MS, last_token_ns=2 * S + 600 * MS),
+        rec(agent_id="explore", depth=1, turn=3),
+        rec(agent_id="fa:001", depth=1),
+        rec(agent_id="explore:fa:002", depth=1),
+        failed("context_overflow", http_status=400),
+    ]
+    records_table = with_columns(
+        table(records),
+        correlation_id=["w", "root", "child", "chain", "chain2", "root"],
+        root_correlation_id=["w", "root", "root", "root", "root", "root"],
+        parent_correlation_id=["", "", "root", "root", "child", ""],
+        request_id=[f"req-{i}" for i in range(6)],
+    )
+    rows = [msgspec.json.decode(line) for line in aiperf_jsonl_lines(records_table, AGENTX)]
+    meta = [row["metadata"] for row in rows]
+    assert [m["conversation_id"] for m in meta] == ["s", "s", "s::sa:explore", "s::fa:001", "s::sa:explore:fa:002", "s"]
+    assert [m["source_kind"] for m in meta] == [
+        "weka_main",
+        "weka_main",
+        "weka_subagent",
+        "weka_flat",  # a chain split out of the root
+        "weka_subagent",  # a chain split out of a subagent stays one of its family
+        "weka_main",
+    ]
+    assert {m["source_trace_id"] for m in meta} == {"s"}
+    assert [m["x_request_id"] for m in meta] == [f"req-{i}" for i in range(6)]
+    assert [m["x_correlation_id"] for m in meta] == ["w", "root", "child", "chain", "chain2", "root"]
+    assert [m["root_correlation_id"] for m in meta] == ["w", "root", "root", "root", "root", "root"]
+    assert [m["parent_correlation_id"] for m in meta] == [None, None, "root", "root", "child", None]
+    # AIPerf's per-phase credit number: by due time (then send time, then file order) within each phase.
+    assert [m["session_num"] for m in meta] == [0, 4, 0, 1, 2, 3]
+    warmup, profiling = meta[0], meta[1]
+    assert (warmup["phase_name"], warmup["phase_kind"], warmup["phase_index"], warmup["profiling_index"]) == (
+        "agentic.warmup",
+        "warmup",
+        None,
+        None,
+    )
+    assert (profiling["phase_name"], profiling["phase_kind"], profiling["phase_index"]) == ("profiling",) * 2 + (0,)
+    assert profiling["profiling_index"] == 0
+    assert [m["context_overflow_skip"] for m in meta] == [False] * 5 + [True]  # AGENTIC_REPLAY only
+    closed = [msgspec.json.decode(line)["metadata"] for line in aiperf_jsonl_lines(records_table, CLOSED)]
+    assert (closed[0]["phase_name"], closed[0]["phase_index"], closed[1]["phase_index"]) == ("warmup", 0, 1)
+    assert not any(m["context_overflow_skip"] for m in closed)
+
+
+def test_jsonl_metrics_follow_their_definitions() -> None:
+    chunks = [1100 * MS, 1150 * MS, 1250 * MS, 1600 * MS]
+    full = rec(
+        queued_ns=990 * MS,
+        response_ns=1020 * MS,
+        first_token_ns=chunks[0],
+        last_token_ns=chunks[-1],
+        end_ns=1700 * MS,
+        chunk_times_ns=chunks,
+        chunk_tokens=[2, 3, 3, 3],
+        isl_server_tokens=110,
+        osl_server_tokens=11,
+        osl_recorded_tokens=12,
+    )
+    (row, error_row) = decoded([full, failed("http", http_status=503)], AGENTX)
+    metrics = {tag: metric["value"] for tag, metric in row["metrics"].items()}
+    units = {tag: metric["unit"] for tag, metric in row["metrics"].items()}
+    expected = {
+        "request_latency": 600.0,  # last content chunk − sent
+        "time_to_first_token": 100.0,
+        "time_to_second_token": 50.0,  # second chunk − first
+        "time_to_first_output_token": 100.0,
+        "inter_chunk_latency": [50.0, 100.0, 350.0],
+        "inter_token_latency": 50.0,  # (600 − 100) / (11 − 1)
+        "output_token_throughput_per_user": 20.0,  # 1 / 50 ms
+        "output_sequence_length": 11,
+        "output_token_count": 11,
+        "input_sequence_length": 110,  # the server's prompt tokens
+        "decode_duration": 500.0,
+        "e2e_output_token_throughput": 11 / 0.6,
+        "prefill_throughput_per_user": 110 / 0.1,
+        "usage_prompt_tokens": 110,
+        "usage_completion_tokens": 11,
+        "usage_total_tokens": 121,
+        "usage_prompt_cache_read_tokens": 64,
+        "usage_prompt_tokens_diff_pct": 10.0,  # |110 − 100 sent| / 100
+        "usage_completion_tokens_diff_pct": 0.0,
+        "osl_mismatch_diff_pct": (11 - 12) / 12 * 100,  # 12 asked for
+        "http_req_waiting": 100.0,  # first body chunk − sent
+        "http_req_receiving": 600.0,  # end − first body chunk
+        "http_req_duration": 700.0,
+        "http_req_connection_overhead": 10.0,  # queued → sent
+        "http_req_total": 710.0,
+    }
+    assert set(metrics) == set(expected)
+    for tag, value in expected.items():
+        assert metrics[tag] == pytest.approx(value), tag
+    assert units["time_to_second_token"] == "ms" and units["e2e_output_token_throughput"] == "tokens/sec/user"
+    assert units["usage_total_tokens"] == "tokens" and units["osl_mismatch_diff_pct"] == "%"
+    assert isinstance(metrics["usage_total_tokens"], int)
+    assert error_row["metrics"] == {"error_isl": {"value": 100, "unit": "tokens"}}
+    assert error_row["error"]["type"] == "Service Unavailable"
+    # One chunk: no second token, no gaps; one output token: no ITL.
+    (single,) = decoded([rec(chunk_times_ns=[1100 * MS], chunk_tokens=[1], osl_streamed_tokens=1)], AGENTX)
+    assert not {"time_to_second_token", "inter_chunk_latency", "inter_token_latency"} & set(single["metrics"])
+
+
+def test_requested_output_tokens_follow_the_engine() -> None:
+    def mismatch(record: RequestRecord, options: dict[str, Any]) -> float:
+        (row,) = decoded([record], {"options": options, "run": {}})
+        value: float = row["metrics"]["osl_mismatch_diff_pct"]["value"]
+        return value
+
+    capped = {"mode": "agentx", "max_output_tokens": 5}
+    assert mismatch(rec(osl_recorded_tokens=12), capped) == pytest.approx((11 - 5) / 5 * 100)  # the root's cap
+    assert mismatch(rec(osl_recorded_tokens=12, agent_id="fa:001", depth=1), capped) == pytest.approx(120.0)
+    assert mismatch(rec(osl_recorded_tokens=12, agent_id="sub", depth=1), capped) == pytest.approx(-100 / 12)
+    assert mismatch(rec(osl_recorded_tokens=0), {"mode": "agentx"}) == pytest.approx(1000.0)  # at least 1
+    primer = rec(phase="warmup", osl_recorded_tokens=12, osl_streamed_tokens=1)
+    assert mismatch(primer, {"mode": "agentx"}) == 0.0  # a primer asks for warmup_max_tokens (1)
+    assert mismatch(primer, {"mode": "agentx", "warmup_max_tokens": None}) == pytest.approx(-1100 / 12)
+
+
+def _summary_records() -> list[RequestRecord]:
+    warm = rec(phase="warmup", scheduled_ns=0, sent_ns=0, first_token_ns=40 * MS, last_token_ns=40 * MS, end_ns=S // 2)
+    ok = []
+    for i, (ttft_ms, osl) in enumerate([(100, 11), (250, 21), (80, 5), (400, 41), (120, 2)]):
+        sent = (i + 1) * S
+        chunks = [sent + ttft_ms * MS + k * 20 * MS for k in range(osl)]
+        ok.append(
+            rec(
+                turn=i,
+                scheduled_ns=sent - (i + 1) * MS,
+                queued_ns=sent - MS,
+                sent_ns=sent,
+                first_token_ns=chunks[0],
+                last_token_ns=chunks[-1],
+                end_ns=chunks[-1] + 5 * MS,
+                chunk_times_ns=chunks,
+                chunk_tokens=[1] * osl,
+                isl_server_tokens=100 + 10 * i,
+                osl_server_tokens=osl,
+                osl_streamed_tokens=osl,
+                osl_recorded_tokens=osl + (0 if i else 10),  # the first one stopped 10 short
+                cached_tokens=32 * i,
+                theoretical_hit_blocks=i,
+                theoretical_total_blocks=4,
+            )
+        )
+    errors = [
+        failed("http", http_status=500, sent_ns=7 * S, scheduled_ns=7 * S, end_ns=7 * S + 10 * MS),
+        failed("cancelled", sent_ns=8 * S, scheduled_ns=8 * S, end_ns=9 * S, error_message="cancelled"),
+    ]
+    return [warm, *ok, *errors]
+
+
+def test_summary_statistics_and_aggregates_follow_their_definitions() -> None:
+    records = _summary_records()
+    run_file = {"options": {"mode": "agentx", "seed": 11, "duration_s": 20.0}, "run": {"interrupted": False}}
+    records_table = table(records)
+    document = aiperf_summary(records_table, run_file)
+    rows = [msgspec.json.decode(line) for line in aiperf_jsonl_lines(records_table, run_file)]
+    kept = [r for r in rows if r["metadata"]["benchmark_phase"] == "profiling" and r["error"] is None]
+    assert len(kept) == 5
+
+    # Every per-request metric: AIPerf's statistics (linear percentiles, population std) of the JSONL values.
+    for tag in kept[0]["metrics"]:
+        values = [v for r in kept if tag in r["metrics"] for v in np.atleast_1d(r["metrics"][tag]["value"])]
+        block = document[tag]
+        assert block["unit"] == kept[0]["metrics"][tag]["unit"] and block["count"] == len(values), tag
+        assert block["avg"] == pytest.approx(np.mean(values)) and block["sum"] == pytest.approx(np.sum(values))
+        assert block["std"] == pytest.approx(np.std(values)) and block["min"] == pytest.approx(min(values))
+        for p in (1, 5, 10, 25, 50, 75, 90, 95, 99):
+            assert block[f"p{p}"] == pytest.approx(np.percentile(values, p)), (tag, p)
+    assert document["inter_chunk_latency"]["count"] == sum(osl - 1 for osl in (11, 21, 5, 41, 2))
+    assert document["error_isl"]["count"] == 2
+
+    assert document["request_count"]["avg"] == 5 and document["error_request_count"]["avg"] == 2
+    assert document["completed_request_count"]["avg"] == 7
+    assert document["request_error_rate"]["avg"] == pytest.approx(200 / 7)
+    assert document["total_osl"]["avg"] == document["total_output_tokens"]["avg"] == 80
+    assert document["total_isl"]["avg"] == 100 + 110 + 120 + 130 + 140
+    assert document["total_usage_total_tokens"]["avg"] == 600 + 80
+    assert document["total_error_isl"]["avg"] == 200
+    cache = sum(32 * i for i in range(5))
+    assert document["overall_usage_prompt_cache_read_pct"]["avg"] == pytest.approx(100 * cache / 600)
+    assert document["usage_discrepancy_count"]["avg"] == 3  # prompts of 120, 130, 140 for 100 sent: over 10 %
+    assert document["osl_mismatch_count"]["avg"] == 1  # 11 of 21 asked for; the rest exact
+    # Duration: first send → last content chunk of the successful requests.
+    successes = [r for r in records if r.phase == "profiling" and r.status == "ok"]
+    last_chunk = max(r.last_token_ns or 0 for r in successes)
+    assert document["benchmark_duration"]["avg"] == pytest.approx((last_chunk - S) / S) == 4.2
+    # The profiling window: from the warmup's end to its start + 20 s; throughputs divide by it.
+    window = (S // 2, S // 2 + 20 * S)
+    assert document["request_throughput"]["avg"] == pytest.approx(5 / 20)
+    assert document["output_token_throughput"]["avg"] == pytest.approx(80 / 20)
+    assert document["total_token_throughput"]["avg"] == pytest.approx((600 + 80) / 20)
+    assert document["start_time"] == datetime.datetime.fromtimestamp((EPOCH_NS + window[0]) / S).isoformat()
+    assert document["end_time"] == datetime.datetime.fromtimestamp((EPOCH_NS + window[1]) / S).isoformat()
+    # Over every profiling request: sent − due and end − due.
+    waits = [1, 2, 3, 4, 5, 0, 0]
+    assert document["credit_to_start_latency"]["avg"] == pytest.approx(np.mean(waits))
+    assert document["credit_to_start_latency"]["count"] == 7
+    latencies_ms = [(r.end_ns - r.scheduled_ns) / MS for r in records if r.phase == "profiling"]
+    assert document["effective_latency"]["avg"] == pytest.approx(np.mean(latencies_ms))
+    # Failures as +inf in the latency distributions: nearest-rank percentiles, infinite statistics left out.
+    adjusted = document["adj_request_latency"]
+    latencies = sorted(r["metrics"]["request_latency"]["value"] for r in kept)
+    assert adjusted["count"] == 7 and adjusted["min"] == pytest.approx(latencies[0])
+    assert adjusted["p50"] == pytest.approx(latencies[3]) and "p90" not in adjusted and "avg" not in adjusted
+    assert document["theoretical_prefix_cache_hit"] == {"unit": "%", "avg": 50.0, "sum": 10, "count": 20}
+    assert [e["count"] for e in document["error_summary"]] == [1, 1]
+    assert document["error_summary"][0]["error_details"]["type"] == "Internal Server Error"
+    assert document["error_summary"][1]["error_details"]["code"] == 499
+    assert document["warmup_metrics"]["request_count"]["avg"] == 1
+    assert document["warmup_metrics"]["time_to_first_token"]["avg"] == pytest.approx(40.0)
+    assert document["run_info"] == {"benchmark_id": "run-1", "random_seed": 11, "trial": 0}
+    assert document["benchmark_id"] == "run-1" and document["schema_version"] == "1.4"
+    assert document["was_cancelled"] is False and document["is_complete"] is True
+    assert document["metadata"]["scenario"] == "inferencex-agentx-mvp"
+    assert aiperf_summary(records_table, CLOSED)["metadata"]["scenario"] is None
+    interrupted = aiperf_summary(records_table, {"options": {"mode": "agentx"}, "run": {"interrupted": True}})
+    assert interrupted["was_cancelled"] is True and interrupted["incomplete_reason"]
+    assert aiperf_summary(records_table, None)["is_complete"] is False  # no run.json: it did not finish
+
+
+def test_sweep_metrics_on_a_known_timeline() -> None:
+    nan = float("nan")
+    # One request: prefill of 100 tokens over [0, 1 s), 21 tokens decoded over [1 s, 3 s); a failure over
+    # [3.5 s, 3.9 s) that only counts in the concurrency. Window [0, 4 s).
+    start, gen, end = np.array([0.0, 3.5 * S]), np.array([1.0 * S, nan]), np.array([3.0 * S, 3.9 * S])
+    isl, osl = np.array([100.0, nan]), np.array([21.0, nan])
+    metrics = sweep_metrics(start, end, gen, isl, osl, None, (0.0, 4.0 * S))
+    assert metrics["effective_concurrency"]["avg"] == pytest.approx((3 + 0.4) / 4)
+    assert metrics["effective_concurrency"]["max"] == 1 and metrics["effective_concurrency"]["p50"] == 1
+    assert metrics["effective_prefill_throughput"]["avg"] == pytest.approx(100 / 4)  # 100 tok/s for 1 s of 4
+    assert metrics["active_prefill_throughput"]["avg"] == pytest.approx(100.0)
+    assert metrics["effective_decode_throughput"]["avg"] == pytest.approx(10 * 2 / 4)  # (21 − 1) / 2 s
+    assert metrics["active_decode_throughput"]["avg"] == pytest.approx(10.0)
+    assert metrics["active_decode_throughput_per_user"]["avg"] == pytest.approx(10.0)
+    assert metrics["effective_decode_concurrency"]["avg"] == pytest.approx(0.5)
+    assert metrics["effective_prefill_concurrency"]["avg"] == pytest.approx(0.25)
+    assert metrics["effective_total_throughput"]["avg"] == pytest.approx((100 + 20) / 4)
+    assert metrics["active_total_throughput"]["avg"] == pytest.approx((100 + 20) / 3.4)  # while anyone is in
+    assert metrics["tokens_in_flight"]["avg"] == pytest.approx((100 + 121 * 2) / 4)
+    assert metrics["effective_concurrency"]["unit"] == "requests" and metrics["tokens_in_flight"]["unit"] == "tokens"
+    # With per-chunk times: 20 gaps of 0.1 s after the first chunk, one token each.
+    gaps, rows = np.full(20, 0.1 * S), np.zeros(20, dtype=np.int64)
+    chunked = sweep_metrics(start, end, gen, isl, osl, (gaps, rows), (0.0, 4.0 * S))
+    assert chunked["effective_decode_throughput"]["avg"] == pytest.approx(5.0)
+    assert chunked["tokens_in_flight"]["avg"] == pytest.approx((100 + 2 * np.mean(np.arange(101, 121))) / 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the keys the reference writes
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "aiperf_export_keys.json"
+
+
+@pytest.fixture(scope="module")
+def agentx_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An agentx-mode run (warmup, subagents) whose server starts failing requests once profiling has begun."""
+    out = tmp_path_factory.mktemp("agentx-run")
+    faults = FaultConfig(error_500_rate=0.3, reset_rate=0.15, reset_after_chunks=2, seed=5)
+    threads: list[threading.Thread] = []
+    with SimServer(time_scale=0.01, block_size=BLOCK) as sim:
+
+        def on_record(record: RequestRecord) -> None:
+            if record.phase == "profiling" and not threads:  # the warmup is over: a failed primer aborts
+                threads.append(threading.Thread(target=sim.set_faults, args=(faults,), daemon=True))
+                threads[0].start()
+
+        options = ReplayOptions(
+            url=sim.url, model=sim.model, out_dir=out, concurrency=2, delay_scale=0.01, grace_s=5.0, sessions=4
+        )
+        asyncio.run(replay(_trace(), options, on_record=on_record))
+        for thread in threads:
+            thread.join()
+    return out
+
+
+def test_the_exports_carry_every_key_the_reference_writes(agentx_run_dir: Path) -> None:
+    reference = keys.load_fixture(FIXTURE)
+    ours = keys.agentx_keys(agentx_run_dir)
+    produced = msgspec.json.decode(FIXTURE.read_bytes())
+    assert "aiperf profile" in produced["produced_by"] and produced["reference"] == "AIPerf 0.13.0"
+    summary = msgspec.json.decode(export_run(agentx_run_dir, "aiperf-summary", agentx_run_dir / "s.json").read_bytes())
+    assert summary["error_request_count"]["avg"] > 0 and "warmup_metrics" in summary  # the run has what it needs
+    missing = set()
+    for where, key, what in keys.diff(reference, ours):
+        if what == "missing":
+            missing.add(f"{where}.{key}")
+        elif what.startswith("unit") or (what.startswith("stats") and not key.startswith("adj_")):
+            pytest.fail(f"{where}.{key}: {what}")  # (adj_*'s high percentiles depend on the error rate)
+    assert missing == set(NOT_EXPORTED), "a reference key is missing, or NOT_EXPORTED lists one agentx writes"
+
+
+def test_every_key_left_out_is_documented_with_its_reason() -> None:
+    from agentx.results import export_jsonl, export_summary
+
+    for key, reason in NOT_EXPORTED.items():
+        file, _, name = key.split(".", 2)
+        module = export_jsonl if file == "jsonl" else export_summary
+        assert reason and name.rsplit(".", 1)[-1] in (module.__doc__ or ""), key
