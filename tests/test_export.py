@@ -639,6 +639,8 @@ def test_jsonl_metrics_follow_their_definitions() -> None:
     assert isinstance(metrics["usage_total_tokens"], int)
     assert error_row["metrics"] == {"error_isl": {"value": 100, "unit": "tokens"}}
     assert error_row["error"]["type"] == "Service Unavailable"
+    (cut,) = decoded([failed("connection", http_status=200, error_message="closed mid-stream")], AGENTX)
+    assert cut["error"]["code"] is None and cut["error"]["type"] == "connection"  # no error status to report
     # One chunk: no second token, no gaps; one output token: no ITL.
     (single,) = decoded([rec(chunk_times_ns=[1100 * MS], chunk_tokens=[1], osl_streamed_tokens=1)], AGENTX)
     assert not {"time_to_second_token", "inter_chunk_latency", "inter_token_latency"} & set(single["metrics"])

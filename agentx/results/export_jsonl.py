@@ -27,10 +27,10 @@
 **metrics**: `{tag: {"value", "unit"}}` by the definitions of `agentx.results.export_metrics`; a metric
 undefined for the record is absent (a failed request has only `error_isl`).
 
-**error**: null, or `{code, type, message, cause}`: `code` = the HTTP status (499 for a cancellation, as the
-reference), `type` = the status's reason phrase (`"Internal Server Error"`), `RequestCancellationError` for a
-cancellation, else agentx's error kind (`timeout`, `connection`, `protocol`); `message` scrubbed again;
-`cause` null.
+**error**: null, or `{code, type, message, cause}`: `code` = the HTTP error status (499 for a cancellation, as
+the reference; null for a failure with no error status, such as a stream cut after its 200), `type` = the
+status's reason phrase (`"Internal Server Error"`), `RequestCancellationError` for a cancellation, else
+agentx's error kind (`timeout`, `connection`, `protocol`, `http`); `message` scrubbed again; `cause` null.
 
 **Not exported** (the reference writes them; agentx cannot measure them):
 
@@ -149,8 +149,8 @@ def error_details(kind: str | None, http_status: int | None, message: str | None
             name = HTTPStatus(http_status).phrase
         except ValueError:
             name = f"HTTP {http_status}"
-    else:
-        code, name = http_status, kind
+    else:  # a transport failure, or an error event in a 200 stream: AIPerf reports no status for those
+        code, name = None, kind
     return {"code": code, "type": name, "message": scrub(message or kind), "cause": None}
 
 
