@@ -76,8 +76,12 @@ def test_a_subagent_joins_the_turn_after_next_and_recorded_times_replay_exactly(
     assert timing(plan) == [(None, 0.0, ()), (0, 1.0, ()), (1, 2.0, (4,)), (0, 0.5, ()), (3, 0.5, ())]
     assert plan.roots == (0,) and plan.background == ()
     assert plan.dependents == ((1, 3), (2,), (), (4,), (2,))
-    # Recorded service times reproduce the recorded starts (the gaps are consistent).
-    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 3.0, 6.0, 2.5, 4.0]
+    # Recorded service times reproduce the recorded starts, but for the join: A ends (5) after r1 (4), so r2
+    # goes out as A ends, with no think time (docs/agentx.md §3a), at 5 rather than its recorded 6.
+    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 3.0, 5.0, 2.5, 4.0]
+    # A faster than r1 (A's turns 0.1 s): r2 keeps its end-to-start delay after r1, 4 + 2 = 6.
+    fast_child = dry_run(plan, lambda s: 0.1 if s.agent_id == "A" else recorded_service_time_s(s))
+    assert approx(fast_child) == [0.0, 3.0, 6.0, 2.5, 3.1]
     # A slow a1 (10 s, done at 14) holds r2 back: max(r1 done 4 + 2 = 6, 14) = 14; r1 does not wait.
     slow = dry_run(plan, lambda s: 10.0 if (s.agent_id, s.turn) == ("A", 1) else recorded_service_time_s(s))
     assert approx(slow) == [0.0, 3.0, 14.0, 2.5, 4.0]
@@ -103,10 +107,11 @@ def test_parallel_subagents_share_one_branch_start() -> None:
     plan = plan_session(session(req(0, 2), req(10, 1), subagents=subs))
     assert timing(plan) == [(None, 0.0, ()), (0, 8.0, (2, 3)), (0, 0.2, ()), (0, 0.4, ()), (0, 0.5, ())]
     assert plan.background == (4,)
-    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 10.0, 2.2, 2.4, 2.5]
-    # r0 takes 5 s: a0 at 5.2 (done 8.2), b0 at 5.4 (done 9.4), r1 at max(5 + 8, 8.2, 9.4) = 13.
+    # r1 joins a branch that ends (6.4) after r0 (2): it goes out at 6.4, with no think time (§3a).
+    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 6.4, 2.2, 2.4, 2.5]
+    # r0 takes 5 s: a0 at 5.2 (done 8.2), b0 at 5.4 (done 9.4), r1 at 9.4, as the last child ends.
     slow_root = dry_run(plan, lambda s: 5.0 if s.index == 0 else recorded_service_time_s(s))
-    assert approx(slow_root) == [0.0, 13.0, 5.2, 5.4, 5.5]
+    assert approx(slow_root) == [0.0, 9.4, 5.2, 5.4, 5.5]
     # b0 takes 20 s (2.4 + 20, done 22.4): r1 waits for the slowest child of the branch.
     slow_child = dry_run(plan, lambda s: 20.0 if s.agent_id == "B" else recorded_service_time_s(s))
     assert approx(slow_child) == [0.0, 22.4, 2.2, 2.4, 2.5]
@@ -117,13 +122,15 @@ def test_a_nested_subagent_is_planned_relative_to_its_own_parent() -> None:
     # N under A (spawn 2.5 after a0): n0 [3, 4]; joins a1 (t=5 ≥ 4).
     # Steps: 0=r0, 1=r1, 2=a0, 3=a1, 4=n0.
     # n0: anchor a0, delay 0.5, depth 2; a1: anchor a0, 5 − 2.5 = 2.5, joins n0; r1: 10 − 1 = 9, joins a1.
+    # Replayed with recorded service times, each join goes out as its subagent ends (§3a): a1 at n0's end 4,
+    # r1 at a1's end 5.
     nested = sub("N", 1, 2.5, req(3, 1))
     plan = plan_session(
         session(req(0, 1), req(10, 1), subagents=[sub("A", 1, 1.0, req(1.5, 1), req(5, 1), subagents=[nested])])
     )
     assert [(s.agent_id, s.depth) for s in plan.steps] == [("", 0), ("", 0), ("A", 1), ("A", 1), ("N", 2)]
     assert timing(plan) == [(None, 0.0, ()), (0, 9.0, (3,)), (0, 0.5, ()), (2, 2.5, (4,)), (2, 0.5, ())]
-    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 10.0, 1.5, 5.0, 3.0]
+    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 5.0, 1.5, 4.0, 3.0]
     # n0 slow (10 s, done 13): a1 waits until 13 (done 14); r1 waits until max(1 + 9, 14) = 14.
     slow = dry_run(plan, lambda s: 10.0 if s.agent_id == "N" else recorded_service_time_s(s))
     assert approx(slow) == [0.0, 14.0, 1.5, 13.0, 3.0]
@@ -165,7 +172,28 @@ def test_a_subagent_spawned_before_the_first_parent_request_is_kept_from_the_ses
     plan = plan_session(session(req(1, 1), req(3, 1), subagents=[sub("S", 0, 0.5, req(1.5, 1))]))
     assert timing(plan) == [(None, 0.0, ()), (0, 1.0, (2,)), (None, 0.5, ())]
     assert plan.roots == (0, 2)
-    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 2.0, 0.5]
+    # r1 joins S, which ends (1.5) after r0 (1): it goes out then (§3a).
+    assert approx(dry_run(plan, recorded_service_time_s)) == [0.0, 1.5, 0.5]
+
+
+def test_a_branch_begun_while_its_spawning_root_request_ran_starts_from_that_requests_send() -> None:
+    # root r0 [0, 5], r1 [20, 21]. A spawned at 2 (inside r0): a0 [2.5, 3.5] → from r0's send, 2.5 − 0 = 2.5
+    # (reference `on_credit_issued`); B spawned at 6 (after r0's end): b0 [6.5, 26.5], background (its own
+    # branch) → from r0's end, 0.5.
+    # A nested subagent of A spawned inside a0 does not overlap: only the root's branches are issued early.
+    nested = sub("N", 1, 2.8, req(3.0, 0.2))
+    subs = [sub("A", 1, 2.0, req(2.5, 1), subagents=[nested]), sub("B", 1, 6.0, req(6.5, 20))]
+    plan = plan_session(session(req(0, 5), req(20, 1), subagents=subs))
+    at = {(step.agent_id, step.turn): step for step in plan.steps}
+    assert at[("A", 0)].from_anchor_send and at[("A", 0)].delay_s == 2.5
+    assert at[("A", 0)].anchor not in at[("A", 0)].depends_on
+    assert not at[("B", 0)].from_anchor_send and at[("B", 0)].delay_s == 0.5
+    assert not at[("N", 0)].from_anchor_send
+    dispatch = dry_run(plan, recorded_service_time_s)
+    assert dispatch[at[("A", 0)].index] == 2.5 and dispatch[at[("B", 0)].index] == 5.5
+    # anchor_end keeps the recorded gap from the spawning request's end and never overlaps.
+    keeping = plan_session(session(req(0, 5), req(20, 1), subagents=subs), child_offset="anchor_end")
+    assert not any(step.from_anchor_send for step in keeping.steps)
 
 
 def test_a_missing_spawn_time_falls_back_to_the_first_request() -> None:
@@ -215,12 +243,15 @@ def test_generated_sessions_give_a_dag_whose_dry_run_respects_every_dependency(d
     dispatch = dry_run(plan, service_time_s)
     completion = [d + s for d, s in zip(dispatch, service, strict=True)]
     for step in plan.steps:
-        start = (completion[step.anchor] if step.anchor is not None else 0.0) + step.delay_s
-        assert dispatch[step.index] >= start - EPS
-        for joined in step.joins:
-            assert dispatch[step.index] >= completion[joined] - EPS
-        # Nothing waits longer than it must.
-        assert dispatch[step.index] == max([start, *(completion[j] for j in step.joins)])
+        base = dispatch if step.from_anchor_send else completion
+        anchor_at = base[step.anchor] if step.anchor is not None else 0.0
+        for waited in step.depends_on:
+            assert dispatch[step.index] >= completion[waited] - EPS
+        # Its delay after the anchor, unless a joined subagent ended after the anchor: then at that end (§3a);
+        # barriers hold it further. Nothing waits longer than it must.
+        last_join = max((completion[j] for j in step.joins), default=-1.0)
+        due = last_join if last_join > anchor_at else anchor_at + step.delay_s
+        assert dispatch[step.index] == max([due, *(completion[b] for b in step.barriers)])
 
 
 @settings(max_examples=100, deadline=None)
@@ -251,12 +282,9 @@ def test_the_real_weka_samples_plan_without_cycles(weka_sample_files: list[Path]
                 check_plan(sess, plan)
                 dispatch = dry_run(plan, recorded_service_time_s)
                 # Steps are numbered in the same order as `recorded` (agents depth first, then turns).
-                if mode == "anchor_end":
-                    # The sample's gaps are consistent: recorded service times replay every recorded start.
-                    assert dispatch == pytest.approx(recorded, abs=1e-6)
-                else:
-                    # The reference drops spawn gaps (up to ~339 s in trace_0277), so it can only run early.
-                    assert all(d <= r + 1e-6 for d, r in zip(dispatch, recorded, strict=True))
+                # The reference drops spawn gaps (up to ~339 s in trace_0277) and sends a join as its last
+                # subagent ends, so it can only run early; the turns before any spawn replay exactly.
+                assert all(d <= r + 1e-6 for d, r in zip(dispatch, recorded, strict=True))
             planned += len(plan.steps)
     assert planned == 226  # the sample's documented request count
 
@@ -269,8 +297,9 @@ def test_anchor_end_keeps_the_recorded_spawn_gap_that_the_reference_drops() -> N
     keeping = plan_session(sess, child_offset="anchor_end")
     assert timing(reference) == [(None, 0.0, ()), (0, 8.0, (2,)), (0, 0.5, ())]
     assert timing(keeping) == [(None, 0.0, ()), (0, 8.0, (2,)), (0, 3.5, ())]
-    assert approx(dry_run(reference, recorded_service_time_s)) == [0.0, 10.0, 2.5]
-    assert approx(dry_run(keeping, recorded_service_time_s)) == [0.0, 10.0, 5.5]
+    # r1 goes out as A ends (§3a): 3.5 and 6.5.
+    assert approx(dry_run(reference, recorded_service_time_s)) == [0.0, 3.5, 2.5]
+    assert approx(dry_run(keeping, recorded_service_time_s)) == [0.0, 6.5, 5.5]
     with pytest.raises(ValueError, match="unknown child offset"):
         plan_session(sess, child_offset="bogus")  # type: ignore[arg-type]
 
@@ -339,13 +368,13 @@ def test_barriers_tie_a_root_to_the_chains_split_out_of_it() -> None:
     plan = plan_session(session)
     at = {(step.agent_id, step.turn): step for step in plan.steps}
     # Root turn at 2.0 waits for the chain's turn at 1.0 (ended 1.5).
-    assert at[("fa:000", 0)].index in at[("", 1)].joins
+    assert at[("fa:000", 0)].index in at[("", 1)].barriers
     # The chain's turn at 3.0 waits for root turn 2.0 (ended 2.5), not 2.9 (still running at 3.0), and never
     # for `helper`, a plain subagent outside the scope.
-    assert at[("fa:000", 1)].joins == (at[("", 1)].index,)
+    assert at[("fa:000", 1)].barriers == (at[("", 1)].index,)
     without = plan_session(session, barriers=False)
-    assert without.steps[at[("fa:000", 1)].index].joins == ()
-    assert at[("fa:000", 0)].index not in without.steps[at[("", 1)].index].joins
+    assert without.steps[at[("fa:000", 1)].index].barriers == ()
+    assert at[("fa:000", 0)].index not in without.steps[at[("", 1)].index].barriers
 
 
 def test_barriers_drop_a_turn_that_ended_before_another_candidate_started() -> None:
@@ -358,4 +387,4 @@ def test_barriers_drop_a_turn_that_ended_before_another_candidate_started() -> N
     at = {(step.agent_id, step.turn): step for step in plan.steps}
     # For fa:000's turn at 5.0: root's 3.5–4.0 and aux's 1.0–1.2 both ended by then, but aux's ended before
     # root's started, so only the root's binds.
-    assert at[("fa:000", 1)].joins == (at[("", 1)].index,)
+    assert at[("fa:000", 1)].barriers == (at[("", 1)].index,)

@@ -15,6 +15,7 @@ from strategies import record_identity
 from agentx.replay.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.validity import (
     CONTEXT_OVERFLOW_RATE_EXCEEDED,
+    DISPATCH_LAG_EXCEEDED,
     INSUFFICIENT_COVERAGE,
     RUN_CANCELLED,
     UNSAFE_OVERRIDE,
@@ -87,6 +88,22 @@ def test_unsafe_override_nested_top_level_or_in_the_records_metadata() -> None:
     assert validity(table([rec()], {"rules": {"unsafe_override": True}}), run_file()).reasons == [UNSAFE_OVERRIDE]
     assert validity(records, run_file({"unsafe_override": False, "rules": {}})).valid
     assert validity(records, run_file({"unsafe_override": "yes"})).valid  # only a JSON true counts
+
+
+def test_a_run_behind_its_schedule_is_not_valid() -> None:
+    """Dispatch lag p99 above 1 s: requests went out later than due, so the run measured the client."""
+
+    def late(i: int, lag_s: float) -> RequestRecord:
+        return rec(i, scheduled_ns=int((i - lag_s) * S))
+
+    on_time = [late(i, 0.002) for i in range(1, 100)]
+    verdict = validity(table([*on_time, late(100, 30.0)]), run_file())
+    assert verdict.valid and verdict.details["dispatch_lag_p99_s"] < 1.0  # one late request of 100: p99 holds
+    behind = validity(table([*on_time[:90], *(late(i, 5.0) for i in range(91, 101))]), run_file())
+    assert behind.reasons == [DISPATCH_LAG_EXCEEDED] and behind.details["dispatch_lag_p99_s"] > 1.0
+    warmup_late = [late(i, 5.0) for i in range(101, 121)]
+    warmup_late = [msgspec.structs.replace(r, phase="warmup") for r in warmup_late]
+    assert validity(table([*on_time, *warmup_late]), run_file()).valid  # only profiling requests count
 
 
 def test_context_overflow_rate_above_one_percent() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import click
 
 from agentx.cli.replay import decode_command, export, replay
@@ -17,6 +20,15 @@ from agentx.cli.trace import compare_command, convert, inspect, validate
 @click.version_option(package_name="agentx")
 def main() -> None:
     """Replay agentic LLM workloads against OpenAI-compatible inference servers."""
+    # The library says what a user must know mid-run (a long warmup, say) as warnings of the "agentx" logger;
+    # the command line shows them on stderr, one line each.
+    log = logging.getLogger("agentx")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+        log.propagate = False
 
 
 for _command in (

@@ -281,10 +281,10 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--tree-idle-cap-mode",
             type=click.Choice(["runtime", "warp"]),
-            default="runtime",
+            default="warp",
             show_default=True,
-            help="runtime: act on the live schedule when a tree goes idle (newer reference); "
-            "warp: cut each tree's recorded idle gaps before the run (older reference).",
+            help="warp: cut each tree's recorded idle gaps before the run (the reference, AIPerf 0.13.0); "
+            "runtime: act on the live schedule when a tree goes idle (as InferenceX describes a newer one).",
         ),
         click.option(
             "--failed-request-threshold",

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
 import time
 import uuid
@@ -62,7 +63,7 @@ from agentx.replay.identity import ServerIdentity, identify_server
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
 from agentx.replay.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
-from agentx.replay.plan import Step, session_order
+from agentx.replay.plan import Step, join_due, session_order
 from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
@@ -89,6 +90,9 @@ not cancel a run."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
+WARMUP_NOTICE_S = 120.0
+"""A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
+_log = logging.getLogger(__name__)
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
 
@@ -180,10 +184,10 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     most this long after the system went idle (docs/agentx.md §4b; AgentX locks it at 10 s). None: off."""
     tree_idle_cap_s: float | None = None
     """The same per tree (§4c; InferenceX passes 300); it also caps warmup leads and a lane's first offset."""
-    tree_idle_cap_mode: Literal["runtime", "warp"] = "runtime"
-    """How the per-tree cap acts (§4c, version-dependent): on the live schedule when a tree has gone idle
-    (`runtime`, the newer reference, as InferenceX describes it), or by cutting each tree's recorded idle gaps
-    before the run (`warp`, the older one: `agentx.trace.warp`)."""
+    tree_idle_cap_mode: Literal["runtime", "warp"] = "warp"
+    """How the per-tree cap acts (§4c, version-dependent): by cutting each tree's recorded idle gaps before the run
+    (`warp`: `agentx.trace.warp`, what the reference, AIPerf 0.13.0, does), or on the live schedule when a tree has
+    gone idle (`runtime`, as InferenceX describes a newer version)."""
     benchmark_id: str | None = None
     """The run-level key of the cache-bust markers (§2e); None: the run id, fresh every run, so a rerun never
     hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
@@ -253,6 +257,10 @@ class RunResult(msgspec.Struct, kw_only=True):
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0
     """Idle time the system cap removed in all (the per-tree cap's shifts are not summed here)."""
+    warmup_expected_s: float = 0.0
+    """agentx mode: how long the primers' spread schedule was expected to take, idle caps applied."""
+    notices: list[str] = []
+    """What the run announced as it went (e.g. a warmup of many minutes), as logged."""
 
 
 class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
@@ -450,7 +458,28 @@ async def run_replay(
         server=server,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.skipped_ns / 1e9,
+        warmup_expected_s=runner.warmup_expected_s,
+        notices=runner.notices,
     )
+
+
+def expected_warmup_s(offsets_s: list[float], system_idle_cap_s: float | None) -> float:
+    """How long primers sent at `offsets_s` take to go out when the system idle cap shortens every gap between
+    them to at most the cap (primers are 1-token requests: the system is idle between them)."""
+    if not offsets_s:
+        return 0.0
+    ordered = sorted(offsets_s)
+    if system_idle_cap_s is None:
+        return ordered[-1]
+    return min(ordered[0], system_idle_cap_s) + sum(
+        min(later - earlier, system_idle_cap_s) for earlier, later in itertools.pairwise(ordered)
+    )
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
 def _describe_snapshot(lane: int, prepared: PreparedSession, state: Snapshot) -> dict[str, Any]:
@@ -591,6 +620,8 @@ class _Runner:
         """Per session index: plays so far (the marker's recycle pass)."""
         self.marker_tokens = MARKER_WORDS if options.api == "chat" else MARKER_TOKENS
         self.cancelled = 0
+        self.warmup_expected_s = 0.0
+        self.notices: list[str] = []
         self.skipped = 0
         self.trees_started = 0
         self.trees_finished = 0
@@ -684,6 +715,18 @@ class _Runner:
         if cap is not None:
             primers = [(play, index, min(lead, cap)) for play, index, lead in primers]
         max_lead = max(lead for _, _, lead in primers)
+        if self.options.warmup == "spread":
+            self.warmup_expected_s = expected_warmup_s(
+                [(max_lead - lead) * self.delay_scale for _, _, lead in primers], self.options.system_idle_cap_s
+            )
+            if self.warmup_expected_s > WARMUP_NOTICE_S:
+                cap = self.options.system_idle_cap_s
+                self._notice(
+                    f"the warmup will take about {_duration(self.warmup_expected_s)}: {len(primers)} primers spread "
+                    f"over leads of up to {_duration(max_lead * self.delay_scale)} before t*"
+                    + (" (--system-idle-cap is off)" if cap is None else f", idle gaps capped at {cap:g} s")
+                    + "; profiling starts when it ends"
+                )
         start_ns = time.perf_counter_ns()
         failures: list[RequestRecord] = []
 
@@ -714,6 +757,10 @@ class _Runner:
                 f"{first.error_kind}: {first.error_message}; the run stops before profiling, as AgentX does "
                 f"({len(failures)} root primer(s) failed)"
             )
+
+    def _notice(self, message: str) -> None:
+        self.notices.append(message)
+        _log.warning(message)
 
     async def _sleep_until(self, due_ns: int) -> bool:
         """Sleep until `due_ns` (perf_counter) unless the run stops first; True if it stopped."""
@@ -891,17 +938,28 @@ class _Runner:
                     return
                 if phase != "profiling":
                     sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
-            if state is not None and step.index in state.first_live:
+            first_live = state is not None and step.index in state.first_live
+            if step.anchor is None:
+                base_ns = tree.start_ns
+            else:
+                base_ns = (tree.sent_ns if step.from_anchor_send else tree.completed_ns)[step.anchor]
+            if state is not None and first_live:
                 offset_s = state.first_live[step.index] - self._first_offset_cut(state)
                 due_ns = self.profiling_start_ns + int(offset_s * self.delay_scale * 1e9)
             else:
-                base_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
                 due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
-            if step.joins:
-                due_ns = self._join_due(tree, step, due_ns)
+            # A join whose last subagent completed after the agent's previous turn goes out at once (§3a).
+            due_ns = int(join_due(base_ns, due_ns - base_ns, [tree.completed_ns[joined] for joined in step.joins]))
+            for barrier in step.barriers:
+                due_ns = max(due_ns, tree.completed_ns[barrier])
             # After a cache-pressure stage, a turn due before the profiling start goes out at it (§4d).
             due_ns = max(due_ns, self.profiling_start_ns)
-            stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
+            if step.depth > 0 and step.turn == 0 and not first_live:
+                # A subagent's first turn waits a plain sleep that no idle cap moves, as the reference's
+                # (`timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
+                stopped = await self._sleep_until(due_ns)
+            else:
+                stopped, due_ns = await self.idle.wait(tree, due_ns, self._stop)
             if stopped:
                 self.skipped += 1
                 return
@@ -942,16 +1000,6 @@ class _Runner:
             self.profiling_started.set()
             if self.on_profiling is not None:
                 self.on_profiling()
-
-    @staticmethod
-    def _join_due(tree: Play, step: Step, due_ns: int) -> int:
-        """When a turn that joins subagents goes out (docs/agentx.md §3a): if the last of them completed after the
-        agent's previous turn did, as soon as it completed, with no think time (reference:
-        `timing/branch_orchestrator.py`, `_resolve_think_ms` is 0 for an ordinary join); if they had all
-        completed before, after the ordinary end-to-start delay (`due_ns`)."""
-        joined_ns = max(tree.completed_ns[joined] for joined in step.joins)
-        anchor_ns = tree.completed_ns[step.anchor] if step.anchor is not None else tree.start_ns
-        return joined_ns if joined_ns > anchor_ns else due_ns
 
     def _first_offset_cut(self, state: Snapshot) -> float:
         """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is
@@ -1059,6 +1107,7 @@ class _Runner:
     async def _send(
         self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes, phase: Phase = "profiling"
     ) -> RequestRecord:
+        tree.sent_ns[step.index] = time.perf_counter_ns()
         tree.sent[step.index].set()
         request_id = str(uuid.uuid4())
         headers = {**tree.headers(step.agent_id), "X-Request-ID": request_id}

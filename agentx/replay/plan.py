@@ -10,9 +10,13 @@ with `completion(None) = 0`, the session's start on the replay clock. The rules 
   end-to-start gap `max(0, t_k − (t_{k−1} + api_time_{k−1}))`, an unknown api_time counting as 0: the
   replay measures from the *completion* it observes, so the server's own speed never shifts the script.
 - **A subagent's first turn** is anchored to the parent's last request before the spawn (index
-  `spawn_after − 1`) and waits `max(0, child_first_t − branch_start_t)`. A branch is the parent's subagents
-  sharing one (anchor, join); its start is their earliest spawn time, so parallel subagents launched by one
-  tool call keep their recorded stagger relative to one another, not relative to the anchor's end.
+  `spawn_after − 1`) and waits `max(0, child_first_t − branch_start_t)` after its completion. A branch is the
+  parent's subagents sharing one (anchor, join); its start is their earliest spawn time, so parallel subagents
+  launched by one tool call keep their recorded stagger relative to one another, not relative to the anchor's
+  end. A branch of the root that began while its spawning request was still running (`branch_start_t < t +
+  api_time`, api_time known) starts from that request's *send* instead and waits `max(0, child_first_t − t)`,
+  as the reference dispatches such branches when the request is issued (`timing/branch_orchestrator.py`,
+  `on_credit_issued`).
   This drops the recorded gap between the anchor's end and the branch's spawn (real traces have gaps of
   minutes: the parent's think time while it decided to spawn). `child_offset="anchor_end"` keeps it
   instead, `max(0, child_first_t − anchor_end_t)`, which replays a consistent recording exactly.
@@ -66,13 +70,20 @@ class Step(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """Seconds after the anchor's completion (or the session start) before dispatch; never negative."""
     joins: tuple[int, ...] = ()
     """The last steps of the subagents this step waits for, besides its anchor."""
+    barriers: tuple[int, ...] = ()
+    """Steps of other streams of its scope that must have completed before it is sent (§3c)."""
     background: bool = False
     """The step's agent (or an ancestor subagent) is joined by no parent request."""
+    from_anchor_send: bool = False
+    """The delay runs from the anchor's *send*, not its completion: the first turn of a branch that began while
+    its spawning root request was still running (docs/agentx.md §3a)."""
 
     @property
     def depends_on(self) -> tuple[int, ...]:
-        """Every step that must complete before this one: the anchor (if any), then the joins."""
-        return ((self.anchor,) if self.anchor is not None else ()) + self.joins
+        """Every step that must complete before this one: the anchor (if any, unless the delay runs from its
+        send), the joins, then the barriers."""
+        anchored = self.anchor is not None and not self.from_anchor_send
+        return ((self.anchor,) if anchored and self.anchor is not None else ()) + self.joins + self.barriers
 
 
 class SessionPlan(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -100,6 +111,7 @@ class _Start(msgspec.Struct, frozen=True):
     anchor: int | None
     delay_s: float
     ref_t: float
+    from_anchor_send: bool = False
 
 
 def _first_t(agent: Agent, fallback_t: float) -> float:
@@ -139,8 +151,9 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
 
         own: list[int] = []
         for turn, request in enumerate(agent.requests):
+            from_send = False
             if turn == 0:
-                anchor, delay_s = start.anchor, start.delay_s
+                anchor, delay_s, from_send = start.anchor, start.delay_s, start.from_anchor_send
             else:
                 previous = agent.requests[turn - 1]
                 anchor, delay_s = own[-1], max(0.0, request.t - previous.end)
@@ -155,6 +168,7 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
                     anchor=anchor,
                     delay_s=delay_s,
                     background=background,
+                    from_anchor_send=from_send,
                 )
             )
 
@@ -167,7 +181,18 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
                     else agent.requests[sub.spawn_after - 1].end
                 )
                 first_t = _first_t(sub, reference_t)
-                sub_start = _Start(own[sub.spawn_after - 1], max(0.0, first_t - reference_t), first_t)
+                spawning = agent.requests[sub.spawn_after - 1]
+                overlaps = (
+                    depth == 0
+                    and child_offset == "branch_start"
+                    and spawning.api_time is not None
+                    and spawning.api_time > 0
+                    and branch_start[(sub.spawn_after, joined_at)] < spawning.end
+                )
+                if overlaps:
+                    sub_start = _Start(own[sub.spawn_after - 1], max(0.0, first_t - spawning.t), first_t, True)
+                else:
+                    sub_start = _Start(own[sub.spawn_after - 1], max(0.0, first_t - reference_t), first_t)
             else:
                 # No anchor (the reference drops these): start alongside the parent, offset by the recorded lead.
                 first_t = _first_t(sub, start.ref_t)
@@ -185,8 +210,8 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
     if barriers:
         for index, extra in _barriers(session, steps).items():
             step = steps[index]
-            joins = tuple(sorted(set(step.joins) | set(extra) - {step.anchor}))
-            steps[index] = msgspec.structs.replace(step, joins=joins)
+            held_by = tuple(sorted(set(extra) - {step.anchor} - set(step.joins)))
+            steps[index] = msgspec.structs.replace(step, barriers=held_by)
     return _finish(session.session_id, steps)
 
 
@@ -273,6 +298,17 @@ def _topological_order(steps: Sequence[Step], dependents: Sequence[Sequence[int]
     return order
 
 
+def join_due(anchor_at: float, delay: float, joined_at: Sequence[float]) -> float:
+    """When a step is due, from its anchor's completion (or send), its delay, and its joined subagents'
+    completions, in any one unit: if the last subagent completed after the anchor, at that moment, with no
+    think time (the reference's `_resolve_think_ms` is 0 for an ordinary join); otherwise the anchor plus the
+    delay (docs/agentx.md §3a)."""
+    last = max(joined_at, default=None)
+    if last is not None and last > anchor_at:
+        return last
+    return anchor_at + delay
+
+
 def recorded_service_time_s(step: Step) -> float:
     """The recorded server duration of a step (unknown → 0), for `dry_run` against the trace itself."""
     return step.request.api_time or 0.0
@@ -282,15 +318,17 @@ def dry_run(plan: SessionPlan, service_time_s: Callable[[Step], float]) -> list[
     """Each step's dispatch time (seconds from the session start) if step i takes `service_time_s(step)`.
 
     Deterministic: with no contention to model, the event simulation reduces to evaluating the DAG in
-    topological order, each step dispatched at max(anchor completion + delay, join completions).
+    topological order, each step dispatched at `join_due(...)`, then held by its barriers.
     """
     dispatch_s = [0.0] * len(plan.steps)
     completion_s = [0.0] * len(plan.steps)
     for index in plan.order:
         step = plan.steps[index]
-        at = (completion_s[step.anchor] if step.anchor is not None else 0.0) + step.delay_s
-        for joined in step.joins:
-            at = max(at, completion_s[joined])
+        base = dispatch_s if step.from_anchor_send else completion_s
+        anchor_s = base[step.anchor] if step.anchor is not None else 0.0
+        at = join_due(anchor_s, step.delay_s, [completion_s[j] for j in step.joins])
+        for barrier in step.barriers:
+            at = max(at, completion_s[barrier])
         dispatch_s[index] = at
         completion_s[index] = at + max(0.0, service_time_s(step))
     return dispatch_s

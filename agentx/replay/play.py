@@ -186,6 +186,8 @@ class Play:
         self.sent = [asyncio.Event() for _ in range(n)]
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
+        self.sent_ns = [0] * n
+        """When each step's request went out (0: not sent)."""
         self.conversations: dict[str, Conversation] = {}
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
         self.last_out_tokens: dict[str, int] = {}

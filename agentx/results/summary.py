@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from rich.table import Table
 
 from agentx.results.acceptance import Acceptance, acceptance_table
-from agentx.results.validity import Validity
+from agentx.results.validity import DISPATCH_LAG_MAX_P99_S, Validity
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -681,7 +681,10 @@ def summary_table(summary: Summary, title: str = "") -> list[Table]:
         overview.add_row("requests/s", _s(t.requests_per_s, 3))
     lag = summary.dispatch_lag
     if lag is not None:
-        overview.add_row("dispatch lag p50 / p99 / max (s)", f"{_s(lag.p50_s)} / {_s(lag.p99_s)} / {_s(lag.max_s)}")
+        behind = " BEHIND SCHEDULE" if lag.p99_s > DISPATCH_LAG_MAX_P99_S else ""
+        overview.add_row(
+            "dispatch lag p50 / p99 / max (s)", f"{_s(lag.p50_s)} / {_s(lag.p99_s)} / {_s(lag.max_s)}{behind}"
+        )
     loop = summary.loop_lag
     if loop is not None:
         overview.add_row(

@@ -23,6 +23,9 @@ A run is valid unless one of these applies (reasons are reported in this order):
   stretch with no successful streamed request for more than 10 s (a dead or erroring server, a stalled client)
   is.
 
+- `dispatch_lag_exceeded`: the run fell behind its schedule: the p99 of the profiling records' dispatch lag
+  (`sent − scheduled`, failed requests included) exceeds `DISPATCH_LAG_MAX_P99_S` (1 s). A request sent later
+  than it was due measures the client, not the server (docs/agentx.md §4b: a request is never due in the past).
 - `acceptance_mismatch`: a forced speculative acceptance length (`--spec-al`) that the realized one
   contradicts by more than the tolerance (agentx.results.acceptance): from the `acceptance` passed in,
   else from `run.json`'s `summary.acceptance.mismatch`.
@@ -50,12 +53,14 @@ COVERAGE_MIN_PHASE_S: Final = 900.0
 COVERAGE_MIN_FRACTION: Final = 0.98
 COVERAGE_IDLE_ALLOWANCE_S: Final = 10.0
 INFERENCEX_MAX_ERROR_RATE: Final = 0.10
+DISPATCH_LAG_MAX_P99_S: Final = 1.0
 
 UNSAFE_OVERRIDE: Final = "unsafe_override"
 CONTEXT_OVERFLOW_RATE_EXCEEDED: Final = "context_overflow_rate_exceeded"
 RUN_CANCELLED: Final = "run_cancelled"
 INSUFFICIENT_COVERAGE: Final = "insufficient_profile_metric_coverage"
 ACCEPTANCE_MISMATCH: Final = "acceptance_mismatch"
+DISPATCH_LAG_EXCEEDED: Final = "dispatch_lag_exceeded"
 
 _NS_PER_S: Final = 1e9
 
@@ -226,6 +231,13 @@ def validity(
     fraction = coverage["covered_fraction"]
     if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
         reasons.append(INSUFFICIENT_COVERAGE)
+
+    lag = _floats(table, "dispatch_lag_s")[profiling]
+    lag = lag[np.isfinite(lag)]
+    lag_p99 = float(np.percentile(lag, 99)) if lag.size else None
+    details["dispatch_lag_p99_s"] = lag_p99
+    if lag_p99 is not None and lag_p99 > DISPATCH_LAG_MAX_P99_S:
+        reasons.append(DISPATCH_LAG_EXCEEDED)
 
     verdict = _acceptance_mismatch(acceptance, document)
     if verdict is not None:
