@@ -388,3 +388,16 @@ def test_barriers_drop_a_turn_that_ended_before_another_candidate_started() -> N
     # For fa:000's turn at 5.0: root's 3.5–4.0 and aux's 1.0–1.2 both ended by then, but aux's ended before
     # root's started, so only the root's binds.
     assert at[("fa:000", 1)].barriers == (at[("", 1)].index,)
+
+
+def test_barriers_drop_a_turn_that_ended_exactly_when_another_candidate_started() -> None:
+    """Exact boundary touches are ordered (reference `infer_cross_stream_predecessors`): aux's 1.0–3.5 ended at
+    the very moment root's 3.5–4.0 started, so for fa:000's turn at 5.0 only the root's binds."""
+    fa = Agent(
+        agent_id="fa:000", spawn_after=1, t=0.6, subagent_type="fa", requests=[_timed(0.6, 0.7), _timed(5.0, 5.5)]
+    )
+    aux = Agent(agent_id="aux:001", spawn_after=1, t=1.0, subagent_type="aux", requests=[_timed(1.0, 3.5)])
+    root = Agent(requests=[_timed(0.0, 0.5), _timed(3.5, 4.0), _timed(6.0, 6.5)], subagents=[fa, aux])
+    plan = plan_session(Session(session_id="s", root=root))
+    at = {(step.agent_id, step.turn): step for step in plan.steps}
+    assert at[("fa:000", 1)].barriers == (at[("", 1)].index,)

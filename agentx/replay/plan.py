@@ -233,9 +233,9 @@ def _scopes(session: Session) -> list[list[str]]:
 
 
 def _barriers(session: Session, steps: Sequence[Step]) -> dict[int, list[int]]:
-    """§3c: a request starting at s also waits, on each other stream of its scope, for the latest request
-    that started before s and ended by s, unless that one ended before another such request started;
-    overlapping requests create no edge."""
+    """§3c: a request starting at s also waits, on each other stream of its scope, for the latest request to
+    complete that started before s and ended by s, unless that one ended by the start of another such request
+    (which started after it); overlapping requests create no edge."""
     by_agent: dict[str, list[Step]] = {}
     for step in steps:
         by_agent.setdefault(step.agent_id, []).append(step)
@@ -249,15 +249,18 @@ def _barriers(session: Session, steps: Sequence[Step]) -> dict[int, list[int]]:
                 for other in streams:
                     if other is own:
                         continue
-                    latest = None
-                    for candidate in other:
-                        if candidate.request.t >= s:
-                            break
-                        if candidate.request.end <= s:
-                            latest = candidate
-                    if latest is not None:
-                        candidates.append(latest)
-                kept = [c for c in candidates if not any(c.request.end < d.request.t for d in candidates if d is not c)]
+                    completed = [c for c in other if c.request.t < s and c.request.end <= s]
+                    if completed:
+                        # The latest to complete (reference: `timing/replay_dependencies.py`,
+                        # `infer_cross_stream_predecessors`), ties to the later start, then the later turn.
+                        candidates.append(max(completed, key=lambda c: (c.request.end, c.request.t, c.turn)))
+                kept = [
+                    c
+                    for c in candidates
+                    if not any(
+                        c.request.t < d.request.t and c.request.end <= d.request.t for d in candidates if d is not c
+                    )
+                ]
                 if kept:
                     extra[step.index] = [c.index for c in kept]
     return extra
