@@ -62,3 +62,16 @@ def test_a_real_flattened_trace_splits_as_the_whole_trace_does(weka_sample_files
     split, report = split_trace(trace)
     assert msgspec.to_builtins(sessions.whole()) == msgspec.to_builtins(split)
     assert sessions.flattened_chains == report.total.chains >= 1
+
+
+def test_replay_hits_count_a_block_once_its_request_started() -> None:
+    """The records' theoretical hit follows the reference (docs/agentx.md §6): a block is seen once the request
+    that sends it has started, so a request starting while another with the same prefix still runs hits it."""
+    from agentx.replay.play import Hits
+
+    first = Request(t=0.0, model="m", in_tokens=64, out_tokens=1, api_time=10.0, hash_ids_added=(1, 2, 3, 4))
+    overlapping = Request(t=1.0, model="m", in_tokens=64, out_tokens=1, api_time=1.0, hash_ids_added=(1, 2, 3, 4))
+    sub = Agent(agent_id="a", spawn_after=1, t=1.0, requests=[overlapping])
+    trace = Trace(sessions=[Session(session_id="s", root=Agent(requests=[first], subagents=[sub]))], block_size=16)
+    hits, totals = Hits(ReplaySessions(trace, chain_rules=None)).of(0)
+    assert list(hits) == [0, 4] and list(totals) == [4, 4]

@@ -103,7 +103,11 @@ def prepare(
 
 class Hits:
     """Theoretical prefix-cache hits per session: computed per session for session-scoped ids (a session is
-    its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise."""
+    its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise.
+
+    A block counts as seen once its request has *started*, in recorded start order, as the reference computes
+    it (`dataset/loader/weka_metric_prepass.py`, `compute_shared_prefix_cache_metrics`; docs/agentx.md §6), not
+    once it has ended (`agentx inspect`'s causal default)."""
 
     def __init__(self, sessions: ReplaySessions) -> None:
         self.sessions = sessions
@@ -115,10 +119,10 @@ class Hits:
         sessions = self.sessions
         if sessions.trace.hash_id_scope == "session":
             alone = msgspec.structs.replace(sessions.trace, sessions=[sessions.session(index)])
-            return prefix_cache_hits(alone)
+            return prefix_cache_hits(alone, causal=False)
         if self._whole is None:
             whole = sessions.whole()
-            hits, totals = prefix_cache_hits(whole)
+            hits, totals = prefix_cache_hits(whole, causal=False)
             self._whole = hits, totals, [0, *itertools.accumulate(s.request_count for s in whole.sessions)]
         hits, totals, first_rows = self._whole
         start, end = first_rows[index], first_rows[index + 1]
