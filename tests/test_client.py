@@ -377,6 +377,11 @@ def test_content_kinds_and_trailing_usage() -> None:
         (b'event: error\ndata: {"message": "engine died"}\n\n', "http", "engine died"),
         (b'data: {"error": {"message": "out of memory", "code": 500}}\n\n', "http", "out of memory"),
         (b'data: {"object": "error", "message": "old shape"}\n\n', "http", "old shape"),
+        (
+            b'data: {"error": {"message": "This model\'s maximum context length is 8192"}}\n\n',
+            "context_overflow",
+            "8192",
+        ),
         (b"data: not json\n\n", "protocol", "malformed"),
         (b"", "protocol", "[DONE]"),
     ],
@@ -386,6 +391,18 @@ def test_in_band_errors(tail: bytes, kind: str, text: str) -> None:
     assert exchange.error_kind == kind
     assert exchange.error_message is not None and text in exchange.error_message
     assert exchange.chunk_tokens == [1] and exchange.tokens_estimated
+
+
+@pytest.mark.parametrize("status", [400, 413, 500])
+def test_a_context_overflow_is_one_whatever_its_status(status: int) -> None:
+    """As the reference classifies every error record (docs/agentx.md §5): by the text, not the status."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.json_response({"error": {"message": "prompt is too long: 9000 tokens"}}, status=status)
+
+    exchange = serve(handler, lambda client: client.stream(CHAT, b"{}"))
+    assert (exchange.error_kind, exchange.status) == ("context_overflow", status)
 
 
 def test_secret_scrubbed_from_messages() -> None:

@@ -113,12 +113,14 @@ def test_context_overflow_rate_above_one_percent() -> None:
     two = validity(table([*ok, failed("context_overflow", 98), failed("context_overflow", 99)]), run_file())
     assert two.reasons == [CONTEXT_OVERFLOW_RATE_EXCEEDED]
     assert two.details["context_overflow_rate"] == 0.02
-    # Skipped overflows join the denominator (and are not themselves overflows of sent requests).
+    # Overflows are not errors (the reference counts them apart), and the turns not sent after an overflow are
+    # no requests: they join no count.
     skipped = validity(
         table([*ok, failed("context_overflow", 98), failed("context_overflow", 99)]),
         run_file(skipped_context_overflow=100),
     )
-    assert skipped.valid and skipped.details["context_overflow_rate"] == 2 / 200
+    assert skipped.reasons == [CONTEXT_OVERFLOW_RATE_EXCEEDED] and skipped.details["context_overflow_rate"] == 0.02
+    assert skipped.details["error_request_count"] == 0 and skipped.details["skipped_context_overflow_count"] == 100
 
 
 def test_warmup_overflows_do_not_count() -> None:

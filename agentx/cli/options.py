@@ -132,7 +132,7 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
             "overflow_substrings",
             multiple=True,
             metavar="TEXT",
-            help="A 400 whose body holds this is a context overflow (repeatable; replaces the defaults).",
+            help="An error answer whose text holds this is a context overflow (repeatable; replaces the defaults).",
         ),
         click.option(
             "--split-flattened-agents/--no-split-flattened-agents",

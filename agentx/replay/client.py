@@ -371,7 +371,13 @@ class Client:
                         self._flights.discard(flight)
             response.finish(self.context_overflow_substrings)
         except _ExchangeError as failure:
-            _fail(exchange, failure.kind, self._scrub(failure.message))
+            kind = failure.kind
+            # Any error answer whose text names a context overflow is one, whatever its status or whether it
+            # came as a status or an in-stream error event (reference: `common/scenario/context_overflow.py`,
+            # applied to every error record; docs/agentx.md §5).
+            if kind == "http" and any(s in failure.message.lower() for s in self.context_overflow_substrings):
+                kind = "context_overflow"
+            _fail(exchange, kind, self._scrub(failure.message))
         except TimeoutError:  # the watchdog's, the total and the connect timeouts
             if flight.expired:
                 message = f"idle timeout: no bytes from the server for {self.idle_timeout_s:g} s"
@@ -551,10 +557,9 @@ class _Response:
             raw = self._error_body
             message = _error_message(raw) or self._reason
             kind: ErrorKind = "http"
-            if exchange.status == 400:
-                lowered = raw.decode("utf-8", "replace").lower()
-                if any(s in lowered for s in context_overflow_substrings):
-                    kind = "context_overflow"
+            lowered = raw.decode("utf-8", "replace").lower()
+            if any(s in lowered for s in context_overflow_substrings):
+                kind = "context_overflow"
             raise _ExchangeError(kind, f"HTTP {exchange.status}: {message}")
         if not self.streamed:
             self._whole(b"".join(self._parts))

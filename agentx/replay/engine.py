@@ -84,9 +84,9 @@ written in a gap between due requests (`QUIET_SPAN_NS`), so at most 0.1 s after 
 COMPLETIONS_PATH = "/v1/completions"
 LOOP_LAG_TICK_S = 0.1
 """How often the event-loop lag is sampled."""
-FAILURE_THRESHOLD_MIN_REQUESTS = 20
-"""The failure threshold is judged only once this many profiling requests have ended: one early error must
-not cancel a run."""
+FAILURE_THRESHOLD_MIN_REQUESTS = 10
+"""The failure threshold is judged only once max(this, concurrency) profiling requests have ended, the reference's
+grace floor (`records/records_manager.py`): one early error must not cancel a run."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
@@ -112,7 +112,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     chain_rules: ChainRules = DEFAULT_RULES
     """The thresholds of flattened-agent detection (agentx.trace.chains.ChainRules, the reference's defaults)."""
     context_overflow_substrings: tuple[str, ...] = CONTEXT_OVERFLOW_SUBSTRINGS
-    """An HTTP 400 whose body holds one of these (case-insensitive) is a context overflow (§5); () disables."""
+    """An error answer (any HTTP status, or an in-stream error event) whose text holds one of these (case-insensitive)
+    is a context overflow (§5); () disables."""
     split_flattened_agents: bool = True
     """Split agents recorded flattened into their parent's request list into their own agents first
     (agentx.trace.chains, §3b; on in the reference)."""
@@ -193,7 +194,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
     failed_request_threshold: float | None = None
     """Cancel the run once more than this fraction of profiling requests failed (InferenceX: 0.10); judged
-    from `FAILURE_THRESHOLD_MIN_REQUESTS` requests on."""
+    from max(`FAILURE_THRESHOLD_MIN_REQUESTS`, concurrency) requests on; context overflows are not failures here."""
     quiet_gc: bool = True
     """During the run, freeze what exists at its start out of the garbage collector's sight and collect only
     the young generations, on a 0.1 s clock (restored at the end): automatic collections otherwise stall the
@@ -1223,13 +1224,13 @@ class _Runner:
     def _judge_failures(self, record: RequestRecord) -> None:
         """Cancel the run once the profiling error ratio crosses `failed_request_threshold` (docs/agentx.md §5)."""
         self.profiling_requests += 1
-        if record.status == "error" and record.error_kind != "cancelled":
+        if record.status == "error" and record.error_kind not in ("cancelled", "context_overflow"):
             self.profiling_errors += 1
         threshold = self.options.failed_request_threshold
         if (
             threshold is not None
             and self.cancel_reason is None
-            and self.profiling_requests >= FAILURE_THRESHOLD_MIN_REQUESTS
+            and self.profiling_requests >= max(FAILURE_THRESHOLD_MIN_REQUESTS, self.options.concurrency)
             and self.profiling_errors > threshold * self.profiling_requests
         ):
             self.cancel_reason = "failure_threshold"

@@ -6,10 +6,11 @@ A run is valid unless one of these applies (reasons are reported in this order):
   `options["rules"]["unsafe_override"]` or as `options["unsafe_override"]`, in `run.json` or in the records
   file's metadata. Absent means false.
 - `context_overflow_rate_exceeded`: over the profiling records,
-  `overflows / (request_count + error_request_count + skipped_context_overflow)` > 1 %, where overflows are
-  records with `error_kind = "context_overflow"`, `request_count` the successes, `error_request_count` every
-  other record (cancelled ones included), and `skipped_context_overflow` is `run.skipped_context_overflow` from
-  `run.json` (0 when absent).
+  `overflows / (request_count + error_request_count + overflows)` > 1 %, where overflows are records with
+  `error_kind = "context_overflow"`, `request_count` the successes and `error_request_count` every other
+  failed record (cancelled ones included): the reference keeps overflows apart from the errors
+  (`records/records_manager.py`). The turns not sent after an overflow (`run.skipped_context_overflow` in
+  `run.json`) are reported in the details, not counted.
 - `run_cancelled`: `run.interrupted` is true or `run.cancel_reason` is non-empty; also when there is no run
   file at all, since every run that ends (interrupted ones included) writes `run.json`, so a run without one
   crashed or is still going.
@@ -204,11 +205,11 @@ def validity(
     ok = _mask(table, "status", "ok", missing=True)
     overflow = _mask(table, "error_kind", "context_overflow", missing=False)
     request_count = int((profiling & ok).sum())
-    error_count = int((profiling & ~ok).sum())
     overflows = int((profiling & ~ok & overflow).sum())
+    error_count = int((profiling & ~ok & ~overflow).sum())
     skipped_raw = run.get("skipped_context_overflow", 0) if isinstance(run, Mapping) else 0
     skipped = int(skipped_raw) if isinstance(skipped_raw, int | float) else 0
-    denominator = request_count + error_count + skipped
+    denominator = request_count + error_count + overflows
     overflow_rate = overflows / denominator if denominator else 0.0
     details |= {
         "request_count": request_count,
