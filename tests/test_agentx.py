@@ -314,3 +314,22 @@ def test_the_weka_sample_replays_in_agentx_mode_without_client_errors(
         key = (record.session_id, record.agent_id, record.turn)
         assert (record.theoretical_hit_blocks, record.theoretical_total_blocks) == expected[key]
         assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens + 8
+
+
+@pytest.mark.parametrize("warmup", ["spread", "burst"])
+def test_burst_also_starts_each_lanes_earliest_live_turn_at_the_profiling_start(
+    sim: SimServer, tmp_path: Path, warmup: str
+) -> None:
+    """Turns 10 s apart, t* at the middle of the span (45 s): the first live turn (50 s) is due 5 s × 0.1 after
+    the profiling start in spread; the reference's `--burst-phase-starts` sends it at the start (§4d)."""
+    trace = Trace(sessions=[_chain("s", 10, gap_s=10.0)], block_size=BLOCK)
+    options = _options(sim, tmp_path, sessions=1, tstar_window=(0.5, 0.5), delay_scale=0.1, warmup=warmup)
+    _, records = _run(trace, options)
+    (primer,) = [r for r in records if r.phase == "warmup"]
+    first = min((r for r in records if r.phase == "profiling"), key=lambda r: r.sent_ns)
+    assert (primer.turn, first.turn) == (4, 5)
+    gap_s = (first.scheduled_ns - primer.end_ns) / 1e9
+    if warmup == "spread":
+        assert 0.45 <= gap_s <= 0.6
+    else:
+        assert gap_s < 0.05

@@ -170,8 +170,9 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     tstar_window: tuple[float, float] = DEFAULT_WINDOW
     """Where in a session's span t* falls (fractions); InferenceX runs 0.25–0.75, the scenario file 0–1."""
     warmup: Literal["spread", "burst"] = "spread"
-    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst`: all
-    primers at once."""
+    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
+    reference's `--burst-phase-starts`): all primers at once, and each lane's earliest live turn at the profiling
+    start (the others keep their spacing after it)."""
     warmup_requests_per_lane: int = 0
     """agentx mode: after the primers, keep replaying from t* with idle delays removed and warmup-sized
     outputs for this many requests per lane (InferenceX: 10), then hand over to profiling (§4d)."""
@@ -1003,12 +1004,17 @@ class _Runner:
                 self.on_profiling()
 
     def _first_offset_cut(self, state: Snapshot) -> float:
-        """With a per-tree idle cap, a lane's first live turns move earlier together so that the earliest is
-        due at most the cap after the profiling start (§4c)."""
-        cap = self.options.tree_idle_cap_s
-        if cap is None or not state.first_live:
+        """How much earlier a lane's first live turns all go (§4c, §4d; reference `agentic_replay.py`,
+        `_dispatch_snapshot_for_profiling`): with a per-tree idle cap, so that the earliest is due at most the cap
+        after the profiling start; with `warmup="burst"`, so that it is due at the start. Turns waiting on a
+        join are not dispatched at an offset and take no part."""
+        offsets = [offset for index, offset in state.first_live.items() if index not in state.waiting]
+        if not offsets:
             return 0.0
-        return max(0.0, min(state.first_live.values()) - cap)
+        if self.options.warmup == "burst":
+            return min(offsets)
+        cap = self.options.tree_idle_cap_s
+        return 0.0 if cap is None else max(0.0, min(offsets) - cap)
 
     def _ended(self, tree: Play, step: Step) -> bool:
         """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
