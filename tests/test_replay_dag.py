@@ -22,7 +22,7 @@ from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
 from agentx.replay.client import ServerUnreachable
-from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, run_replay
+from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, RunResult, run_replay
 from agentx.replay.plan import plan_session
 from agentx.replay.records import RequestRecord, read_records, to_records
 from agentx.sim.process import SimServer
@@ -333,3 +333,29 @@ def test_a_join_turn_whose_subagents_ended_first_keeps_its_delay(tmp_path: Path)
     """The subagent (0.1 s) ends before the root's turn 1 (1 s): the join turn waits the ordinary end-to-start
     delay after turn 1, 8.5 s × 0.1."""
     assert 0.8 <= _join_gap_s(tmp_path, [10, 100, 1], 10) < 1.2
+
+
+def test_a_run_that_falls_behind_its_schedule_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Three sessions arriving 10 ms apart through one connection to a server that takes 1.5 s a request: the
+    later ones leave more than 1 s late. The run says so once, on the "agentx" logger and in its notices."""
+    trace = Trace(
+        sessions=[
+            Session(session_id=f"s{i}", root=Agent(requests=[Request(t=0.0, model="m", in_tokens=20, out_tokens=150)]))
+            for i in range(3)
+        ],
+        block_size=BLOCK,
+    )
+
+    async def go() -> RunResult:
+        async with _slow_server() as url:
+            options = ReplayOptions(
+                mode="rate", rate=100.0, url=url, model="m", out_dir=tmp_path, max_connections=1, stream_usage="final"
+            )
+            return await run_replay(trace, options)
+
+    with caplog.at_level("WARNING", logger="agentx"):
+        result = asyncio.run(go())
+    late = [r for r in to_records(read_records(result.records_path)) if r.dispatch_lag_s > 1.0]
+    assert late
+    assert len(result.notices) == 1 and "fell behind its schedule" in result.notices[0]
+    assert [m for m in caplog.messages if "fell behind" in m] == result.notices

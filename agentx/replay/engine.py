@@ -90,6 +90,8 @@ grace floor (`records/records_manager.py`): one early error must not cancel a ru
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
+LATE_NOTICE_S = 1.0
+"""The first profiling request sent more than this late is announced: the run fell behind its schedule."""
 WARMUP_NOTICE_S = 120.0
 """A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
 _log = logging.getLogger(__name__)
@@ -624,6 +626,7 @@ class _Runner:
         self.cancelled = 0
         self.warmup_expected_s = 0.0
         self.notices: list[str] = []
+        self.fell_behind = False
         self.skipped = 0
         self.trees_started = 0
         self.trees_finished = 0
@@ -1222,6 +1225,13 @@ class _Runner:
             self.warmup_requests += 1
         else:
             self._judge_failures(record)
+            if record.dispatch_lag_s > LATE_NOTICE_S and not self.fell_behind:
+                self.fell_behind = True
+                self._notice(
+                    f"the run fell behind its schedule: session {record.session_id!r} agent {record.agent_id!r} "
+                    f"turn {record.turn} went out {record.dispatch_lag_s:.3f} s after it was due (the client, not "
+                    "the server, set the pace; see the summary's dispatch lag)"
+                )
         self.writer.append(record)
         if self.on_record is not None:
             self.on_record(record)
