@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint typecheck unit test-engine bench schemas samples clean
+.PHONY: install demo test lint typecheck unit test-engine test-reference bench schemas samples clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,23 @@ test-engine: $(ENGINE_STAMP)
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'engine_tests'); import llama; print('model:', llama.model_path())"
 	$(BIN)/pytest -q engine_tests
 
+# Differential tests against the AgentX reference, AIPerf 0.13.0 (`inferencex-agentx-mvp` scenario), in a venv of
+# its own (never an agentx dependency): both tools replay the same Weka traces against logging stand-in servers
+# on loopback and the suite compares what the servers saw per (session, agent, turn) (reference_tests/).
+REFERENCE_VENV := .venv-reference
+REFERENCE_AIPERF := aiperf==0.13.0
+REFERENCE_STAMP := $(REFERENCE_VENV)/.installed-stamp
+
+$(REFERENCE_STAMP):
+	$(PYTHON) -m venv $(REFERENCE_VENV)
+	$(REFERENCE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(REFERENCE_VENV)/bin/python -m pip install --quiet '$(REFERENCE_AIPERF)'
+	$(REFERENCE_VENV)/bin/python -c "import aiperf; print('reference: aiperf', aiperf.__version__)"
+	touch $@
+
+test-reference: $(STAMP) $(REFERENCE_STAMP)
+	AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf $(BIN)/pytest -q reference_tests
+
 bench: install
 	$(BIN)/python bench/trace_io.py
 	$(BIN)/python bench/sim_throughput.py
@@ -61,4 +78,4 @@ samples: install
 	$(BIN)/python scripts/make_sample_traces.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REFERENCE_VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -484,20 +484,56 @@ def load_reference(log: Path, artifact_dir: Path, duration: float) -> View:
     else:
         notes.append(f"no {export}")
     joined: list[tuple[dict[str, Any], _Identity]] = []
-    unjoined = 0
+    orphans: list[dict[str, Any]] = []
     seen: set[str] = set()
     for entry in _generation_log(log):
         rid = _header(entry.get("headers") or {}, "X-Request-ID")
         ident = records.get(rid) if rid else None
         if ident is None or rid is None:
-            unjoined += 1
+            orphans.append(entry)
             continue
         seen.add(rid)
         joined.append((entry, ident))
+    inferred = _infer_unexported(joined, orphans)
+    if inferred:
+        notes.append(
+            f"{len(inferred)} requests named from their X-Correlation-ID session (the reference exports no record "
+            "of a context-overflow request)"
+        )
+    joined += inferred
+    unjoined = len(orphans) - len(inferred)
     rows = _assign_keys("reference", joined)
     start, deadline = _phase_bounds(rows, duration)
     missing = sorted(set(records) - seen)
     return View("reference", rows, unjoined, missing, "x-request-id", start, deadline, notes)
+
+
+def _infer_unexported(
+    joined: Sequence[tuple[dict[str, Any], _Identity]], orphans: Sequence[dict[str, Any]]
+) -> list[tuple[dict[str, Any], _Identity]]:
+    """Identities for the reference's requests that have no exported record (it drops context-overflow
+    records from `profile_export.jsonl`): the agent session of their X-Correlation-ID, the turn after that
+    session's last request before them, the phase of the requests around them."""
+    sessions: dict[str, list[tuple[int, _Identity]]] = defaultdict(list)
+    for entry, ident in joined:
+        corr = _header(entry.get("headers") or {}, "X-Correlation-ID")
+        if corr:
+            sessions[corr].append((int(entry["arrive_mono_ns"]), ident))
+    warm_ends = [int(e["end_mono_ns"]) for e, i in joined if i.phase == "warmup" and e.get("end_mono_ns")]
+    warm_end = max(warm_ends) if warm_ends else None
+    inferred = []
+    for entry in sorted(orphans, key=lambda e: int(e["arrive_mono_ns"])):
+        corr = _header(entry.get("headers") or {}, "X-Correlation-ID")
+        arrival = int(entry["arrive_mono_ns"])
+        before = [(t, i) for t, i in sessions.get(corr or "", []) if t < arrival]
+        if not before:
+            continue
+        _, last = max(before, key=lambda item: item[0])
+        phase = "warmup" if warm_end is not None and arrival < warm_end else "profiling"
+        ident = _Identity(last.trace, last.agent, last.turn + 1, phase, last.play_id, "(no record exported)")
+        inferred.append((entry, ident))
+        sessions[corr or ""].append((arrival, ident))
+    return inferred
 
 
 def load_agentx(log: Path, run_dir: Path, duration: float) -> View:
@@ -890,11 +926,17 @@ def run_case(case: Case, workdir: Path, aiperf: Path, tokenizer: Tokenizer, *, a
                 f"{case.name}: {run.launch.tool} exited {run.returncode} after {run.seconds:.0f} s; "
                 f"console {run.launch.console}:\n{run.console_tail()}"
             )
-    left_view = load_reference(left_log, base / "reference", case.duration)
-    if against == "agentx":
-        right_view = load_agentx(right_log, base / "agentx", case.duration)
-    else:
-        right_view = load_reference(right_log, base / "reference2", case.duration)
-    comparison = compare(case.name, left_view, right_view)
-    (base / "report.txt").write_text(comparison.report(rows=10_000) + "\n")
+    comparison = load_case(case.name, base, case.duration, against)
     return CaseRun(case, comparison, finished, time.monotonic() - t0)
+
+
+def load_case(name: str, base: Path, duration: float, against: Tool = "agentx") -> Comparison:
+    """Compare the runs saved in `base` (a case's folder) and write its `report.txt`."""
+    left_view = load_reference(base / "reference.server.jsonl", base / "reference", duration)
+    if against == "agentx":
+        right_view = load_agentx(base / "agentx.server.jsonl", base / "agentx", duration)
+    else:
+        right_view = load_reference(base / "reference2.server.jsonl", base / "reference2", duration)
+    comparison = compare(name, left_view, right_view)
+    (base / "report.txt").write_text(comparison.report(rows=10_000) + "\n")
+    return comparison

@@ -199,3 +199,24 @@ def seed_with_t_star_in(item: Json, lane: int, low: float, high: float, seeds: I
         if low <= t_star(seed, item["id"], lane, starts) < high:
             return seed
     raise ValueError(f"no seed puts {item['id']}'s t* in [{low}, {high})")
+
+
+_VALIDATE_SCRIPT: Final = """
+import json, sys
+from pydantic import ValidationError
+from aiperf.dataset.loader.weka_trace_models import WekaTrace
+try:
+    WekaTrace.model_validate(json.load(open(sys.argv[1])))
+except ValidationError as exc:
+    print(str(exc).splitlines()[0] + " | " + " ".join(str(exc).split())[:600])
+"""
+
+
+def reference_rejects(python: Path, path: Path) -> str | None:
+    """Why the reference's Weka schema rejects the trace file at `path` (None: it accepts it)."""
+    result = subprocess.run(
+        [str(python), "-c", _VALIDATE_SCRIPT, str(path)], capture_output=True, text=True, check=False, timeout=120
+    )
+    if result.returncode != 0:
+        return f"validator failed: {result.stderr[-500:]}"
+    return result.stdout.strip() or None

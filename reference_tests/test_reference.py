@@ -1,0 +1,256 @@
+"""agentx against the AgentX reference (AIPerf 0.13.0, `inferencex-agentx-mvp` scenario): each case replays
+the same Weka traces with both tools at once, each against its own logging stand-in server, and compares
+what the servers saw per (session, agent, turn) (harness.py says how). A case that differs fails with a
+side-by-side table of the differing rows; every report also lands in `$AGENTX_REFERENCE_OUT`
+(default `runs/reference/`), one folder per case plus `summary.txt`.
+
+The reference comes from `$AGENTX_REFERENCE_AIPERF` (`make test-reference` installs it into
+`.venv-reference`); without it every case is skipped. Cases on the real sample traces skip when
+`/work/shared/data/weka-sample` is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+import pytest
+import tracegen
+from tracegen import Sub, Turn, even_turns, trace
+
+OUT = Path(os.environ.get("AGENTX_REFERENCE_OUT", str(harness.ROOT / "runs" / "reference")))
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic traces, one edge case each (times in seconds on the trace clock)
+
+
+def join_late(trace_id: str, shift: float = 0.0) -> dict[str, Any]:
+    """A subagent spawned after turn 1 that ends after turn 2 has started: it joins turn 3 (a tiered join)."""
+    return trace(
+        trace_id,
+        even_turns(0.0 + shift, 7, 4.0),
+        [Sub("late", after=1, turns=even_turns(5.0 + shift, 4, 2.0))],
+    )
+
+
+def background(trace_id: str, shift: float = 0.0) -> dict[str, Any]:
+    """A subagent that outlives the root's last turn: nobody joins it, but it holds its tree's lane."""
+    return trace(
+        trace_id,
+        even_turns(0.0 + shift, 5, 3.0),
+        [Sub("bg", after=2, turns=even_turns(7.0 + shift, 5, 3.0))],
+    )
+
+
+def fan_out() -> dict[str, Any]:
+    """Three subagents of one anchor joining the same turn (one branch), then two of another anchor that join
+    different turns (two branches)."""
+    return trace(
+        "fanout",
+        even_turns(0.0, 6, 5.0),
+        [
+            Sub("w1", after=1, turns=even_turns(5.5, 3, 1.5)),
+            Sub("w2", after=1, turns=even_turns(5.6, 4, 1.0)),
+            Sub("w3", after=1, turns=even_turns(6.0, 2, 2.0)),
+            Sub("early", after=3, turns=even_turns(15.5, 3, 1.0)),
+            Sub("late", after=3, turns=even_turns(16.0, 4, 2.0)),
+        ],
+    )
+
+
+def spawn_at_t_star() -> dict[str, Any]:
+    """Turn 2 (t=20) runs 20 s and spawns a subagent at t=30 that the root joins at turn 3 (t=45)."""
+    turns = [Turn(0.0), Turn(2.0), Turn(20.0, api_time=20.0), Turn(45.0), Turn(50.0)]
+    return trace("tstar_spawn", turns, [Sub("inside", after=2, turns=even_turns(30.0, 3, 3.0, api_time=1.5))])
+
+
+def idle_gaps() -> dict[str, Any]:
+    """Gaps of 30 s between pairs of turns, and a subagent with a 25 s gap: above the 10 s system idle cap."""
+    turns = [Turn(t) for t in (0.0, 1.0, 31.0, 32.0, 62.0, 63.0, 93.0)]
+    return trace("idle", turns, [Sub("slow", after=3, turns=[Turn(33.0), Turn(58.0)])])
+
+
+def short(trace_id: str, turns: int, every: float) -> dict[str, Any]:
+    return trace(trace_id, even_turns(0.0, turns, every, api_time=0.3))
+
+
+def growing(trace_id: str) -> dict[str, Any]:
+    """Prompts of 512, 1024, … 3072 tokens (8 new blocks a turn): a 1,800-token server overflows at turn 3."""
+    return trace(trace_id, even_turns(0.0, 6, 2.0, new_blocks=8))
+
+
+def nested() -> dict[str, Any]:
+    return trace(
+        "nested",
+        even_turns(0.0, 5, 4.0),
+        [Sub("outer", 0, even_turns(1.0, 4, 2.0), subagents=[Sub("inner", 1, even_turns(3.5, 2, 1.0))])],
+    )
+
+
+TSTAR_SPAWN = spawn_at_t_star()
+TSTAR_SEED = tracegen.seed_with_t_star_in(TSTAR_SPAWN, lane=0, low=20.0, high=30.0)
+"""Lane 0's t* inside the spawning turn [20, 40) and before the subagent's first turn (t=30)."""
+OVERFLOW = growing("overflow")
+OVERFLOW_SEED = tracegen.seed_with_t_star_in(OVERFLOW, lane=0, low=2.01, high=4.0)
+"""t* in (2, 4]: the warmup primer is turn 1 (1,024 tokens, fits); profiling overflows at turn 3."""
+
+
+# ---------------------------------------------------------------------------------------------
+# cases
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    build: Callable[[Path], Path]
+    concurrency: int
+    duration: float
+    seed: int
+    max_model_len: int | None = None
+    real: bool = False
+
+    def case(self, directory: Path) -> harness.Case:
+        return harness.Case(
+            self.name, directory, self.concurrency, self.duration, self.seed, max_model_len=self.max_model_len
+        )
+
+
+def _synthetic(*items: dict[str, Any]) -> Callable[[Path], Path]:
+    return lambda directory: tracegen.write_dir(directory, items)
+
+
+def _real(names: list[str] | None = None) -> Callable[[Path], Path]:
+    return lambda directory: tracegen.copy_real(directory, names)
+
+
+def _sample(directory: Path) -> Path:
+    folder, dropped = tracegen.convert_sample(harness.agentx_executable(), directory)
+    print(f"sample corpus: left out {dropped} (nested subagents, which the reference cannot load)")
+    return folder
+
+
+SPECS = [
+    Spec("real_all", _real(), concurrency=3, duration=60, seed=42, real=True),
+    Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True),
+    Spec("real_trace_0014", _real(["trace_0014"]), concurrency=1, duration=45, seed=3, real=True),
+    Spec("sample_corpus", _sample, concurrency=4, duration=60, seed=11),
+    Spec("join_after_next_turn", _synthetic(join_late("join_a"), join_late("join_b", 0.7)), 2, 45, seed=5),
+    Spec("background_subagent", _synthetic(background("bg_a"), background("bg_b", 0.4)), 2, 45, seed=5),
+    Spec("fan_out", _synthetic(fan_out()), concurrency=1, duration=45, seed=9),
+    Spec("t_star_inside_spawning_turn", _synthetic(TSTAR_SPAWN), concurrency=1, duration=45, seed=TSTAR_SEED),
+    Spec("idle_gaps_above_cap", _synthetic(idle_gaps()), concurrency=1, duration=60, seed=2),
+    Spec("recycling", _synthetic(short("rec_a", 3, 1.0), short("rec_b", 4, 1.5)), 2, 40, seed=4),
+    Spec("context_overflow", _synthetic(OVERFLOW), concurrency=1, duration=40, seed=OVERFLOW_SEED, max_model_len=1800),
+]
+SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
+SEEDS = sorted({spec.seed for spec in [*SPECS, SELF_CHECK]})
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@dataclass
+class Suite:
+    aiperf: Path
+    workdir: Path
+    tokenizer: harness.Tokenizer
+    summary: Path
+
+    def record(self, run: harness.CaseRun) -> str:
+        report = run.comparison.report()
+        timing = ", ".join(f"{f.launch.tool} {f.seconds:.0f} s" for f in run.runs)
+        text = f"{report}\n  (case {run.seconds:.0f} s: {timing}; artifacts {self.workdir / run.case.name})\n"
+        with self.summary.open("a") as f:
+            f.write(text + "\n")
+        print(text)
+        return text
+
+
+@pytest.fixture(scope="session")
+def suite() -> Iterator[Suite]:
+    aiperf = harness.reference_aiperf()
+    if aiperf is None or not aiperf.exists():
+        pytest.skip(
+            f"the reference is not installed: set {harness.REFERENCE_ENV} to AIPerf 0.13.0's `aiperf` "
+            "(`make test-reference` installs it into .venv-reference)"
+        )
+    OUT.mkdir(parents=True, exist_ok=True)
+    summary = OUT / "summary.txt"
+    summary.write_text(f"agentx vs AIPerf 0.13.0 ({aiperf}), {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
+    t0 = time.monotonic()
+    tokenizer = harness.make_tokenizer(OUT, aiperf, SEEDS)
+    print(f"tokenizer for seeds {SEEDS} in {time.monotonic() - t0:.1f} s")
+    yield Suite(aiperf, OUT, tokenizer, summary)
+    with summary.open("a") as f:
+        f.write(f"suite: {time.monotonic() - t0:.0f} s\n")
+
+
+def _run(suite: Suite, spec: Spec, against: harness.Tool = "agentx") -> harness.CaseRun:
+    if spec.real and not tracegen.REAL_TRACES.is_dir():
+        pytest.skip(f"the real Weka sample traces are absent ({tracegen.REAL_TRACES})")
+    directory = spec.build(suite.workdir / "traces" / spec.name)
+    return harness.run_case(spec.case(directory), suite.workdir, suite.aiperf, suite.tokenizer, against=against)
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("spec", SPECS, ids=[spec.name for spec in SPECS])
+def test_agentx_matches_reference(suite: Suite, spec: Spec) -> None:
+    run = _run(suite, spec)
+    report = suite.record(run)
+    assert run.comparison.ok, "agentx differs from the reference:\n" + report
+
+
+@pytest.mark.timeout(900)
+def test_nested_subagents(suite: Suite) -> None:
+    """Nested subagents: agentx replays them; the reference's Weka schema allows none (a subagent's requests
+    are `n`/`s` only), so the case is skipped when the reference rejects the trace."""
+    directory = tracegen.write_dir(suite.workdir / "traces" / "nested_subagents", [nested()])
+    reason = tracegen.reference_rejects(suite.aiperf.parent / "python", directory / "nested.json")
+    if reason is not None:
+        pytest.skip(f"the reference rejects nested subagents: {reason[:300]}")
+    spec = Spec("nested_subagents", lambda d: d, concurrency=1, duration=45, seed=1)
+    run = harness.run_case(spec.case(directory), suite.workdir, suite.aiperf, suite.tokenizer)
+    report = suite.record(run)
+    assert run.comparison.ok, "agentx differs from the reference:\n" + report
+
+
+@pytest.mark.timeout(900)
+def test_harness_self_check(suite: Suite) -> None:
+    """The harness itself: two runs of the reference with the same seed must agree on every check."""
+    run = _run(suite, SELF_CHECK, against="reference")
+    report = suite.record(run)
+    assert run.comparison.ok, "two runs of the reference disagree (the harness is not measuring well):\n" + report
+
+
+def test_key_names() -> None:
+    """Both tools' session names map to one key format."""
+    assert harness.split_reference_id("tr") == ("tr", "")
+    assert harness.split_reference_id("tr::sa:agent_001") == ("tr", "agent_001")
+    assert harness.split_reference_id("tr::fa:000") == ("tr", "fa:000")
+    assert harness.split_reference_id("tr::sa:agent_001:fa:002") == ("tr", "agent_001:fa:002")
+    assert harness.split_agentx_id("tr", "") == ("tr", "")
+    assert harness.split_agentx_id("tr", "agent_001:fa:002") == ("tr", "agent_001:fa:002")
+    assert harness.format_key(("tr", 0, "", 3)) == "tr#0/root/3"
+
+
+def test_trace_shapes() -> None:
+    """The synthetic traces are what their docstrings say (on the reference's rules)."""
+    item = json.loads(json.dumps(TSTAR_SPAWN))
+    t = tracegen.t_star(TSTAR_SEED, "tstar_spawn", 0, tracegen.request_starts(item))
+    assert 20.0 <= t < 30.0
+    assert tracegen.has_nested_subagents(nested())
+    assert not tracegen.has_nested_subagents(fan_out())
+    overflow_ins = [r["in"] for r in OVERFLOW["requests"]]
+    assert overflow_ins == [512, 1024, 1536, 2048, 2560, 3072]
