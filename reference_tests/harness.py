@@ -424,28 +424,43 @@ def _assign_keys(
                 recorded_error=ident.error,
             )
         )
-    _fill_gaps(rows)
+    start, _ = _phase_bounds(rows, 0.0)
+    _fill_gaps(rows, start)
     return rows
 
 
-def _fill_gaps(rows: list[Sent]) -> None:
-    """Each row's gap: from the end of its agent session's previous turn; a subagent's turn 0 from the end of
-    the latest request of its play's root that ended before it arrived."""
+def _fill_gaps(rows: list[Sent], profiling_start_s: float | None) -> None:
+    """Each row's gap, from the end of the request that should set it off:
+
+    - a turn after the first: the previous turn of its agent session;
+    - a subagent's turn 0: the latest request of its play's root that ended before it;
+    - a root's turn 0 (a recycled tree): the end of the latest whole tree (play) that ended before it;
+    - a warmup primer: the profiling start (negative: the spread that aligns every lane's t*).
+    """
     by_key = {row.key: row for row in sorted(rows, key=lambda r: -r.arrive_s)}  # the first arrival wins
     root_ends: dict[tuple[str, int], list[float]] = defaultdict(list)
+    play_ends: dict[tuple[str, int], float] = {}
     for row in rows:
         trace, play, agent, _ = row.key
+        end = row.end_s if row.end_s is not None else row.arrive_s
+        play_ends[(trace, play)] = max(play_ends.get((trace, play), end), end)
         if agent == "" and row.end_s is not None:
             root_ends[(trace, play)].append(row.end_s)
     for row in rows:
         trace, play, agent, turn = row.key
         previous = by_key.get((trace, play, agent, turn - 1)) if turn > 0 else None
-        if previous is not None and previous.end_s is not None:
+        if row.phase == "warmup" and profiling_start_s is not None:
+            row.gap_s, row.gap_from = row.arrive_s - profiling_start_s, "profiling start"
+        elif previous is not None and previous.end_s is not None:
             row.gap_s, row.gap_from = row.arrive_s - previous.end_s, "previous turn"
         elif turn == 0 and agent != "":
             ends = [end for end in root_ends.get((trace, play), []) if end <= row.arrive_s]
             if ends:
                 row.gap_s, row.gap_from = row.arrive_s - max(ends), "root's last end"
+        elif turn == 0 and agent == "":
+            ends = [end for key, end in play_ends.items() if key != (trace, play) and end <= row.arrive_s]
+            if ends:
+                row.gap_s, row.gap_from = row.arrive_s - max(ends), "previous tree's end"
 
 
 def _phase_bounds(rows: Sequence[Sent], duration: float) -> tuple[float | None, float | None]:
@@ -626,6 +641,9 @@ class Check:
     summary: str
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     """(key, reference, agentx) of the differing rows."""
+    tolerated: list[tuple[str, str, str]] = field(default_factory=list)
+    """Rows that differ within the check's tolerance (listed, never failing)."""
+    show_rows_when_ok: bool = False
 
 
 @dataclass
@@ -657,10 +675,13 @@ class Comparison:
             )
         for check in self.checks:
             lines.append(f"  [{'ok' if check.ok else 'DIFF'}] {check.name}: {check.summary}")
-            if check.rows and not check.ok:
+            if check.rows and (not check.ok or check.show_rows_when_ok):
                 lines.extend("      " + line for line in table(check.rows[:rows], ("key", left, right_label)))
                 if len(check.rows) > rows:
                     lines.append(f"      … {len(check.rows) - rows} more rows")
+            if check.tolerated:
+                lines.append("      tolerated:")
+                lines.extend("      " + line for line in table(check.tolerated[:rows], ("key", left, right_label)))
         return "\n".join(lines)
 
 
@@ -732,7 +753,8 @@ def compare(case: str, left: View, right: View) -> Comparison:
     common = [k for k in order if k in lk and k in rk]
 
     # keys and phases
-    rows, edge = [], 0
+    rows: list[tuple[str, str, str]] = []
+    edge_rows: list[tuple[str, str, str]] = []
     for key in order:
         a, b = lk.get(key), rk.get(key)
         if a is not None and b is not None:
@@ -743,11 +765,13 @@ def compare(case: str, left: View, right: View) -> Comparison:
         assert present is not None
         view = left if a is not None else right
         near_end = view.deadline_s is not None and present.arrive_s >= view.deadline_s - EDGE_S
-        if present.phase == "profiling" and near_end:
-            edge += 1
-            continue
         since = "" if view.profiling_start_s is None else f" at +{present.arrive_s - view.profiling_start_s:.1f} s"
         text = f"{present.phase}{since}"
+        if present.phase == "profiling" and near_end:
+            edge_rows.append(
+                (format_key(key), text if a is not None else "— (not sent)", text if b is not None else "— (not sent)")
+            )
+            continue
         rows.append(
             (format_key(key), text if a is not None else "— (not sent)", text if b is not None else "— (not sent)")
         )
@@ -760,8 +784,9 @@ def compare(case: str, left: View, right: View) -> Comparison:
             "keys and phases",
             not rows,
             f"{len(common)} keys in both, {len(rows)} differ"
-            + (f" ({edge} sent by one tool only in the last {EDGE_S:.0f} s, tolerated)" if edge else ""),
+            + (f" ({len(edge_rows)} sent by one tool only in the last {EDGE_S:.0f} s, tolerated)" if edge_rows else ""),
             rows,
+            edge_rows,
         )
     )
 
@@ -793,6 +818,7 @@ def compare(case: str, left: View, right: View) -> Comparison:
             f"{len(gap_rows)} above {GAP_ROW_S} s"
             + (f"; {len(one_sided)} with a gap on one side only" if one_sided else ""),
             [row for _, row in gap_rows] + one_sided,
+            show_rows_when_ok=True,
         )
     )
 

@@ -77,6 +77,14 @@ def idle_gaps() -> dict[str, Any]:
     return trace("idle", turns, [Sub("slow", after=3, turns=[Turn(33.0), Turn(58.0)])])
 
 
+def busy_subagent() -> dict[str, Any]:
+    """The root waits 59 s for its turn 2 while a subagent sends a turn every 2 s (it ends after turn 2, so
+    turn 2 is a plain timer, not a join): every time the subagent's request returns nothing is in flight, but
+    its own next turn is due in 2 s, so the 10 s system idle cap has nothing to shorten."""
+    turns = [Turn(0.0), Turn(1.0), Turn(60.0), Turn(61.0), Turn(90.0)]
+    return trace("busy", turns, [Sub("ticker", after=1, turns=even_turns(2.0, 31, 2.0, api_time=0.3))])
+
+
 def short(trace_id: str, turns: int, every: float) -> dict[str, Any]:
     return trace(trace_id, even_turns(0.0, turns, every, api_time=0.3))
 
@@ -97,6 +105,9 @@ def nested() -> dict[str, Any]:
 TSTAR_SPAWN = spawn_at_t_star()
 TSTAR_SEED = tracegen.seed_with_t_star_in(TSTAR_SPAWN, lane=0, low=20.0, high=30.0)
 """Lane 0's t* inside the spawning turn [20, 40) and before the subagent's first turn (t=30)."""
+BUSY = busy_subagent()
+BUSY_SEED = tracegen.seed_with_t_star_in(BUSY, lane=0, low=25.0, high=35.0)
+"""t* in [25, 35): root turn 2 is due 25–35 s into profiling, the subagent is live throughout."""
 OVERFLOW = growing("overflow")
 OVERFLOW_SEED = tracegen.seed_with_t_star_in(OVERFLOW, lane=0, low=2.01, high=4.0)
 """t* in (2, 4]: the warmup primer is turn 1 (1,024 tokens, fits); profiling overflows at turn 3."""
@@ -146,6 +157,8 @@ SPECS = [
     Spec("fan_out", _synthetic(fan_out()), concurrency=1, duration=45, seed=9),
     Spec("t_star_inside_spawning_turn", _synthetic(TSTAR_SPAWN), concurrency=1, duration=45, seed=TSTAR_SEED),
     Spec("idle_gaps_above_cap", _synthetic(idle_gaps()), concurrency=1, duration=60, seed=2),
+    Spec("idle_cap_while_subagent_busy", _synthetic(BUSY), concurrency=1, duration=45, seed=BUSY_SEED),
+    Spec("wrap_fill_one_trace_three_lanes", _synthetic(join_late("wrap")), concurrency=3, duration=45, seed=6),
     Spec("recycling", _synthetic(short("rec_a", 3, 1.0), short("rec_b", 4, 1.5)), 2, 40, seed=4),
     Spec("context_overflow", _synthetic(OVERFLOW), concurrency=1, duration=40, seed=OVERFLOW_SEED, max_model_len=1800),
 ]
@@ -170,7 +183,6 @@ class Suite:
         text = f"{report}\n  (case {run.seconds:.0f} s: {timing}; artifacts {self.workdir / run.case.name})\n"
         with self.summary.open("a") as f:
             f.write(text + "\n")
-        print(text)
         return text
 
 
@@ -209,7 +221,8 @@ def _run(suite: Suite, spec: Spec, against: harness.Tool = "agentx") -> harness.
 def test_agentx_matches_reference(suite: Suite, spec: Spec) -> None:
     run = _run(suite, spec)
     report = suite.record(run)
-    assert run.comparison.ok, "agentx differs from the reference:\n" + report
+    if not run.comparison.ok:
+        pytest.fail(f"agentx differs from the reference (all cases: {suite.summary}):\n{report}", pytrace=False)
 
 
 @pytest.mark.timeout(900)
@@ -223,7 +236,8 @@ def test_nested_subagents(suite: Suite) -> None:
     spec = Spec("nested_subagents", lambda d: d, concurrency=1, duration=45, seed=1)
     run = harness.run_case(spec.case(directory), suite.workdir, suite.aiperf, suite.tokenizer)
     report = suite.record(run)
-    assert run.comparison.ok, "agentx differs from the reference:\n" + report
+    if not run.comparison.ok:
+        pytest.fail(f"agentx differs from the reference (all cases: {suite.summary}):\n{report}", pytrace=False)
 
 
 @pytest.mark.timeout(900)
@@ -231,7 +245,8 @@ def test_harness_self_check(suite: Suite) -> None:
     """The harness itself: two runs of the reference with the same seed must agree on every check."""
     run = _run(suite, SELF_CHECK, against="reference")
     report = suite.record(run)
-    assert run.comparison.ok, "two runs of the reference disagree (the harness is not measuring well):\n" + report
+    if not run.comparison.ok:
+        pytest.fail(f"two runs of the reference disagree (the harness is not measuring well):\n{report}", pytrace=False)
 
 
 def test_key_names() -> None:
