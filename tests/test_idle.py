@@ -149,3 +149,33 @@ def test_a_replay_skips_idle_gaps_but_never_a_join(tmp_path: Path) -> None:
         assert (after.sent_ns - before.end_ns) / 1e9 < 0.05 + 0.05
     assert records[3].sent_ns >= records[2].end_ns  # the join held
     assert records[3].scheduled_ns == records[2].end_ns  # due the moment the subagent ended
+
+
+def test_the_cap_sees_every_timer_a_completion_sets_whatever_order_they_are_set_in() -> None:
+    """As in a real run (trace_0277 at t*): a subagent's turn due in 1.75 s and the root's in 2.145 s; the cap
+    brings the subagent's to 50 ms and the root's to 445 ms, spacing kept. When the subagent's request returns
+    and its next turn is set 30 ms out, the root's timer stays where it was: the completion's own timer is due
+    well within the cap, so no shift happens (the reference shifts once the return has been processed)."""
+
+    async def go() -> tuple[int, int, int]:
+        caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None)
+        root, sub = _Tree(), _Tree()
+        stop = asyncio.Event()
+        start = time.perf_counter_ns()
+        first = asyncio.create_task(caps.wait(sub, start + 1_750 * MS, stop))
+        root_wait = asyncio.create_task(caps.wait(root, start + 2_145 * MS, stop))
+        _, sub_due = await first
+        caps.started(sub)
+        await asyncio.sleep(0.01)
+        caps.finished(sub)  # idle again: the root's timer is the only one pending for a moment
+        await asyncio.sleep(0)
+        _, next_due = await caps.wait(sub, time.perf_counter_ns() + 30 * MS, stop)
+        caps.started(sub)  # that next turn's request is in flight until the root's timer fires
+        _, root_due = await root_wait
+        caps.finished(sub)
+        return sub_due - start, root_due - start, next_due - start
+
+    sub_due, root_due, next_due = asyncio.run(go())
+    assert 45 * MS <= sub_due <= 60 * MS
+    assert root_due - sub_due == 395 * MS  # the spacing of the one shift, not pulled in by the return
+    assert next_due < root_due

@@ -679,6 +679,7 @@ class _Runner:
             finally:
                 for task in background:
                     task.cancel()
+                self.idle.close()
                 self.off_loop.close()
         if failure is not None:
             raise failure

@@ -4,24 +4,30 @@ Recorded sessions hold long idle gaps (a human reading, a tool running for minut
 benchmark would spend much of its time with nothing in flight. Two caps shorten such gaps without
 touching order, spacing or dependencies:
 
-- **System idle cap** (AgentX locks it at 10 s): when nothing is in flight anywhere, every timer pending at
-  that moment (next turns, subagent offsets, first turns after t*, primers) moves earlier by one common
-  amount, so that the earliest fires at most `system_cap_s` after the system went idle.
-- **Per-tree idle cap** (optional, runtime kind): the same, per tree: when a tree has nothing in flight, its
-  own pending timers move so that its earliest fires at most `tree_cap_s` after it went idle.
+- **System idle cap** (AgentX locks it at 10 s): when nothing has been in flight anywhere for `system_cap_s`,
+  every timer pending then (next turns, first turns after t*, primers) moves earlier by one common amount, so
+  that the earliest fires at once: the system is never idle longer than the cap while a timer waits.
+- **Per-tree idle cap** (optional, runtime kind): the same, per tree, after `tree_cap_s` with nothing of that
+  tree in flight, on that tree's pending timers.
 
-A shift acts once, on the timers pending at that moment, as the reference's `cap_pending_delay`
-(`common/loop_scheduler.py`) does: a timer set later, after the next request returns, is measured from that
-request's real completion with its full recorded delay. So a jump never shortens a future think time, and a
-timer is never due in the past (a shifted one is due at the earliest now). Joins never move: a step waiting
-for a subagent waits for its completion, which no shift can bring forward. Every shift is logged in `jumps`
-(when, which cap, by how much).
+This is the reference's rule (`common/loop_scheduler.py` `cap_pending_delay`, called by
+`timing/strategies/agentic_replay.py` `enforce_system_idle_cap` once a return has been processed): a shift
+acts once, on the timers pending at that moment. A timer set later, after the next request returns, is
+measured from that request's real completion with its full recorded delay, so a jump never shortens a future
+think time. The reference shifts at the idle start so that the earliest fires at idle start + cap; a watchdog
+armed at the idle start and firing at idle start + cap does the same, and sees every timer the completion that
+began the idle set, whatever order the waiting steps wake in. A shifted timer is due at the cap, never before
+it was set: nothing is due in the past. Joins never move (a join waits for a completion, which no shift brings
+forward), nor do subagents' first-turn offsets (the reference sleeps those outside its scheduler). Every shift
+is logged in `jumps` (when, which cap, by how much).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from collections.abc import Iterable
 from typing import Protocol
 
 from agentx.replay.clock import DispatchClock
@@ -53,18 +59,22 @@ class IdleCaps:
         """(when, "system" or "tree", shift in ns)."""
         self._clock = clock
         self._waiters: set[asyncio.Future[None]] = set()
-        self._next_token = 0
+        self._tokens = itertools.count()
+        self._set_ns: dict[int, int] = {}
+        """When each pending timer was set (a shift never moves it before that)."""
+        self._system_watch: asyncio.TimerHandle | None = None
+        self._tree_watch: dict[Tree, asyncio.TimerHandle] = {}
 
     async def wait(self, tree: Tree, due_ns: int, stop: asyncio.Event) -> tuple[bool, int]:
         """Wait until `due_ns`, or the earlier time a cap moves it to; returns (stopped, the due time it
         fired at)."""
-        token = self._next_token
-        self._next_token += 1
+        token = next(self._tokens)
         pending = tree.pending_due_ns
         pending[token] = due_ns
+        self._set_ns[token] = time.perf_counter_ns()
         self.trees.add(tree)
         try:
-            self._cap(tree)
+            self._arm(tree)
             while True:
                 due = pending[token]
                 if stop.is_set():
@@ -83,6 +93,7 @@ class IdleCaps:
                     waiter.cancel()
         finally:
             del pending[token]
+            del self._set_ns[token]
             if not pending:
                 self.trees.discard(tree)
 
@@ -92,11 +103,25 @@ class IdleCaps:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def close(self) -> None:
+        """Disarm the watchdogs (the run is over)."""
+        if self._system_watch is not None:
+            self._system_watch.cancel()
+            self._system_watch = None
+        for handle in self._tree_watch.values():
+            handle.cancel()
+        self._tree_watch.clear()
+
     def started(self, tree: Tree) -> None:
         self.in_flight += 1
         tree.in_flight += 1
         self.idle_since_ns = None
         tree.idle_since_ns = None
+        if self._system_watch is not None:
+            self._system_watch.cancel()
+            self._system_watch = None
+        if (handle := self._tree_watch.pop(tree, None)) is not None:
+            handle.cancel()
 
     def finished(self, tree: Tree) -> None:
         now = time.perf_counter_ns()
@@ -106,38 +131,52 @@ class IdleCaps:
             tree.idle_since_ns = now
         if self.in_flight == 0:
             self.idle_since_ns = now
-        self._cap(tree)
+        self._arm(tree)
 
-    def _cap(self, tree: Tree) -> None:
-        """Apply both caps to the timers pending now (called when something goes idle or a timer is set)."""
+    def _arm(self, tree: Tree) -> None:
+        """Arm the watchdogs of an idle system and an idle tree that have timers pending (once per idle spell)."""
+        loop = asyncio.get_running_loop()
         now = time.perf_counter_ns()
-        shifted = False
-        if self.tree_cap_ns is not None and tree.in_flight == 0 and tree.idle_since_ns is not None:
-            shift = _shift(tree.idle_since_ns + self.tree_cap_ns, now, [tree])
-            if shift > 0:
-                self.jumps.append((now, "tree", shift))
-                shifted = True
-        if self.system_cap_ns is not None and self.in_flight == 0 and self.idle_since_ns is not None:
-            shift = _shift(self.idle_since_ns + self.system_cap_ns, now, self.trees)
-            if shift > 0:
-                self.skipped_ns += shift
-                self.jumps.append((now, "system", shift))
-                shifted = True
-        if shifted:
+        cap, since = self.system_cap_ns, self.idle_since_ns
+        if cap is not None and since is not None and self.in_flight == 0 and self._system_watch is None and self.trees:
+            self._system_watch = loop.call_later(max(0.0, (since + cap - now) / 1e9), self._fire_system)
+        cap, since = self.tree_cap_ns, tree.idle_since_ns
+        idle_tree = since is not None and tree.in_flight == 0 and bool(tree.pending_due_ns)
+        if cap is not None and since is not None and idle_tree and tree not in self._tree_watch:
+            self._tree_watch[tree] = loop.call_later(max(0.0, (since + cap - now) / 1e9), self._fire_tree, tree)
+
+    def _fire_system(self) -> None:
+        self._system_watch = None
+        if self.system_cap_ns is None or self.in_flight or self.idle_since_ns is None:
+            return
+        shift = self._shift(self.idle_since_ns + self.system_cap_ns, self.trees)
+        if shift > 0:
+            self.skipped_ns += shift
+            self.jumps.append((time.perf_counter_ns(), "system", shift))
             self.wake_all()
 
+    def _fire_tree(self, tree: Tree) -> None:
+        self._tree_watch.pop(tree, None)
+        if self.tree_cap_ns is None or tree.in_flight or tree.idle_since_ns is None:
+            return
+        shift = self._shift(tree.idle_since_ns + self.tree_cap_ns, [tree])
+        if shift > 0:
+            self.jumps.append((time.perf_counter_ns(), "tree", shift))
+            self.wake_all()
 
-def _shift(limit_ns: int, now_ns: int, trees: set[Tree] | list[Tree]) -> int:
-    """Move the pending timers of `trees` earlier by one amount so that the earliest is due at `limit_ns` (or
-    now, if that has passed), none before now; returns the amount (0: the earliest was due soon enough)."""
-    dues = [due for tree in trees for due in tree.pending_due_ns.values()]
-    if not dues:
-        return 0
-    shift = min(dues) - max(limit_ns, now_ns)
-    if shift <= 0:
-        return 0
-    for tree in trees:
-        pending = tree.pending_due_ns
-        for token, due in pending.items():
-            pending[token] = max(now_ns, due - shift)
-    return shift
+    def _shift(self, limit_ns: int, trees: Iterable[Tree]) -> int:
+        """Move the pending timers of `trees` earlier by one amount so that the earliest is due at `limit_ns`,
+        none before it was set; returns the amount (0: the earliest was due by then)."""
+        trees = list(trees)
+        dues = [due for tree in trees for due in tree.pending_due_ns.values()]
+        if not dues:
+            return 0
+        shift = min(dues) - limit_ns
+        if shift <= 0:
+            return 0
+        set_ns = self._set_ns
+        for tree in trees:
+            pending = tree.pending_due_ns
+            for token, due in pending.items():
+                pending[token] = max(due - shift, limit_ns, set_ns[token])
+        return shift
