@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -196,13 +197,24 @@ def suite() -> Iterator[Suite]:
         )
     OUT.mkdir(parents=True, exist_ok=True)
     summary = OUT / "summary.txt"
-    summary.write_text(f"agentx vs AIPerf 0.13.0 ({aiperf}), {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
+    summary.write_text(f"agentx {_revision()} vs AIPerf 0.13.0 ({aiperf}), {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
     t0 = time.monotonic()
     tokenizer = harness.make_tokenizer(OUT, aiperf, SEEDS)
     print(f"tokenizer for seeds {SEEDS} in {time.monotonic() - t0:.1f} s")
     yield Suite(aiperf, OUT, tokenizer, summary)
     with summary.open("a") as f:
         f.write(f"suite: {time.monotonic() - t0:.0f} s\n")
+
+
+def _revision() -> str:
+    """The commit agentx runs from, and whether agentx/ has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=harness.ROOT, capture_output=True, text=True, check=False)
+        return result.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "agentx")
+    return f"{git('rev-parse', '--short', 'HEAD') or '(no git)'}{' + uncommitted agentx/ changes' if dirty else ''}"
 
 
 def _run(suite: Suite, spec: Spec, against: harness.Tool = "agentx") -> harness.CaseRun:
