@@ -875,7 +875,18 @@ class _Runner:
             self.trees_started += 1
             marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
             prepared = await self._prepared_off_loop(index)
-            await self._run_play(self._play(prepared, lane, position, marker))
+            play = self._play(prepared, lane, position, marker)
+            await self._prebuild(play)
+            await self._run_play(play)
+
+    async def _prebuild(self, tree: Play) -> None:
+        """Build the bodies of a new tree's turns due at its start before its clock starts: they go out at once,
+        and a 100k-token prompt takes milliseconds to build, which would otherwise be dispatch lag."""
+        phase: Phase = "profiling" if self.profiling_started.is_set() else "warmup"
+        steps = tree.prepared.plan.steps
+        for index in tree.prepared.plan.roots:
+            if steps[index].delay_s == 0 and not self._stop.is_set():
+                tree.prebuilt[index] = (phase, *await self._build_off_loop(tree, steps[index], phase))
 
     async def _arrivals(self) -> None:
         """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
@@ -926,7 +937,11 @@ class _Runner:
                 self.skipped += 1
                 return
             phase: Phase = "profiling" if self.profiling_started.is_set() else "warmup"
-            sent_tokens, body = await self._build_off_loop(tree, step, phase)
+            prebuilt = tree.prebuilt.pop(step.index, None)
+            if prebuilt is not None and prebuilt[0] == phase:
+                _, sent_tokens, body = prebuilt
+            else:
+                sent_tokens, body = await self._build_off_loop(tree, step, phase)
             for dependency in step.depends_on:
                 await tree.done[dependency].wait()
             if self._stop.is_set():

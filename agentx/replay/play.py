@@ -191,6 +191,8 @@ class Play:
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
         self.sent_ns = [0] * n
+        self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
+        """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
         """When each step's request went out (0: not sent)."""
         self.conversations: dict[str, Conversation] = {}
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
