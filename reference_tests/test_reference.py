@@ -127,10 +127,17 @@ class Spec:
     seed: int
     max_model_len: int | None = None
     real: bool = False
+    agentx_args: tuple[str, ...] = ()
 
     def case(self, directory: Path) -> harness.Case:
         return harness.Case(
-            self.name, directory, self.concurrency, self.duration, self.seed, max_model_len=self.max_model_len
+            self.name,
+            directory,
+            self.concurrency,
+            self.duration,
+            self.seed,
+            max_model_len=self.max_model_len,
+            agentx_args=self.agentx_args,
         )
 
 
@@ -164,7 +171,16 @@ SPECS = [
     Spec("context_overflow", _synthetic(OVERFLOW), concurrency=1, duration=40, seed=OVERFLOW_SEED, max_model_len=1800),
 ]
 SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
-SEEDS = sorted({spec.seed for spec in [*SPECS, SELF_CHECK]})
+NEGATIVE_CONTROL = Spec(
+    "harness_negative_control",
+    _synthetic(idle_gaps()),
+    concurrency=1,
+    duration=60,
+    seed=2,
+    agentx_args=("--system-idle-cap", "off", "--warmup-max-tokens", "recorded"),
+)
+"""agentx made to differ on purpose: no system idle cap, primers asking for the recorded output."""
+SEEDS = sorted({spec.seed for spec in [*SPECS, SELF_CHECK, NEGATIVE_CONTROL]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +275,18 @@ def test_harness_self_check(suite: Suite) -> None:
     report = suite.record(run)
     if not run.comparison.ok:
         pytest.fail(f"two runs of the reference disagree (the harness is not measuring well):\n{report}", pytrace=False)
+
+
+@pytest.mark.timeout(900)
+def test_harness_negative_control(suite: Suite) -> None:
+    """The harness itself: an agentx run made to differ (no idle cap, full-length primers) must fail the gap,
+    max-tokens and rate checks."""
+    run = _run(suite, NEGATIVE_CONTROL)
+    report = suite.record(run)
+    failed = {check.name.split(" (")[0] for check in run.comparison.failed()}
+    expected = {"gaps", "max tokens asked", "profiling request rate"}
+    if not expected <= failed:
+        pytest.fail(f"the harness missed a deliberate difference ({sorted(expected - failed)}):\n{report}")
 
 
 def test_key_names() -> None:
