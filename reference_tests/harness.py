@@ -63,6 +63,8 @@ RATE_LOW: Final = 0.80
 RATE_HIGH: Final = 1.25
 REFERENCE_MARKER_TOKENS: Final = wordtok.count_tokens("[rid:0123456789ab]")
 MAX_ROWS: Final = 60
+DISPATCH_LAG_P99_MAX_S: Final = 0.005
+"""agentx's own timing error: the p99 of its profiling requests' dispatch lag (sent − due) in a case."""
 
 Tool = Literal["reference", "agentx"]
 Key = tuple[str, int, str, int]
@@ -964,5 +966,31 @@ def load_case(name: str, base: Path, duration: float, against: Tool = "agentx") 
     else:
         right_view = load_reference(base / "reference2.server.jsonl", base / "reference2", duration)
     comparison = compare(name, left_view, right_view)
+    if against == "agentx":
+        comparison.checks.append(dispatch_lag_check(base / "agentx" / "records.arrow"))
     (base / "report.txt").write_text(comparison.report(rows=10_000) + "\n")
     return comparison
+
+
+def dispatch_lag_check(records_path: Path) -> Check:
+    """agentx's dispatch lag over its profiling requests: a request sent later than it was due measures the
+    client, not the server (docs/agentx.md §4b); p99 must stay within `DISPATCH_LAG_P99_MAX_S`."""
+    import agentx
+
+    table = agentx.read_records(records_path)
+    lags = sorted(
+        lag
+        for lag, phase in zip(
+            table.column("dispatch_lag_s").to_pylist(), table.column("phase").to_pylist(), strict=True
+        )
+        if phase == "profiling"
+    )
+    if not lags:
+        return Check("agentx dispatch lag (profiling)", True, "no profiling requests")
+    p50, p99 = _percentile(lags, 0.50), _percentile(lags, 0.99)
+    return Check(
+        "agentx dispatch lag (profiling)",
+        p99 <= DISPATCH_LAG_P99_MAX_S,
+        f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms (≤ {DISPATCH_LAG_P99_MAX_S * 1e3:g} ms), "
+        f"max {lags[-1] * 1e3:.2f} ms",
+    )
