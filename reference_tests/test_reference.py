@@ -6,7 +6,7 @@ side-by-side table of the differing rows; every report also lands in `$AGENTX_RE
 
 The reference comes from `$AGENTX_REFERENCE_AIPERF` (`make test-reference` installs it into
 `.venv-reference`); without it every case is skipped. Cases on the real sample traces skip when
-`/work/shared/data/weka-sample` is absent.
+`../shared/data/weka-sample` (beside the repository) is absent.
 """
 
 from __future__ import annotations

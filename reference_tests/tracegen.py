@@ -21,7 +21,8 @@ import numpy as np
 
 BLOCK: Final = 64
 MODEL: Final = "claude-sonnet-4-5-20250929"
-REAL_TRACES: Final = Path("/work/shared/data/weka-sample")
+REAL_TRACES: Final = Path(__file__).resolve().parents[2] / "shared" / "data" / "weka-sample"
+"""`../shared/data/weka-sample` next to the repository (real public traces, never copied into it)."""
 SAMPLE_CORPUS: Final = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 
 Json = dict[str, Any]
