@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,13 +23,15 @@ from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
 from agentx.replay.client import ServerUnreachable
-from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, RunResult, run_replay
+from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, RunResult, WarmupFailed, run_replay
 from agentx.replay.plan import plan_session
 from agentx.replay.records import RequestRecord, read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
 BLOCK = 16
+FAILING_TOKENS = 7
+"""`_slow_server` answers a request for this many output tokens with an HTTP 500."""
 MAX_IN = 300
 MAX_OUT = 16
 
@@ -274,6 +277,8 @@ async def _slow_server() -> AsyncIterator[str]:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if int(body["max_tokens"]) == FAILING_TOKENS:
+            return web.json_response({"error": {"message": "engine died"}}, status=500)
         await asyncio.sleep(int(body["max_tokens"]) * 0.01)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -287,6 +292,41 @@ async def _slow_server() -> AsyncIterator[str]:
     app.router.add_post("/v1/completions", completions)
     async with serve(app) as url:
         yield url
+
+
+def test_the_first_failed_root_primer_ends_the_run_at_once(tmp_path: Path) -> None:
+    """Two lanes' primers go out together (burst, recorded output lengths): one fails at once, the other would
+    take 5 s. The run stops there, as the reference does, cancelling the slow primer (docs/agentx.md §5)."""
+
+    def two_turns(session_id: str, out_tokens: int) -> Session:
+        requests = [Request(t=float(i), model="m", in_tokens=20, out_tokens=out_tokens) for i in range(2)]
+        return Session(session_id=session_id, root=Agent(requests=requests))
+
+    trace = Trace(sessions=[two_turns("fails", FAILING_TOKENS), two_turns("slow", 500)], block_size=BLOCK)
+
+    async def go() -> float:
+        async with _slow_server() as url:
+            options = ReplayOptions(
+                url=url,
+                model="m",
+                out_dir=tmp_path,
+                concurrency=2,
+                sessions=2,
+                tstar_window=(0.9, 0.9),
+                warmup="burst",
+                warmup_max_tokens=None,
+                grace_s=30.0,
+                stream_usage="final",
+            )
+            started = time.perf_counter()
+            with pytest.raises(WarmupFailed, match="'fails'"):
+                await run_replay(trace, options)
+            return time.perf_counter() - started  # the stand-in's own shutdown waits out the slow handler
+
+    assert asyncio.run(go()) < 4.0  # not the slow primer's 5 s, nor the 30 s grace
+    records = {r.session_id: r for r in to_records(read_records(tmp_path / "records.arrow"))}
+    assert records["fails"].phase == records["slow"].phase == "warmup"
+    assert records["fails"].http_status == 500 and records["slow"].error_kind == "cancelled"
 
 
 def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:

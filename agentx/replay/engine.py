@@ -745,13 +745,11 @@ class _Runner:
                 return
             record = await self._send(play, step, due_ns, sent_tokens, body, phase="warmup")
             if record.status == "error" and step.depth == 0 and not failures and not self._stop.is_set():
-                # The first failed root primer ends the run at once, in-flight primers included (reference:
+                # The first failed root primer ends the run at once, in-flight primers cancelled (reference:
                 # `credit/callback_handler.py`, `_handle_warmup_failure`).
                 failures.append(record)
                 self.stop()
                 self._hard_stop()
-            elif record.status == "error" and step.depth == 0 and failures:
-                failures.append(record)
 
         async with asyncio.TaskGroup() as group:
             for play, index, lead in primers:
@@ -760,8 +758,8 @@ class _Runner:
             first = failures[0]
             raise WarmupFailed(
                 f"the warmup primer of session {first.session_id!r} (turn {first.turn}) failed with "
-                f"{first.error_kind}: {first.error_message}; the run stops before profiling, as AgentX does "
-                f"({len(failures)} root primer(s) failed)"
+                f"{first.error_kind}: {first.error_message}; the run stopped before profiling, as AgentX does, and "
+                "cancelled the other primers in flight"
             )
 
     def _notice(self, message: str) -> None:
