@@ -31,7 +31,7 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 BLOCK = 16
 FAILING_TOKENS = 7
-"""`_slow_server` answers a request for this many output tokens with an HTTP 500."""
+"""`_stand_in` answers a request for this many output tokens with an HTTP 500."""
 MAX_IN = 300
 MAX_OUT = 16
 
@@ -134,15 +134,22 @@ def test_replay_honours_the_dag(sim: SimServer, trace: Trace, concurrency: int) 
 
 
 @asynccontextmanager
-async def _header_server(seen: list[dict[str, str]]) -> AsyncIterator[str]:
-    """A stand-in server that records every completion request's headers; yields its base URL."""
+async def _stand_in(seen: list[dict[str, str]] | None = None) -> AsyncIterator[str]:
+    """A stand-in server that records every completion request's headers in `seen` and answers after
+    `max_tokens` × 10 ms (so a test sets how long each turn runs), or with an HTTP 500 for `FAILING_TOKENS`;
+    yields its base URL."""
     from aiohttp import web
 
     async def models(_request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        seen.append(dict(request.headers))
+        if seen is not None:
+            seen.append(dict(request.headers))
+        body = await request.json()
+        if int(body["max_tokens"]) == FAILING_TOKENS:
+            return web.json_response({"error": {"message": "engine died"}}, status=500)
+        await asyncio.sleep(int(body["max_tokens"]) * 0.01)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         chunk = b'{"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
@@ -169,7 +176,7 @@ def _header_run(
     trace = trace or Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
 
     async def go() -> None:
-        async with _header_server(seen) as url:
+        async with _stand_in(seen) as url:
             options = ReplayOptions(
                 mode=mode,  # type: ignore[arg-type]
                 url=url,
@@ -267,33 +274,6 @@ def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert len(captured) == 1
 
 
-@asynccontextmanager
-async def _slow_server() -> AsyncIterator[str]:
-    """Answers each request after `max_tokens` × 10 ms, so a test sets how long each turn runs."""
-    from aiohttp import web
-
-    async def models(_request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
-
-    async def completions(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        if int(body["max_tokens"]) == FAILING_TOKENS:
-            return web.json_response({"error": {"message": "engine died"}}, status=500)
-        await asyncio.sleep(int(body["max_tokens"]) * 0.01)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        chunk = b'{"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
-        chunk += b'"usage":{"prompt_tokens":1,"completion_tokens":1}}'
-        await response.write(b"data: " + chunk + b"\n\ndata: [DONE]\n\n")
-        return response
-
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/completions", completions)
-    async with serve(app) as url:
-        yield url
-
-
 def test_the_first_failed_root_primer_ends_the_run_at_once(tmp_path: Path) -> None:
     """Two lanes' primers go out together (burst, recorded output lengths): one fails at once, the other would
     take 5 s. The run stops there, as the reference does, cancelling the slow primer (docs/agentx.md §5)."""
@@ -305,7 +285,7 @@ def test_the_first_failed_root_primer_ends_the_run_at_once(tmp_path: Path) -> No
     trace = Trace(sessions=[two_turns("fails", FAILING_TOKENS), two_turns("slow", 500)], block_size=BLOCK)
 
     async def go() -> float:
-        async with _slow_server() as url:
+        async with _stand_in() as url:
             options = ReplayOptions(
                 url=url,
                 model="m",
@@ -350,7 +330,7 @@ def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:
     trace = Trace(sessions=[Session(session_id="j", root=root)], block_size=BLOCK)
 
     async def go() -> None:
-        async with _slow_server() as url:
+        async with _stand_in() as url:
             options = ReplayOptions(
                 mode="closed", url=url, model="m", out_dir=tmp_path, delay_scale=0.1, stream_usage="final"
             )
@@ -387,7 +367,7 @@ def test_a_run_that_falls_behind_its_schedule_says_so(tmp_path: Path, caplog: py
     )
 
     async def go() -> RunResult:
-        async with _slow_server() as url:
+        async with _stand_in() as url:
             options = ReplayOptions(
                 mode="rate", rate=100.0, url=url, model="m", out_dir=tmp_path, max_connections=1, stream_usage="final"
             )
