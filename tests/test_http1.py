@@ -398,3 +398,23 @@ def test_descriptors_are_reserved_before_connections_open() -> None:
     before, wanted, after, held = output.split()
     assert int(before) < int(wanted) <= int(after)  # grown now, so connections opened mid-run never grow it
     assert held == "False"  # the descriptor that made room is closed again
+
+
+def test_a_failed_spare_connection_frees_its_slot_for_a_waiting_request() -> None:
+    """At the limit with every slot taken by spares that fail to connect (the server is gone), a waiting
+    request gets a slot back, tries itself and reports the failure, instead of waiting forever."""
+
+    async def main() -> None:
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()  # nothing listens there any more: every connect is refused
+        pool = Pool(Endpoint(f"http://127.0.0.1:{port}"), limit=2, connect_timeout_s=5, keepalive_timeout_s=60, spare=2)
+        try:
+            async with asyncio.timeout(5):
+                await pool.acquire()
+        finally:
+            pool.close()
+
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(main())

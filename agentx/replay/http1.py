@@ -412,7 +412,10 @@ class Pool:
         try:
             connection = await self._connect()
         except (OSError, TimeoutError):
-            self._open -= 1  # a request that needs the connection will open one and report the failure
+            # A request that needs the connection will open one and report the failure; a request waiting for a
+            # slot must learn that one came free, or it waits forever for a server that is gone.
+            self._open -= 1
+            self._wake()
             return
         finally:
             self._opening -= 1
