@@ -124,6 +124,12 @@ def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp
     )
     assert result.exit_code == 2
     assert "unreachable" in result.output
+    # A password in the URL is never printed, with or without --model.
+    for extra in (["--model", "m"], []):
+        url = f"http://someone:pa55w0rd-Do-Not-Print@127.0.0.1:{port}"
+        result = CliRunner().invoke(main, ["replay", str(weka_file), "--url", url, *extra, "--out", str(tmp_path)])
+        assert result.exit_code == 2 and "unreachable" in result.output
+        assert "pa55w0rd" not in result.output and "127.0.0.1" in result.output
 
 
 def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path) -> None:

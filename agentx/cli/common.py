@@ -26,7 +26,13 @@ stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys
 
 
 def fail(message: str) -> NoReturn:
-    stderr.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    """Print `message` as the one-paragraph error and exit 2. Credentials in it (a password in a URL, a bearer
+    token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
+    from rich.markup import escape
+
+    from agentx.replay.records import scrub
+
+    stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(EXIT_BAD_INPUT)
 
 
