@@ -132,7 +132,9 @@ def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp
         assert "pa55w0rd" not in result.output and "127.0.0.1" in result.output
 
 
-def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path, stop_signal: str) -> None:
+    """Ctrl-C, and SIGTERM as schedulers and `timeout` send it: a graceful stop, run.json and the summary."""
     import signal
     import time
 
@@ -147,7 +149,7 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path)
     while not (out / "records.arrow").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2.0)  # some requests finish, others are in flight
-    child.send_signal(signal.SIGINT)
+    child.send_signal(getattr(signal, stop_signal))
     stdout, stderr = child.communicate(timeout=60)
     assert child.returncode == 130, stderr
     assert "Traceback" not in stderr

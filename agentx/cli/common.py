@@ -54,15 +54,22 @@ block_size_option = click.option(
 )
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Ctrl-C, and what schedulers, `timeout` and `kill` send: both stop a run gracefully."""
+
+
 async def interruptible(work: Coroutine[Any, Any, T]) -> T:
-    """Run `work`; Ctrl-C cancels it, and the replay turns that into a graceful stop (grace, flush)."""
+    """Run `work`; Ctrl-C or SIGTERM cancels it, and the replay turns that into a graceful stop (grace, flush,
+    run.json, the partial summary, exit 130)."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    for stop_signal in STOP_SIGNALS:
+        loop.add_signal_handler(stop_signal, task.cancel)
     try:
         return await task
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for stop_signal in STOP_SIGNALS:
+            loop.remove_signal_handler(stop_signal)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

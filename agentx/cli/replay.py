@@ -108,8 +108,8 @@ def replay(
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
     Records stream to RUN_DIR/records.arrow as the run goes; RUN_DIR/run.json (options, run, summary) is
-    written at the end. Progress shows on stderr when it is a terminal (not with --json). Ctrl-C stops
-    dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
+    written at the end. Progress shows on stderr when it is a terminal (not with --json). Ctrl-C (or SIGTERM)
+    stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130).
     """
     from agentx.replay.calibrate import CalibrationError
