@@ -18,7 +18,7 @@ install: $(STAMP)
 # recorded think times both run 20x faster, so the demo takes about half a minute).
 demo: install
 	$(BIN)/agentx replay traces/sample.arrow --sessions 8 --concurrency 4 \
-		--sim-time-scale 0.05 --delay-scale 0.05 --out runs/demo
+		--sim-time-scale 0.05 --delay-scale 0.05 --out runs/demo --overwrite
 
 lint: install
 	$(BIN)/ruff check .

@@ -103,6 +103,7 @@ def _one_run(mock: _Mock, trace: Path, work: Path, concurrency: int) -> float | 
         sys.executable, "-m", "agentx.cli", "replay", str(trace),
         "--url", f"http://127.0.0.1:{mock.port}", "--model", "m",
         "--concurrency", str(concurrency), "--sessions", str(concurrency), "--delay-scale", "0", "--out", str(work),
+        "--overwrite",  # the same work folder every run
     ]  # fmt: skip
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)

@@ -264,3 +264,25 @@ def test_replay_draws_progress_on_a_terminal_only(tmp_path: Path) -> None:
     assert "done ·" in text and "in flight" in text and "out tok/s" in text and "errors" in text
     assert " left" in text  # --sessions: time left from the requests still to go
     assert (tmp_path / "run" / "run.json").exists()
+
+
+def test_a_replay_never_overwrites_a_run_unless_told(tmp_path: Path) -> None:
+    """An existing run folder is refused (exit 2, one line, the run untouched); --overwrite replaces it."""
+    out = tmp_path / "run"
+    first = _replay("--sessions", "2", "--mode", "closed", "--out", str(out), "--json")
+    assert first.returncode == 0, first.stderr
+    records_before = (out / "records.arrow").read_bytes()
+    again = _replay("--sessions", "1", "--mode", "closed", "--out", str(out), "--json")
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "--overwrite" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert (out / "records.arrow").read_bytes() == records_before
+    replaced = _replay("--sessions", "1", "--mode", "closed", "--out", str(out), "--overwrite", "--json")
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads(replaced.stdout)["counts"]["rows"] < json.loads(first.stdout)["counts"]["rows"]
+
+
+def test_default_run_folders_are_unique_within_a_second() -> None:
+    from agentx.cli.common import default_run_dir
+
+    names = {default_run_dir() for _ in range(50)}
+    assert len(names) == 50 and all(name.parent == Path("runs") for name in names)

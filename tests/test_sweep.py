@@ -275,3 +275,17 @@ def test_without_url_each_level_runs_on_a_simulator_forced_to_its_acceptance(tmp
         acceptance = run_file["summary"]["acceptance"]
         assert acceptance["forced_al"] == forced and not acceptance["mismatch"], acceptance
         assert acceptance["counters"]["acceptance_length"] == pytest.approx(forced, abs=0.3)
+
+
+def test_a_sweep_into_an_existing_sweep_is_refused_unless_resumed_or_overwritten(tmp_path: Path) -> None:
+    trace_path = tmp_path / "trace.arrow"
+    save_trace(small_trace(sessions=2, turns=2, out_tokens=8), trace_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(trace_path), "--concurrency", "1", "--duration", "0.4", "--mode", "closed"]
+    args += ["--delay-scale", "0", "--sim-time-scale", "0.02", "--out", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    records = (out / "c1" / "records.arrow").read_bytes()
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 2 and "already holds a sweep" in again.output and "c1/records.arrow" in again.output
+    assert (out / "c1" / "records.arrow").read_bytes() == records
+    assert CliRunner().invoke(main, [*args, "--overwrite"]).exit_code == 0

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -70,6 +73,22 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     finally:
         for stop_signal in STOP_SIGNALS:
             loop.remove_signal_handler(stop_signal)
+
+
+RUN_FILES = ("records.arrow", "run.json")
+"""What makes a folder a run's: a replay never writes into one that holds either unless told to."""
+
+
+def default_run_dir() -> Path:
+    """`runs/<time>-<6 hex>`: two replays started in the same second never share a folder."""
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def refuse_existing_run(run_dir: Path, *, flag: str = "--overwrite") -> None:
+    """Fail (exit 2) when `run_dir` already holds a run's files: a user's data is never overwritten silently."""
+    held = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if held:
+        fail(f"{run_dir} already holds a run ({', '.join(held)}); choose another --out, or pass {flag} to replace it")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

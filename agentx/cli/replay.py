@@ -15,10 +15,12 @@ import msgspec
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
     block_size_option,
+    default_run_dir,
     fail,
     format_option,
     interruptible,
     loop_factory,
+    refuse_existing_run,
     server_and_model,
     stderr,
     stdout,
@@ -41,7 +43,10 @@ from agentx.trace.io import Format, load_trace
 @click.argument("trace", type=click.Path(path_type=Path))
 @replay_flags
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>).")
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>-<random>)."
+)
+@click.option("--overwrite", is_flag=True, help="Replace the run already in --out (refused otherwise).")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
 @click.option(
     "--workers",
@@ -75,6 +80,7 @@ def replay(
     stream_usage: str,
     tokenizer: Path | None,
     out_dir: Path | None,
+    overwrite: bool,
     api_key_env: str,
     headers: tuple[str, ...],
     affinity_headers: tuple[str, ...],
@@ -142,7 +148,9 @@ def replay(
         fail(str(exc))
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
-    run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    run_dir = out_dir or default_run_dir()
+    if not overwrite:
+        refuse_existing_run(run_dir)
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(

@@ -109,6 +109,9 @@ def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: s
 @click.option("--gpu-sku", metavar="SKU", help="The GPUs (b300, b200, gb300, gb200, mi355x, h200, h100), for prices.")
 @click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
 @click.option(
+    "--overwrite", is_flag=True, help="Replace a sweep already in --out (refused otherwise, unless --resume)."
+)
+@click.option(
     "--before-level",
     metavar="CMD",
     help="Shell command run before each level, {concurrency}, {spec_al} and {spec_k} substituted; "
@@ -137,6 +140,7 @@ def sweep_command(
     gpus: int | None,
     gpu_sku: str | None,
     resume: bool,
+    overwrite: bool,
     before_level: str | None,
     before_level_timeout: float | None,
     level_settings: Path | None,
@@ -156,6 +160,14 @@ def sweep_command(
     from agentx.sim.process import SimServerError
     from agentx.tables import ReplayProgress
 
+    if not (resume or overwrite):
+        held = sorted(str(path.relative_to(out_dir)) for path in out_dir.glob("c*/records.arrow"))
+        if held or (out_dir / SWEEP_FILE).exists():
+            what = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "") if held else SWEEP_FILE
+            fail(
+                f"{out_dir} already holds a sweep ({what}); pass --resume to keep its finished levels, "
+                "--overwrite to replace it, or choose another --out"
+            )
     try:
         concurrency = parse_levels(levels)
         settings = load_level_settings(level_settings) if level_settings is not None else {}
