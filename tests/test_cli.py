@@ -221,6 +221,10 @@ def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
         (["--api", "rest"], "Invalid value for '--api'"),
         (["--ramp", "-1"], "Invalid value for '--ramp'"),
         (["--stream-usage", "sometimes"], "Invalid value for '--stream-usage'"),
+        (["--seed", "-1"], "Invalid value for '--seed'"),
+        (["--delay-scale", "nan"], "delay_scale must be a finite number, got nan"),
+        (["--delay-scale", "inf"], "delay_scale must be a finite number, got inf"),
+        (["--duration", "nan"], "duration_s must be a finite number, got nan"),
     ],
 )
 def test_replay_flag_mistakes_are_one_clear_error(

@@ -160,7 +160,13 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
             default="sequential",
             show_default=True,
         ),
-        click.option("--seed", default=0, show_default=True, help="Seed of session order and prompt content."),
+        click.option(
+            "--seed",
+            default=0,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="Seed of session order and prompt content.",
+        ),
         click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none)."),
         click.option(
             "--ramp",

@@ -286,6 +286,12 @@ def options_metadata(options: ReplayOptions) -> dict[str, Any]:
 
 
 def _validate(options: ReplayOptions) -> None:
+    for name in ("delay_scale", "grace_s", "ramp_s", "duration_s", "speedup", "burstiness", "rate"):
+        value = getattr(options, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value}")
+    if options.seed < 0:
+        raise ValueError(f"seed must be non-negative, got {options.seed}")
     if options.concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {options.concurrency}")
     if options.duration_s is not None and options.duration_s < 0:
