@@ -30,7 +30,8 @@ class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     prefix_tokens: dict[str, int]
     """Per agent: its turn-0 tool + system tokens (the chat system message, docs/agentx.md §1e)."""
     hit_blocks: tuple[int, ...]
-    """Per step: the theoretical prefix-cache hit in blocks (docs/agentx.md §6, causal rule)."""
+    """Per step: the theoretical prefix-cache hit in blocks (docs/agentx.md §6: a block counts once its request
+    started, as the reference's)."""
     total_blocks: tuple[int, ...]
     agent_steps: dict[str, tuple[int, ...]]
     """Per agent: its step indices in turn order."""
@@ -191,9 +192,9 @@ class Play:
         """Set when a step's request goes out (or the step is settled without one)."""
         self.completed_ns = [0] * n
         self.sent_ns = [0] * n
+        """When each step's request went out (0: not sent)."""
         self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
-        """When each step's request went out (0: not sent)."""
         self.conversations: dict[str, Conversation] = {}
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
         self.last_out_tokens: dict[str, int] = {}
