@@ -210,3 +210,35 @@ def test_the_control_endpoint_validates_settings(sim: SimServer) -> None:
     assert "between 0 and 1" in bad_rate[1]["error"]["message"] and "no_such_fault" in unknown[1]["error"]["message"]
     assert good[0] == 200 and good[1]["stall_rate"] == 0.5 and good[1]["stall_s"] == 2
     assert sim.get_faults().stall_rate == 0.5
+
+
+def test_every_generation_request_received_is_counted(sim: SimServer) -> None:
+    """Answered, faulted, refused and bad requests all count, by endpoint; other paths do not: a client's
+    requests sent are checked against this count."""
+    sim.set_faults(FaultConfig(error_500_rate=0.5))
+    chat = {"messages": [{"role": "user", "content": "kawa"}], "max_tokens": 2}
+
+    async def go(session: aiohttp.ClientSession) -> tuple[dict[str, float], dict[str, float]]:
+        before = await scrape(session, sim.url)
+        for _ in range(6):
+            await post(session, sim.url, "/v1/completions", {"prompt": "kawa", "max_tokens": 2})
+        await post(session, sim.url, "/v1/completions", {"prompt": "kawa", "max_tokens": -1})
+        await post(session, sim.url, "/v1/chat/completions", chat)
+        await post(session, sim.url, "/tokenize", {"prompt": "kawa"})
+        return before, await scrape(session, sim.url)
+
+    before, after = run(go)
+    completions = 'agentx_sim_requests_received_total{endpoint="/v1/completions"}'
+    chats = 'agentx_sim_requests_received_total{endpoint="/v1/chat/completions"}'
+    assert after[completions] - before[completions] == 7
+    assert after[chats] - before[chats] == 1
+    sim.set_faults(FaultConfig(refuse_connections_s=5.0))
+
+    async def refused() -> None:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await stream(session, sim.url, STREAM_BODY)
+
+    asyncio.run(refused())
+    sim.set_faults(FaultConfig())
+    assert run(lambda session: scrape(session, sim.url))[completions] - after[completions] == 1

@@ -15,10 +15,15 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 FINISH_REASONS = ("stop", "length", "abort")
 
 
+GENERATION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
 class ServerCounters:
-    """What the HTTP layer counts itself: finished requests by reason, injected faults by kind."""
+    """What the HTTP layer counts itself: generation requests received by endpoint, finished requests by
+    reason, injected faults by kind."""
 
     def __init__(self) -> None:
+        self.received: dict[str, int] = dict.fromkeys(GENERATION_ENDPOINTS, 0)
         self.finished: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
         self.faults: dict[str, int] = {}
 
@@ -61,6 +66,14 @@ class _SimCollector:
         for reason, count in self._server.finished.items():
             success.add_metric([*self._values, reason], count)
         yield success
+        # Finished requests leave out those answered with an error or cut off: a client's count of requests
+        # sent is checked against this one (refused, faulted and bad requests included).
+        received = CounterMetricFamily(
+            "agentx_sim_requests_received", "Generation requests received, by endpoint.", labels=["endpoint"]
+        )
+        for endpoint, count in self._server.received.items():
+            received.add_metric([endpoint], count)
+        yield received
         yield self._counter("agentx_sim_steps", "Engine steps run.", c.steps)
         yield self._gauge(
             "agentx_sim_step_lag_seconds", "How far the last step ended behind its simulated deadline.", c.step_lag_s

@@ -304,6 +304,8 @@ class _Sim:
         # Refusing means down for everyone: any connection, new or kept alive, is reset (RST) as soon as a
         # request arrives on it, before any response. The control endpoint is spared so that a harness
         # can watch or end the window; at accept time the path is unknown, hence the reset happens here.
+        if request.method == "POST" and request.path in self.counters.received:
+            self.counters.received[request.path] += 1
         if self.faults.refusing() and request.path != "/sim/faults" and request.transport is not None:
             self.faults.count("refused")
             reset_connection(request.transport)
