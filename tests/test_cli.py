@@ -237,6 +237,77 @@ def test_replay_flag_mistakes_are_one_clear_error(
     assert not (tmp_path / "run").exists()
 
 
+DEEP_BODY = '{"a":' * 5000 + "1" + "}" * 5000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--url", "ftp://127.0.0.1:1"], "--url: 'ftp://127.0.0.1:1': the server URL must be http:// or https://"),
+        (["--url", "http://"], "the server URL has no host"),
+        (["--url", "http://127.0.0.1:99999"], "is not a usable server URL (Port out of range"),
+        (["--url", "http://[::1"], "is not a usable server URL (Invalid IPv6 URL)"),
+        (["--url", ""], "--url: the server URL is empty"),
+        (["--url", " "], "--url: the server URL is empty"),
+        (["--url", "http://127.0.0.1:1/?x=1"], "a server base URL has no ?query or #fragment"),
+        (["--header", "Bad Name: v"], "--header 'Bad Name: v': 'Bad Name' is not a valid HTTP header name"),
+        (["--header", "novalue"], "--header 'novalue' is not NAME:VALUE"),
+        (["--extra-body", "{"], "--extra-body is not valid JSON (Input data was truncated)"),
+        (["--extra-body", "[1]"], "--extra-body must be a JSON object, got list"),
+        (["--extra-body", DEEP_BODY], "--extra-body is nested too deeply to be a request body"),
+    ],
+)
+@pytest.mark.parametrize("command", ["replay", "sweep", "decode"])
+def test_server_flag_mistakes_are_one_clear_error_in_every_command(
+    weka_file: Path, tmp_path: Path, args: list[str], message: str, command: str
+) -> None:
+    """Without --model too: the URL is judged before the server is asked for its models."""
+    out = tmp_path / "run"
+    given = {
+        "replay": ["replay", str(weka_file), "--out", str(out)],
+        "sweep": ["sweep", str(weka_file), "--concurrency", "1", "--out", str(out)],
+        "decode": ["decode"],
+    }[command]
+    if "--url" not in args:
+        given += ["--url", "http://127.0.0.1:1"]
+    result = CliRunner().invoke(main, [*given, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and "unreachable" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not out.exists()
+
+
+def test_url_forms_users_type_reach_the_server(tmp_path: Path) -> None:
+    """`host:port` (AIPerf's form) is http://host:port; a trailing /v1 is dropped with a note, not doubled."""
+    from agentx.sim.process import SimServer
+
+    with SimServer(time_scale=0.01) as sim:
+        host_port = sim.url.removeprefix("http://")
+        for index, url in enumerate([host_port, f" {sim.url}/v1/ "]):
+            out = tmp_path / f"run{index}"
+            args = ["replay", str(Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"), "--url", url]
+            args += ["--sessions", "1", "--mode", "closed", "--delay-scale", "0", "--out", str(out), "--json"]
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 0, result.output
+            assert json.loads((out / "run.json").read_text())["options"]["url"] == sim.url
+            assert ("ends in /v1" in result.output) == (index == 1)
+
+
+def test_an_explicit_authorization_header_wins_over_the_environment_key() -> None:
+    from agentx.replay.client import Client
+
+    client = Client("http://127.0.0.1:1", api_key="env-key", headers={"authorization": "Bearer mine"})
+    assert b"Bearer mine" in client._fixed_head and b"env-key" not in client._fixed_head
+    assert client._scrub("token mine here") == "token <redacted> here"
+    plain = Client("127.0.0.1:1", api_key="env-key")
+    assert b"Authorization: Bearer env-key" in plain._fixed_head and plain.base_url == "http://127.0.0.1:1"
+    args = ["decode", "--url", "http://127.0.0.1:1", "--model", "m", "--header", "Authorization: Bearer mine"]
+    result = CliRunner(env={"OPENAI_API_KEY": "env-key"}).invoke(main, args)
+    assert "note: --header Authorization is sent; the key in $OPENAI_API_KEY is not used" in result.output
+    assert result.exit_code == 2 and "unreachable" in result.output
+
+
 def test_replay_draws_progress_on_a_terminal_only(tmp_path: Path) -> None:
     pty = pytest.importorskip("pty")
     import os

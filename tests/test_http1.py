@@ -184,9 +184,13 @@ def test_close_mid_response_is_not_before_response() -> None:
 
 def test_headers_refuse_line_breaks() -> None:
     assert encode_headers({"X-A": "1", "X-B": "é"}) == b"X-A: 1\r\nX-B: \xe9\r\n"
-    for bad in ({"X-A": "1\r\nX-Injected: 1"}, {"X-A\n": "1"}, {"": "1"}, {"A:B": "1"}):
-        with pytest.raises(ValueError, match="invalid HTTP header"):
+    for bad in ({"X-A\n": "1"}, {"": "1"}, {"A:B": "1"}, {"Bad Name": "v"}, {"X-\x00": "1"}):
+        with pytest.raises(ValueError, match="is not a valid HTTP header name"):
             encode_headers(bad)
+    for bad in ({"X-A": "1\r\nX-Injected: 1"}, {"X-A": "\x00"}, {"X-A": "a\x7fb"}):
+        with pytest.raises(ValueError, match="holds a control character"):
+            encode_headers(bad)
+    assert encode_headers({"X-A": "a\tb"}) == b"X-A: a\tb\r\n"
 
 
 def test_endpoint() -> None:

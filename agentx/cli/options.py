@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,16 +91,77 @@ def forced_acceptance(al: float | None, k: int | None, golden_model: str | None,
 
 
 def parse_header(value: str) -> tuple[str, str]:
+    """`--header NAME:VALUE` as a (name, value) pair; click.BadParameter unless it is a valid HTTP header."""
+    from agentx.replay.http1 import check_header
+
     name, sep, content = value.partition(":")
     if not sep or not name.strip():
-        raise click.BadParameter(f"{value!r} is not NAME:VALUE")
+        raise click.BadParameter(f"--header {value!r} is not NAME:VALUE")
+    try:
+        check_header(name.strip(), content.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"--header {value!r}: {exc}") from None
     return name.strip(), content.strip()
+
+
+def parse_extra_body(text: str | None) -> dict[str, object] | None:
+    """`--extra-body` as a JSON object; click.BadParameter naming the option when it is not one."""
+    if not text:
+        return None
+    try:
+        body = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise click.BadParameter(f"--extra-body is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise click.BadParameter("--extra-body is nested too deeply to be a request body") from None
+    if not isinstance(body, dict):
+        raise click.BadParameter(f"--extra-body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def api_key(env_name: str, headers: tuple[tuple[str, str], ...]) -> str | None:
+    """The API key in `$env_name`, unless `--header Authorization:...` was given: that explicit header wins, and a
+    key also set in the environment is said to be unused."""
+    from agentx.cli.common import stderr
+
+    key = os.environ.get(env_name) or None
+    if key is not None and any(name.lower() == "authorization" for name, _ in headers):
+        stderr.print(f"note: --header Authorization is sent; the key in ${env_name} is not used", markup=False)
+        return None
+    return key
+
+
+def server_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
+    an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
+    from agentx.cli.common import fail, stderr
+    from agentx.replay.records import scrub
+    from agentx.replay.url import BadURLError, base_url
+
+    if value is None:
+        return None
+    try:
+        url, note = base_url(value)
+    except BadURLError as exc:
+        fail(f"--url: {exc}")
+    if note:
+        stderr.print(f"note: --url {scrub(url)}: {note}", markup=False)
+    return url
+
+
+url_option = click.option(
+    "--url",
+    callback=server_url,
+    metavar="URL",
+    help="Server base URL (host:port means http://host:port); without it, the built-in simulator is started on a "
+    "free port.",
+)
 
 
 def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a replay shared by `replay` and `sweep` (all but concurrency, output, GPUs and workers)."""
     decorators = [
-        click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port."),
+        url_option,
         click.option(
             "--model",
             "served_models",

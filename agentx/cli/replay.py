@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,14 +25,17 @@ from agentx.cli.common import (
     stdout,
 )
 from agentx.cli.options import (
+    api_key,
     forced_acceptance,
     parse_chain_rules,
+    parse_extra_body,
     parse_header,
     parse_window,
     positive_int,
     replay_flags,
     seconds_or_off,
     spec_options,
+    url_option,
 )
 from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
@@ -140,9 +142,7 @@ def replay(
         primer_tokens = (
             None if warmup_max_tokens == "recorded" else positive_int("--warmup-max-tokens", warmup_max_tokens)
         )
-        body = msgspec.json.decode(extra_body) if extra_body else None
-        if body is not None and not isinstance(body, dict):
-            raise click.BadParameter("--extra-body must be a JSON object")
+        body = parse_extra_body(extra_body)
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
     except TraceError as exc:
         fail(str(exc))
@@ -183,7 +183,7 @@ def replay(
             api=api,  # type: ignore[arg-type]
             stream_usage=stream_usage,  # type: ignore[arg-type]
             tokenizer=None if tokenizer is None else str(tokenizer),
-            api_key=os.environ.get(api_key_env) or None,
+            api_key=api_key(api_key_env, parsed_headers),
             headers=parsed_headers,
             affinity_headers=affinity_headers,
             extra_body=body,
@@ -255,7 +255,7 @@ def replay(
 
 
 @click.command("decode")
-@click.option("--url", help="Server base URL; without it, the built-in simulator is started on a free port.")
+@url_option
 @click.option("--model", help="Served model (default: the server's only one).")
 @click.option("--isl", "isl_tokens", default=1, show_default=True, type=click.IntRange(min=1), help="Prompt tokens.")
 @click.option(
@@ -318,9 +318,7 @@ def decode_command(
     try:
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
         parsed_headers = tuple(parse_header(h) for h in headers)
-        body = msgspec.json.decode(extra_body) if extra_body else None
-        if body is not None and not isinstance(body, dict):
-            raise click.BadParameter("--extra-body must be a JSON object")
+        body = parse_extra_body(extra_body)
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     with contextlib.ExitStack() as stack:
@@ -335,7 +333,7 @@ def decode_command(
             api=api,  # type: ignore[arg-type]
             stream_usage=stream_usage,  # type: ignore[arg-type]
             seed=seed,
-            api_key=os.environ.get(api_key_env) or None,
+            api_key=api_key(api_key_env, parsed_headers),
             headers=parsed_headers,
             extra_body=body,
             spec_al=forced.al,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +25,10 @@ from agentx.cli.common import (
 )
 from agentx.cli.options import (
     Forced,
+    api_key,
     forced_acceptance,
     parse_chain_rules,
+    parse_extra_body,
     parse_header,
     parse_window,
     positive_int,
@@ -50,9 +51,8 @@ def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: s
     from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS
     from agentx.replay.engine import ReplayOptions
 
-    body = msgspec.json.decode(flags["extra_body"]) if flags["extra_body"] else None
-    if body is not None and not isinstance(body, dict):
-        raise click.BadParameter("--extra-body must be a JSON object")
+    body = parse_extra_body(flags["extra_body"])
+    headers = tuple(parse_header(h) for h in flags["headers"])
     primer = flags["warmup_max_tokens"]
     forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
     tokenizer = flags["tokenizer"]
@@ -76,8 +76,8 @@ def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: s
         api=flags["api"],
         stream_usage=flags["stream_usage"],
         tokenizer=None if tokenizer is None else str(tokenizer),
-        api_key=os.environ.get(flags["api_key_env"]) or None,
-        headers=tuple(parse_header(h) for h in flags["headers"]),
+        api_key=api_key(flags["api_key_env"], headers),
+        headers=headers,
         affinity_headers=flags["affinity_headers"],
         extra_body=body,
         mode=flags["mode"],

@@ -18,6 +18,7 @@ requests are in flight and aborts those whose last read is older than `idle_time
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -35,6 +36,7 @@ from agentx.replay.http1 import (
     encode_headers,
 )
 from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
+from agentx.replay.url import base_url as parse_base_url
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
 
@@ -45,6 +47,7 @@ CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
     "prompt is too long",
 )
 MESSAGE_MAX_CHARS: Final = 500
+_log = logging.getLogger(__name__)
 _ERROR_BODY_MAX_BYTES: Final = 64 * 1024
 WATCHDOG_PERIOD_MAX_S: Final = 1.0
 """The idle watchdog's longest period; a stalled stream is aborted between idle and idle + period after its
@@ -206,7 +209,9 @@ class Client:
         context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
         spare_connections: int = SPARE_CONNECTIONS,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url, note = parse_base_url(base_url)
+        if note:
+            _log.warning("%s: %s", self.base_url, note)
         self.limit = limit
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -216,9 +221,16 @@ class Client:
         self.spare_connections = spare_connections
         self.context_overflow_substrings = tuple(s.lower() for s in context_overflow_substrings)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
-        self._secret = api_key or None
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        explicit_auth = next((value for name, value in self._headers.items() if name.lower() == "authorization"), None)
+        # An explicit Authorization header is what the caller chose; a key (typically from the environment) does
+        # not silently replace it.
+        self._secret: str | None = None
+        if explicit_auth is not None:
+            self._secret = explicit_auth.partition(" ")[2].strip() or explicit_auth
+        else:
+            self._secret = api_key or None
+            if api_key:
+                self._headers["Authorization"] = f"Bearer {api_key}"
         self._endpoint = Endpoint(self.base_url)
         # Every request's constant head lines, encoded once.
         self._fixed_head = encode_headers({"Host": self._endpoint.host_header, "User-Agent": "agentx", **self._headers})

@@ -59,6 +59,7 @@ from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, 
 from agentx.replay.clock import DispatchClock
 from agentx.replay.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new, quiet_gc
 from agentx.replay.conversation import ChatTurn, Conversation
+from agentx.replay.http1 import check_header
 from agentx.replay.identity import ServerIdentity, identify_server
 from agentx.replay.idle import IdleCaps
 from agentx.replay.locks import locks_broken
@@ -70,6 +71,7 @@ from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, fil
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
 from agentx.replay.sessions import ReplaySessions
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
+from agentx.replay.url import base_url as parse_base_url
 from agentx.trace.chains import DEFAULT_RULES, ChainRules
 from agentx.trace.model import Trace
 
@@ -286,6 +288,9 @@ def options_metadata(options: ReplayOptions) -> dict[str, Any]:
 
 
 def _validate(options: ReplayOptions) -> None:
+    parse_base_url(options.url)  # BadURLError (a ValueError) names what is wrong with it
+    for name, value in options.headers:
+        check_header(name, value)
     for name in ("delay_scale", "grace_s", "ramp_s", "duration_s", "speedup", "burstiness", "rate"):
         value = getattr(options, name)
         if value is not None and not math.isfinite(value):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import ssl
 import time
 from collections import deque
@@ -71,15 +72,27 @@ class Endpoint:
         self.host_header = host if self.port == default_port else f"{host}:{self.port}"
 
 
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header name: an RFC 9110 token (no spaces, colons or controls)."""
+
+
+def check_header(name: str, value: str) -> None:
+    """Raise ValueError, naming the header, unless `name: value` is a valid HTTP header line: a token for the
+    name, and no control character but tab in the value (CR or LF would split the request)."""
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(f"{name!r} is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+    if any((ord(char) < 32 and char != "\t") or ord(char) == 127 for char in value):
+        raise ValueError(f"the value of HTTP header {name!r} holds a control character")
+
+
 def encode_headers(headers: dict[str, str] | None) -> bytes:
-    """`Name: value\\r\\n` lines; CR or LF in a name or value is refused (it would split the request)."""
+    """`Name: value\\r\\n` lines; an invalid name or value is refused (`check_header`)."""
     if not headers:
         return b""
     lines: list[bytes] = []
     for name, value in headers.items():
+        check_header(name, value)
         line = f"{name}: {value}"
-        if "\r" in line or "\n" in line or ":" in name or not name:
-            raise ValueError(f"invalid HTTP header {name!r}")
         try:
             lines.append(line.encode("latin-1"))
         except UnicodeEncodeError:
