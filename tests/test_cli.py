@@ -98,6 +98,19 @@ def test_bad_cache_tokens_option(weka_file: Path) -> None:
     assert "--cache-tokens" in result.output
 
 
+def test_block_size_bounds_are_the_same_on_the_command_line_and_in_the_library(weka_file: Path) -> None:
+    from agentx.trace.errors import TraceError
+
+    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    for path in (weka_file, sample):
+        result = CliRunner().invoke(main, ["inspect", str(path), "--block-size", "999999999999"])
+        assert result.exit_code == 2 and "--block-size" in result.output and "1048576" in result.output
+        with pytest.raises(TraceError, match=r"block_size=999999999999 must be in \[1, 1048576\]"):
+            load_trace(path, block_size=999999999999)
+        with pytest.raises(TraceError, match="block_size=0 must be"):
+            load_trace(path, block_size=0)
+
+
 def test_replay_without_url_runs_against_the_simulator_and_prints_the_summary(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
     out = tmp_path / "run"

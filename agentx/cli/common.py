@@ -17,6 +17,7 @@ from rich.console import Console
 
 from agentx.trace.errors import Finding
 from agentx.trace.io import FORMATS
+from agentx.trace.validate import MAX_BLOCK_SIZE
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -53,7 +54,9 @@ format_option = click.option(
     "--format", "input_format", type=click.Choice(FORMATS), help="Input format (default: detected from content)."
 )
 block_size_option = click.option(
-    "--block-size", type=click.IntRange(min=1), help="Tokens per hash id, overriding the file's."
+    "--block-size",
+    type=click.IntRange(min=1, max=MAX_BLOCK_SIZE),
+    help="Tokens per hash id, overriding the file's.",
 )
 
 

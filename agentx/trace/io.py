@@ -15,6 +15,7 @@ from agentx.trace import arrow, bailian, mooncake, weka
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Trace
 from agentx.trace.textfile import open_bytes, read_errors
+from agentx.trace.validate import MAX_BLOCK_SIZE
 
 Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
 FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")
@@ -92,9 +93,11 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findings: Findings | None) -> Trace:
+    if block_size is not None and not 0 < block_size <= MAX_BLOCK_SIZE:
+        raise TraceError.at(f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]", file=str(path))
     if fmt in ("arrow", "parquet"):
         trace = arrow.read_arrow(path, findings=findings)
-        if block_size:
+        if block_size is not None:
             trace.block_size = block_size
         return trace
     if fmt == "weka":
