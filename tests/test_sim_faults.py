@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -194,6 +195,40 @@ def test_refused_connections_fail_until_the_window_ends(sim: SimServer) -> None:
     time.sleep(0.7)
     assert asyncio.run(attempt()) == 200
     assert run(lambda session: scrape(session, sim.url))['agentx_sim_faults_injected_total{fault="refused"}'] >= 1
+
+
+def test_the_access_log_says_how_each_request_ended() -> None:
+    """A reset stream's headers said 200 and a refused request got no response at all: neither is a 200."""
+    with SimServer(time_scale=0.01, seed=SEED, extra_args=("--access-log",)) as sim:
+
+        async def go(session: aiohttp.ClientSession) -> list[Streamed | Exception]:
+            sim.set_faults(FaultConfig(reset_rate=1.0, reset_after_chunks=3))
+            results = await streams(session, sim.url, 2)
+            sim.set_faults(FaultConfig(refuse_connections_s=30))
+            # A fresh connection, which aiohttp does not retry, so that the request is refused exactly once.
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                try:
+                    async with fresh.post(sim.url + "/v1/completions", json=STREAM_BODY) as response:
+                        results.append(Exception(f"answered {response.status}"))
+                except aiohttp.ClientConnectionError as exc:
+                    results.append(exc)
+            sim.set_faults(FaultConfig())
+            results += await streams(session, sim.url, 1)
+            body = {**STREAM_BODY, "max_tokens": 4000, "stream": True}
+            async with session.post(sim.url + "/v1/completions", json=body) as response:
+                await response.content.readline()
+                response.close()  # the client leaves mid-stream
+            return results
+
+        reset, also_reset, refused, whole = run(go)
+        assert isinstance(reset, Exception) and isinstance(also_reset, Exception) and isinstance(whole, Streamed)
+        assert isinstance(refused, aiohttp.ClientConnectionError), refused
+        deadline = time.monotonic() + 10
+        while len(ended := re.findall(r'"POST /v1/completions HTTP/1.1" (\S+) ', sim.stderr())) < 5:
+            assert time.monotonic() < deadline, sim.stderr()
+            time.sleep(0.02)
+        assert ended == ["reset", "reset", "refused", "200", "disconnected"], sim.stderr()
+        assert "Traceback" not in sim.stderr()
 
 
 def test_the_control_endpoint_validates_settings(sim: SimServer) -> None:

@@ -527,6 +527,33 @@ def test_garbage_http_is_answered_without_a_traceback(sim: SimServer) -> None:
     assert "Traceback" not in sim.stderr()
 
 
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n", "Invalid header token"),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Control: \x01\r\n\r\n", "Invalid header value char"),
+        (b"GET /he alth HTTP/1.1\r\nHost: x\r\n\r\n", "Bad status line"),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "Duplicate"),
+        (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nnope", "gzip"),
+    ],
+)
+def test_a_malformed_request_is_a_400_and_one_line(sim: SimServer, raw: bytes, needle: str) -> None:
+    """The client's mistake, not the server's: a one-line warning, no aiohttp traceback."""
+    before = sim.stderr()
+    host, port = sim.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as connection:
+        connection.sendall(raw)
+        assert connection.recv(100).split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    deadline = time.monotonic() + 5
+    while needle not in (new := sim.stderr()[len(before) :]):
+        assert time.monotonic() < deadline, new
+        time.sleep(0.01)
+    time.sleep(0.05)  # anything else it would print comes with the same request
+    new = sim.stderr()[len(before) :]
+    assert "Traceback" not in new and len(new.splitlines()) == 1 and "malformed request" in new, new
+
+
 # Streams under pressure: a client that leaves, a client that does not read.
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
 import logging
 import resource
@@ -23,6 +24,8 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 from agentx.sim import protocol
 from agentx.sim.engine import Engine, FinishReason, GenerationRequest, SequenceHandle
@@ -32,7 +35,8 @@ from agentx.sim.options import SimOptions
 from agentx.sim.protocol import DONE, ClientError, error_body
 from agentx.sim.tokenizer import FIRST_WORD_ID, Tokenizer, get_tokenizer
 
-log = logging.getLogger("agentx.sim")
+_access_log = logging.getLogger("agentx.sim.access")
+_http_log = logging.getLogger("agentx.sim.http")
 
 _JSON = "application/json"
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -49,11 +53,94 @@ def _error(
     return web.Response(status=status, body=error_body(status, message, param), content_type=_JSON, headers=headers)
 
 
+class _Response(web.StreamResponse):
+    """A response that may not end as its status says."""
+
+    outcome: str | None = None
+    """How it ended otherwise, for the access log in place of the status: "refused" (reset before any
+    response), "reset" (by a fault, after the headers went out), "disconnected" (the client left),
+    "cancelled" (the server stopped)."""
+
+
+def _ended(outcome: str) -> _Response:
+    response = _Response()
+    response.outcome = outcome
+    return response
+
+
+def _log_cancelled(request: web.Request, started: float, response: _Response | None = None) -> None:
+    """aiohttp cancels the handler of a connection it lost, or of a server that stops, and then logs nothing."""
+    lost = request.transport is None or request.transport.is_closing()
+    if response is None:
+        response = _Response()
+    if response.outcome is None:
+        response.outcome = "disconnected" if lost else "cancelled"
+    request.protocol.log_access(request, response, started)
+
+
+class _AccessLog(AbstractAccessLogger):
+    """One line per request. A status alone would say 200 for a stream that was reset after its headers
+    went out, and for a refused request whose connection was reset with no response at all."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        outcome = getattr(response, "outcome", None) or response.status
+        started = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=time)
+        version = request.version
+        self.logger.info(
+            '%s [%s] "%s %s HTTP/%d.%d" %s %.3f s',
+            request.remote or "-",
+            started.strftime("%d/%b/%Y:%H:%M:%S %z"),
+            request.method,
+            request.path_qs,
+            version.major,
+            version.minor,
+            outcome,
+            time,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
+class _OneLineClientErrors(logging.Filter):
+    """aiohttp logs a request it cannot parse (a header name with a space, a bad request line) with a
+    traceback, as if the server had failed; the client did, and one line says so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = _parse_error(record.exc_info[1] if record.exc_info else None)
+        if exc is not None:
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            record.msg = "agentx sim: answered %d to a malformed request from %s: %s"
+            record.args = (exc.code, remote or "a client", _one_line(exc))
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        return True
+
+
+def _parse_error(exc: BaseException | None) -> HttpProcessingError | None:
+    """The client's mistake behind an exception aiohttp logs, if that is what it is."""
+    if isinstance(exc, web.RequestPayloadError):  # a body that does not parse, raised again from a read
+        exc = exc.__cause__
+    return exc if isinstance(exc, HttpProcessingError) else None
+
+
+def _one_line(exc: HttpProcessingError) -> str:
+    # aiohttp's message is the complaint, the offending bytes, then a caret under them.
+    return " ".join(line for line in map(str.strip, exc.message.splitlines()) if line.strip("^ "))
+
+
+_one_line_client_errors = _OneLineClientErrors()
+
+
 async def _read(request: web.Request) -> bytes:
     try:
         return await request.read()
     except ConnectionError as exc:
         raise ClientError(f"The request body was cut short: {exc}") from None
+    except web.RequestPayloadError as exc:  # e.g. a bad chunk size or a gzip body that is not gzip
+        cause = _parse_error(exc)
+        raise ClientError(f"The request body could not be read: {_one_line(cause) if cause else exc}") from None
 
 
 class _Collector:
@@ -97,6 +184,7 @@ class _Stream:
         "held",
         "num_tokens",
         "plan",
+        "reset",
         "stalling",
     )
 
@@ -134,6 +222,8 @@ class _Stream:
         self.finish_reason: FinishReason | None = None
         self.gone = False
         """The client is gone or the connection was reset: write nothing more."""
+        self.reset = False
+        """A reset fault cut the stream (rather than the client leaving)."""
         self.held: list[bytes] | None = None
         """Framed output waiting for the socket to drain or a stall to end; None when writing through."""
         self.stalling = False
@@ -218,7 +308,7 @@ class _Stream:
             self._wake()
         if faults.reset_after_chunks == sent:
             self._count_fault("reset")
-            self.gone = True
+            self.gone = self.reset = True
             reset_connection(self._transport)
             self._wake()
         self._fault_at = _next_fault(faults, sent)
@@ -309,7 +399,7 @@ class _Sim:
         if self.faults.refusing() and request.path != "/sim/faults" and request.transport is not None:
             self.faults.count("refused")
             reset_connection(request.transport)
-            return web.Response()
+            return _ended("refused")
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -322,21 +412,26 @@ class _Sim:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        started = asyncio.get_running_loop().time()
         try:
-            body = await _read(request)
-            plan = protocol.plan_generation(body, chat=chat, config=self.config, tokenizer=self.tokenizer)
-        except ClientError as exc:
-            return _error(exc.status, exc.message, param=exc.param)
-        faults = self.faults.plan(stream=plan.stream)
-        if faults is not NO_FAULTS:
-            if faults.slow_first_byte_s:
-                self.faults.count("slow_first_byte")
-                await asyncio.sleep(faults.slow_first_byte_s)
-            if faults.status is not None:
-                return self._status_fault(faults)
-        if plan.stream:
-            return await self._stream(request, plan, faults)
-        return await self._complete(plan)
+            try:
+                body = await _read(request)
+                plan = protocol.plan_generation(body, chat=chat, config=self.config, tokenizer=self.tokenizer)
+            except ClientError as exc:
+                return _error(exc.status, exc.message, param=exc.param)
+            faults = self.faults.plan(stream=plan.stream)
+            if faults is not NO_FAULTS:
+                if faults.slow_first_byte_s:
+                    self.faults.count("slow_first_byte")
+                    await asyncio.sleep(faults.slow_first_byte_s)
+                if faults.status is not None:
+                    return self._status_fault(faults)
+            if not plan.stream:
+                return await self._complete(plan)
+        except asyncio.CancelledError:
+            _log_cancelled(request, started)
+            raise
+        return await self._stream(request, plan, faults, started)
 
     def _status_fault(self, faults: FaultPlan) -> web.Response:
         status = faults.status
@@ -384,14 +479,21 @@ class _Sim:
         )
         return web.Response(body=body, content_type=_JSON)
 
-    async def _stream(self, request: web.Request, plan: protocol.Plan, faults: FaultPlan) -> web.StreamResponse:
-        response = web.StreamResponse(headers=_SSE_HEADERS)
+    async def _stream(
+        self, request: web.Request, plan: protocol.Plan, faults: FaultPlan, started: float
+    ) -> web.StreamResponse:
+        response = _Response(headers=_SSE_HEADERS)
         try:
             writer = await response.prepare(request)
         except ConnectionError:  # the client left before the headers went out
+            response.outcome = "disconnected"
             return response
+        except asyncio.CancelledError:
+            _log_cancelled(request, started, response)
+            raise
         transport = request.transport
         if writer is None or transport is None or transport.is_closing():
+            response.outcome = "disconnected"
             return response
         stream = _Stream(
             plan,
@@ -408,6 +510,11 @@ class _Sim:
             if faults is not NO_FAULTS and _next_fault(faults, -1) == 0:
                 stream.faults_due()
             await stream.drive(writer.drain)
+        except asyncio.CancelledError:
+            if stream.reset:
+                response.outcome = "reset"
+            _log_cancelled(request, started, response)
+            raise
         except ValueError as exc:
             # The engine refused the request after the headers went out: end the stream with an in-band
             # error event, as vLLM does for errors raised mid-generation.
@@ -417,7 +524,9 @@ class _Sim:
                 self._abort(stream.handle)
         if stream.finish_reason is not None:
             self.counters.finished[stream.finish_reason] += 1
-        if not stream.gone:
+        if stream.gone:
+            response.outcome = "reset" if stream.reset else "disconnected"
+        else:
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
         return response
@@ -501,11 +610,14 @@ async def _serve(options: SimOptions, engine: Engine, on_ready: Ready) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    _http_log.addFilter(_one_line_client_errors)
     runner = web.AppRunner(
         sim.app(),
         handle_signals=False,
         handler_cancellation=True,
-        access_log=log if options.access_log else None,
+        logger=_http_log,
+        access_log=_access_log if options.access_log else None,
+        access_log_class=_AccessLog,
         shutdown_timeout=_SHUTDOWN_GRACE_S,
     )
     await runner.setup()
@@ -537,6 +649,9 @@ def _url_host(host: str) -> str:
 def serve(options: SimOptions, on_ready: Ready) -> None:
     """Run the simulator until SIGINT or SIGTERM. Raises OSError (cannot listen) or ValueError (bad config)."""
     logging.basicConfig(level=logging.INFO if options.access_log else logging.WARNING, format="%(message)s")
+    if options.access_log:
+        # The command line holds the "agentx" logger at WARNING, which would silence the access log.
+        _access_log.setLevel(logging.INFO)
     _raise_fd_limit()
     # Generated text is ordinary words only: no role markers or single characters inside a reply.
     engine = Engine(msgspec.structs.replace(options.engine, first_output_token_id=FIRST_WORD_ID))
