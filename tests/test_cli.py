@@ -196,6 +196,7 @@ def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path
         "--sessions", "1", "--concurrency", "2", "--ramp", "0.3", "--mode", "closed", "--stream-usage", "final",
         "--out", str(out),
         "--header", "X-Team: hidden-header-value", "--api-key-env", "AGENTX_TEST_KEY",
+        "--request-timeout", "120", "--idle-timeout", "off",
         env={"AGENTX_TEST_KEY": "sk-secretsecret12345"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -205,6 +206,7 @@ def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path
     run_file = json.loads(raw)
     assert run_file["options"]["stream_usage"] == "final" and run_file["options"]["ramp_s"] == 0.3
     assert run_file["options"]["api"] == "completions"
+    assert (run_file["options"]["request_timeout_s"], run_file["options"]["idle_timeout_s"]) == (120.0, None)
     assert run_file["run"]["stream_usage"] == "final"  # forced, not probed
     assert run_file["summary"]["stream_usage"] == "final"
     requests = load_trace(SAMPLE).sessions[0].request_count
@@ -238,6 +240,9 @@ def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
         (["--delay-scale", "nan"], "delay_scale must be a finite number, got nan"),
         (["--delay-scale", "inf"], "delay_scale must be a finite number, got inf"),
         (["--duration", "nan"], "duration_s must be a finite number, got nan"),
+        (["--request-timeout", "0"], "--request-timeout wants positive seconds, got '0'"),
+        (["--idle-timeout", "nan"], "--idle-timeout wants positive seconds, got 'nan'"),
+        (["--idle-timeout", "soon"], "--idle-timeout wants seconds or 'off', got 'soon'"),
     ],
 )
 def test_replay_flag_mistakes_are_one_clear_error(

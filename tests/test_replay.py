@@ -168,6 +168,39 @@ def test_deadline_cancels_in_flight_after_grace(slow_sim: SimServer, tmp_path: P
     assert {r.error_kind for r in records} == {"cancelled"}
     assert {r.status for r in records} == {"error"}
     assert result.skipped == 2  # the second turns never went out
+    for record in records:  # what arrived before the cancellation is kept
+        assert record.http_status == 200 and record.response_ns is not None
+        assert record.first_token_ns is not None and record.chunk_times_ns and record.osl_streamed_tokens > 0
+        assert record.response_ns <= record.first_token_ns <= record.chunk_times_ns[-1] <= record.end_ns
+        assert record.ttft_s is not None and record.timeout_kind is None
+
+
+def test_request_and_idle_timeouts_fail_requests_with_their_kind(tmp_path: Path) -> None:
+    from agentx.sim.faults import FaultConfig
+
+    with SimServer(time_scale=1.0, block_size=BLOCK) as server:
+        long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+        options = _options(server, tmp_path / "request", request_timeout_s=0.5, sessions=1)
+        _, [record] = _replay(_trace(long), options)
+        assert (record.status, record.error_kind, record.timeout_kind) == ("error", "timeout", "request")
+        assert record.queued_ns is not None and 0.5 <= (record.end_ns - record.queued_ns) / 1e9 < 2.0
+        assert record.http_status == 200 and record.osl_streamed_tokens > 0  # what arrived is kept
+        assert record.error_message is not None and "request timeout" in record.error_message
+
+        server.set_faults(FaultConfig(stall_rate=1.0, stall_s=5.0, stall_after_chunks=2))
+        short = Session(session_id="short", root=Agent(requests=[_req(0.0, 64, 40, 1.0)]))
+        _, [record] = _replay(_trace(short), _options(server, tmp_path / "idle", idle_timeout_s=0.4, sessions=1))
+        assert (record.error_kind, record.timeout_kind) == ("timeout", "idle")
+        assert record.error_message is not None and "no bytes from the server for 0.4 s" in record.error_message
+        assert (record.end_ns - record.last_token_ns) / 1e9 < 2.0 if record.last_token_ns else True
+
+
+@pytest.mark.parametrize("name", ["request_timeout_s", "idle_timeout_s", "connect_timeout_s"])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan")])
+def test_timeouts_must_be_positive(sim: SimServer, tmp_path: Path, name: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{name} must be positive"):
+        asyncio.run(run_replay(_trace(_flat_session("a", 1)), _options(sim, tmp_path / "out", **{name: value})))
+    assert not (tmp_path / "out").exists()
 
 
 def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> None:

@@ -217,6 +217,23 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
             "--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s."
         ),
         click.option(
+            "--request-timeout",
+            "--request-timeout-seconds",
+            "request_timeout",
+            default="off",
+            show_default=True,
+            metavar="S|off",
+            help="A request still running after S seconds fails as a timeout (kind: request).",
+        ),
+        click.option(
+            "--idle-timeout",
+            "idle_timeout",
+            default="300",
+            show_default=True,
+            metavar="S|off",
+            help="A request that receives no byte for S seconds fails as a timeout (kind: idle).",
+        ),
+        click.option(
             "--session-order",
             type=click.Choice(("sequential", "shuffle", "random")),
             default="sequential",
@@ -396,15 +413,16 @@ def parse_chain_rules(pairs: tuple[str, ...]) -> ChainRules:
         raise click.BadParameter(f"--chain-rule: {exc}") from None
 
 
-def seconds_or_off(flag: str, text: str) -> float | None:
+def seconds_or_off(flag: str, text: str, *, positive: bool = False) -> float | None:
+    """`text` as finite seconds (`positive`: above zero, else at least zero), or None for "off"."""
     if text == "off":
         return None
     try:
         value = float(text)
     except ValueError:
         raise click.BadParameter(f"{flag} wants seconds or 'off', got {text!r}") from None
-    if value < 0:
-        raise click.BadParameter(f"{flag} wants non-negative seconds, got {text!r}")
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        raise click.BadParameter(f"{flag} wants {'positive' if positive else 'non-negative'} seconds, got {text!r}")
     return value
 
 

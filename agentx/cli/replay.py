@@ -74,6 +74,8 @@ def replay(
     duration_s: float | None,
     sessions: int | None,
     grace_s: float,
+    request_timeout: str,
+    idle_timeout: str,
     session_order: str,
     seed: int,
     delay_scale: float,
@@ -138,6 +140,8 @@ def replay(
         parsed_headers = tuple(parse_header(h) for h in headers)
         window = parse_window(tstar_window)
         system_cap = seconds_or_off("--system-idle-cap", system_idle_cap)
+        request_timeout_s = seconds_or_off("--request-timeout", request_timeout, positive=True)
+        idle_timeout_s = seconds_or_off("--idle-timeout", idle_timeout, positive=True)
         rules = parse_chain_rules(chain_rules)
         primer_tokens = (
             None if warmup_max_tokens == "recorded" else positive_int("--warmup-max-tokens", warmup_max_tokens)
@@ -176,6 +180,8 @@ def replay(
             duration_s=duration_s,
             sessions=sessions,
             grace_s=grace_s,
+            request_timeout_s=request_timeout_s,
+            idle_timeout_s=idle_timeout_s,
             session_order=session_order,  # type: ignore[arg-type]
             seed=seed,
             delay_scale=delay_scale,

@@ -69,6 +69,8 @@ def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: s
         duration_s=flags["duration_s"],
         sessions=flags["sessions"],
         grace_s=flags["grace_s"],
+        request_timeout_s=seconds_or_off("--request-timeout", flags["request_timeout"], positive=True),
+        idle_timeout_s=seconds_or_off("--idle-timeout", flags["idle_timeout"], positive=True),
         session_order=flags["session_order"],
         seed=flags["seed"],
         delay_scale=flags["delay_scale"],

@@ -39,6 +39,8 @@ from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
 from agentx.replay.url import base_url as parse_base_url
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
+TimeoutKind = Literal["connect", "idle", "request"]
+"""Which timeout ended a request: connecting, no bytes for the idle timeout, or the whole request's limit."""
 
 CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
     "context length",
@@ -92,6 +94,8 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     """From the last non-null `usage` (`prompt_tokens_details.cached_tokens`)."""
     finish_reason: str | None = None
     error_kind: ErrorKind | None = None
+    timeout_kind: TimeoutKind | None = None
+    """With `error_kind == "timeout"`: which timeout it was."""
     error_message: str | None = None
     """At most ~500 characters."""
     connection_retries: int = 0
@@ -338,13 +342,28 @@ class Client:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ServerUnreachable(self._scrub(f"{method} {url}: {_describe(exc)}")) from None
 
-    async def stream(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
-        """POST a pre-encoded streaming request body to `path` and record the response as it arrives."""
-        return await self._exchange(path, body, extra_headers, _Response(streamed=True))
+    async def stream(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        into: Exchange | None = None,
+    ) -> Exchange:
+        """POST a pre-encoded streaming request body to `path` and record the response as it arrives, in `into`
+        when given: a caller that cancels the call still holds what arrived until then."""
+        return await self._exchange(path, body, extra_headers, _Response(streamed=True, exchange=into))
 
-    async def complete(self, path: str, body: bytes, *, extra_headers: Mapping[str, str] | None = None) -> Exchange:
+    async def complete(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        into: Exchange | None = None,
+    ) -> Exchange:
         """POST a pre-encoded non-streaming (`"stream": false`) body; the whole answer is one chunk at its end."""
-        return await self._exchange(path, body, extra_headers, _Response(streamed=False))
+        return await self._exchange(path, body, extra_headers, _Response(streamed=False, exchange=into))
 
     def _request_bytes(self, path: str, body: bytes, extra_headers: Mapping[str, str] | None) -> bytes:
         head = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n" % (
@@ -370,8 +389,7 @@ class Client:
         try:
             # The watchdog reschedules this Timeout to now to abort the request, and it tells that apart from
             # a cancellation coming from the caller; without a total timeout it has no deadline (no timer).
-            deadline = asyncio.get_running_loop().time() + total_s if total_s else None
-            async with asyncio.timeout(deadline) as flight.timeout:
+            async with asyncio.timeout(total_s or None) as flight.timeout:
                 if watched:
                     self._flights.add(flight)
                     if self._watchdog is None:
@@ -392,11 +410,16 @@ class Client:
             _fail(exchange, kind, self._scrub(failure.message))
         except TimeoutError:  # the watchdog's, the total and the connect timeouts
             if flight.expired:
+                exchange.timeout_kind = "idle"
                 message = f"idle timeout: no bytes from the server for {self.idle_timeout_s:g} s"
-            elif exchange.sent_ns == 0:
+            elif exchange.sent_ns == 0 and not (
+                total_s and time.perf_counter_ns() - exchange.queued_ns >= total_s * 1e9
+            ):
+                exchange.timeout_kind = "connect"
                 message = f"connecting timed out after {self.connect_timeout_s:g} s"
             else:
-                message = f"total timeout: the request took longer than {total_s:g} s"
+                exchange.timeout_kind = "request"
+                message = f"request timeout: the request took longer than {total_s:g} s"
             _fail(exchange, "timeout", self._scrub(message))
         except HTTPProtocolError as exc:
             _fail(exchange, "protocol", self._scrub(_describe(exc)))
@@ -486,8 +509,8 @@ class _Response:
         "streamed",
     )
 
-    def __init__(self, *, streamed: bool) -> None:
-        self.exchange = Exchange()
+    def __init__(self, *, streamed: bool, exchange: Exchange | None = None) -> None:
+        self.exchange = exchange if exchange is not None else Exchange()
         self.flight = _Flight(self.exchange)
         self.streamed = streamed
         self._feed = SSEParser().feed

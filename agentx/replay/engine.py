@@ -133,6 +133,13 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Stop after this many session trees have been started (None with no duration: one pass)."""
     grace_s: float = 30.0
     """After the deadline, in-flight requests may finish within this; then they are cancelled."""
+    request_timeout_s: float | None = None
+    """A request still running this long after it was handed to the client fails as a timeout of kind
+    "request"; None: no limit."""
+    idle_timeout_s: float | None = 300.0
+    """A request that receives no byte for this long fails as a timeout of kind "idle"; None: no limit."""
+    connect_timeout_s: float = 10.0
+    """Opening a connection that takes longer fails the request as a timeout of kind "connect"."""
     session_order: SessionOrder = "sequential"
     seed: int = 0
     child_offset: Literal["branch_start", "anchor_end"] = "branch_start"
@@ -295,6 +302,10 @@ def _validate(options: ReplayOptions) -> None:
         value = getattr(options, name)
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value}")
+    for name in ("request_timeout_s", "idle_timeout_s", "connect_timeout_s"):
+        value = getattr(options, name)
+        if value is not None and not value > 0:  # NaN too
+            raise ValueError(f"{name} must be positive, got {value}")
     if options.seed < 0:
         raise ValueError(f"seed must be non-negative, got {options.seed}")
     if options.concurrency < 1:
@@ -386,6 +397,9 @@ async def run_replay(
         api_key=options.api_key,
         headers=dict(options.headers),
         limit=limit,
+        connect_timeout_s=options.connect_timeout_s,
+        idle_timeout_s=options.idle_timeout_s,
+        total_timeout_s=options.request_timeout_s,
         context_overflow_substrings=options.context_overflow_substrings,
     ) as client:
         served = await client.probe_models(require=options.model)
@@ -1149,25 +1163,36 @@ class _Runner:
         if self.on_sent is not None:
             self.on_sent()
         sent_ns = time.perf_counter_ns()
-        exchange: Exchange | None = None
-        if not self._hard_stopped:
+        # Filled by the client as the response arrives, so a request cancelled after the grace period keeps its
+        # status, headers time and chunks.
+        exchange = Exchange()
+        if self._hard_stopped:
+            self._cancelled(exchange)
+        else:
             self.idle.started(tree)
             try:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
                     try:
-                        exchange = await self.client.stream(self.path, body, extra_headers=headers)
+                        await self.client.stream(self.path, body, extra_headers=headers, into=exchange)
                     finally:
                         self._in_flight.discard(timeout)
             except TimeoutError:
-                exchange = None
+                self._cancelled(exchange)
             finally:
                 self.idle.finished(tree)
-        end_ns = exchange.end_ns if exchange is not None and exchange.end_ns else time.perf_counter_ns()
+        end_ns = exchange.end_ns or time.perf_counter_ns()
         tree.completed_ns[step.index] = end_ns
-        if exchange is not None and exchange.error_kind == "context_overflow" and phase == "profiling":
+        if exchange.error_kind == "context_overflow" and phase == "profiling":
             tree.ended_agents.add(step.agent_id)  # the root's ends the whole tree (`_ended`)
         return self._record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase, request_id)
+
+    def _cancelled(self, exchange: Exchange) -> None:
+        """End `exchange` as cancelled after the grace period, keeping whatever of the response had arrived."""
+        exchange.end_ns = time.perf_counter_ns()
+        exchange.error_kind = "cancelled"
+        exchange.timeout_kind = None
+        exchange.error_message = f"cancelled after the {self.options.grace_s:g} s grace period"
 
     def _record(
         self,
@@ -1177,7 +1202,7 @@ class _Runner:
         sent_ns: int,
         end_ns: int,
         sent_tokens: int,
-        exchange: Exchange | None,
+        exchange: Exchange,
         phase: Phase,
         request_id: str,
     ) -> RequestRecord:
@@ -1211,38 +1236,30 @@ class _Runner:
             "api_time_recorded_s": request.api_time,
             "ttft_recorded_s": request.ttft,
         }
-        if exchange is None:
+        if exchange.error_kind == "cancelled":
             self.cancelled += 1
-            record = RequestRecord(
-                **common,
-                sent_ns=sent_ns - origin,
-                end_ns=end_ns - origin,
-                status="error",
-                error_kind="cancelled",
-                error_message=f"cancelled after the {self.options.grace_s:g} s grace period",
-            )
-        else:
-            record = RequestRecord(
-                **common,
-                queued_ns=offset(exchange.queued_ns),
-                sent_ns=(exchange.sent_ns or sent_ns) - origin,
-                response_ns=offset(exchange.headers_ns),
-                first_token_ns=offset(exchange.first_token_ns),
-                last_token_ns=offset(exchange.last_token_ns),
-                end_ns=end_ns - origin,
-                chunk_times_ns=[ns - origin for ns in exchange.chunk_ns],
-                chunk_tokens=list(exchange.chunk_tokens),
-                isl_server_tokens=exchange.prompt_tokens,
-                osl_server_tokens=exchange.completion_tokens,
-                osl_streamed_tokens=sum(exchange.chunk_tokens),
-                tokens_estimated=exchange.tokens_estimated,
-                cached_tokens=exchange.cached_tokens,
-                connection_retries=exchange.connection_retries,
-                status="ok" if exchange.ok else "error",
-                error_kind=exchange.error_kind,
-                error_message=exchange.error_message,
-                http_status=exchange.status or None,
-            )
+        record = RequestRecord(
+            **common,
+            queued_ns=offset(exchange.queued_ns),
+            sent_ns=(exchange.sent_ns or sent_ns) - origin,
+            response_ns=offset(exchange.headers_ns),
+            first_token_ns=offset(exchange.first_token_ns),
+            last_token_ns=offset(exchange.last_token_ns),
+            end_ns=end_ns - origin,
+            chunk_times_ns=[ns - origin for ns in exchange.chunk_ns],
+            chunk_tokens=list(exchange.chunk_tokens),
+            isl_server_tokens=exchange.prompt_tokens,
+            osl_server_tokens=exchange.completion_tokens,
+            osl_streamed_tokens=sum(exchange.chunk_tokens),
+            tokens_estimated=exchange.tokens_estimated,
+            cached_tokens=exchange.cached_tokens,
+            connection_retries=exchange.connection_retries,
+            status="ok" if exchange.ok else "error",
+            error_kind=exchange.error_kind,
+            timeout_kind=exchange.timeout_kind,
+            error_message=exchange.error_message,
+            http_status=exchange.status or None,
+        )
         self.requests += 1
         if record.status == "error":
             self.errors += 1

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.5"
+FORMAT_VERSION: Final = "1.6"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -41,6 +41,7 @@ MAX_ERROR_MESSAGE: Final = 500
 Phase = Literal["warmup", "profiling"]
 Status = Literal["ok", "error"]
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
+TimeoutKind = Literal["connect", "idle", "request"]
 
 
 class RecordsError(Exception):
@@ -100,6 +101,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     ttft_recorded_s: float | None = None
     status: Status = "ok"
     error_kind: ErrorKind | None = None
+    timeout_kind: TimeoutKind | None = None
+    """With `error_kind == "timeout"`: "connect", "idle" (no bytes for the idle timeout) or "request" (the whole
+    request's limit)."""
     error_message: str | None = None
     http_status: int | None = None
     connection_retries: int = 0
@@ -201,6 +205,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("ttft_recorded_s", _FLOAT), "the trace's recorded TTFT (streamed requests); null if unknown"),
     (pa.field("status", _STR, nullable=False), '"ok" or "error"'),
     (pa.field("error_kind", _STR), "http, timeout, connection, protocol, context_overflow or cancelled; null if ok"),
+    (
+        pa.field("timeout_kind", _STR),
+        "with error_kind timeout: connect, idle (no bytes for --idle-timeout) or request (--request-timeout)",
+    ),
     (pa.field("error_message", _STR), f"error text, scrubbed of credentials, at most {MAX_ERROR_MESSAGE} characters"),
     (pa.field("http_status", _INT32), "HTTP status of the response; null if none was received"),
     (
