@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
+from agentx.replay.records import read_records
 from agentx.trace.io import load_trace
 
 TRACE: dict[str, Any] = {
@@ -172,6 +173,39 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     run_file = json.loads((out / "run.json").read_text())  # written for an interrupted run too
     assert run_file["run"]["interrupted"] is True
     assert run_file["summary"]["counts"] == summary["counts"]
+
+
+def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    out = tmp_path / "run"
+    args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "1", "--delay-scale", "0.1"]
+    args += ["--mode", "closed", "--grace", "600", "--out", str(out), "--json"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (out / "records.arrow").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # requests in flight, at real-time speed
+    child.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert child.poll() is None  # in the 600 s grace period
+    interrupted_at = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=60)
+    assert time.monotonic() - interrupted_at < 10
+    assert child.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads(stdout)
+    run_file = json.loads((out / "run.json").read_text())
+    assert run_file["run"]["interrupted"] is True and run_file["run"]["cancelled"] >= 1
+    assert run_file["summary"]["counts"] == summary["counts"]
+    records = read_records(out / "records.arrow")
+    assert records.num_rows == run_file["run"]["requests"]
+    assert "cancelled" in records.column("error_kind").to_pylist()
 
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"

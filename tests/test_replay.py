@@ -219,6 +219,27 @@ def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> No
     assert [r.error_kind for r in records] == ["cancelled"]
 
 
+def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: SimServer, tmp_path: Path) -> None:
+    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+    options = _options(slow_sim, tmp_path, grace_s=60.0, sessions=2, concurrency=2)
+
+    async def main() -> RunResult:
+        task = asyncio.create_task(run_replay(_trace(long), options))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        await asyncio.sleep(0.3)
+        assert not task.done()  # in the grace period
+        task.cancel()
+        async with asyncio.timeout(5):
+            return await task
+
+    result = asyncio.run(main())
+    assert result.interrupted and result.cancel_reason == "interrupted"
+    records = to_records(read_records(result.records_path))
+    assert [r.error_kind for r in records] == ["cancelled", "cancelled"]
+    assert all(r.http_status == 200 and r.osl_streamed_tokens > 0 for r in records)
+
+
 def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:
     options = ReplayOptions(mode="closed", url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
     with pytest.raises(ModelNotServed):

@@ -379,7 +379,8 @@ async def run_replay(
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
-    `interrupted=True`. A second cancellation during that drain cancels everything at once and propagates.
+    `interrupted=True`. A second cancellation shrinks the grace period to zero: the requests in flight are
+    cancelled at once and recorded with what had arrived. Only a third propagates, losing those records.
     `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
     """
     _validate(options)
@@ -442,24 +443,27 @@ async def run_replay(
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
             with quiet_gc(options.quiet_gc):
                 main = asyncio.create_task(runner.run())
-                interrupted = False
-                try:
-                    await asyncio.shield(main)
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if main.done() or current is None:
-                        raise
-                    interrupted = True
-                    current.uncancel()
-                    runner.cancel_reason = runner.cancel_reason or "interrupted"
-                    runner.stop()
+                interrupts = 0
+                while True:
                     try:
                         await asyncio.shield(main)
+                        break
                     except asyncio.CancelledError:
-                        main.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await main
-                        raise
+                        current = asyncio.current_task()
+                        if main.done() or current is None:
+                            raise
+                        interrupts += 1
+                        if interrupts > 2:  # a third: give up on the records of the requests in flight
+                            main.cancel()
+                            with contextlib.suppress(asyncio.CancelledError):
+                                await main
+                            raise
+                        current.uncancel()
+                        runner.cancel_reason = runner.cancel_reason or "interrupted"
+                        runner.stop()
+                        if interrupts == 2:  # the grace period shrinks to zero; the records are still written
+                            runner.hard_stop()
+                interrupted = interrupts > 0
                 elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
     played_ids = {trace.sessions[index].session_id for index in runner.played}
     flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
@@ -663,7 +667,7 @@ class _Runner:
         self._stop.set()
         self.idle.wake_all()
 
-    def _hard_stop(self) -> None:
+    def hard_stop(self) -> None:
         """Cancel every in-flight request (the grace period is over)."""
         self._hard_stopped = True
         now = asyncio.get_running_loop().time()
@@ -774,7 +778,7 @@ class _Runner:
                 # `credit/callback_handler.py`, `_handle_warmup_failure`).
                 failures.append(record)
                 self.stop()
-                self._hard_stop()
+                self.hard_stop()
 
         async with asyncio.TaskGroup() as group:
             for play, index, lead in primers:
@@ -875,7 +879,7 @@ class _Runner:
                         await self._stop.wait()
         self.stop()
         await asyncio.sleep(self.options.grace_s)
-        self._hard_stop()
+        self.hard_stop()
 
     # -- lanes and trees
 
