@@ -212,6 +212,34 @@ SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FAST_REPLAY = ["--sim-time-scale", "0.01", "--delay-scale", "0"]
 
 
+@pytest.mark.parametrize(
+    ("faults", "flags", "message"),
+    [
+        ({"error_500_rate": 1.0}, [], "error: no request succeeded: {n} of {n} profiling requests failed (http {n})"),
+        (
+            {"error_500_rate": 0.5, "seed": 3},
+            ["--failed-request-threshold", "0.1"],
+            "error: the run was cancelled by --failed-request-threshold 0.1: ",
+        ),
+    ],
+)
+def test_a_run_that_does_not_stand_exits_3_with_one_line(
+    tmp_path: Path, faults: dict[str, Any], flags: list[str], message: str
+) -> None:
+    from agentx.sim.faults import FaultConfig
+    from agentx.sim.process import SimServer
+
+    with SimServer(time_scale=0.01, faults=FaultConfig(**faults)) as sim:
+        out = tmp_path / "run"
+        args = ["--url", sim.url, "--mode", "closed", "--concurrency", "2", "--sessions", "4", "--out", str(out)]
+        result = _replay(*args, *flags, "--json")
+    assert result.returncode == 3, result.stderr
+    summary = json.loads(result.stdout)  # the summary is still printed and written
+    assert json.loads((out / "run.json").read_text())["summary"]["counts"] == summary["counts"]
+    assert message.format(n=summary["counts"]["profiling"]) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 

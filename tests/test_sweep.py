@@ -159,7 +159,8 @@ def test_a_failing_before_level_fails_that_level_and_the_sweep_goes_on(tmp_path:
     args += ["--delay-scale", "0", "--sim-time-scale", "0.02", "--out", str(out)]
     args += ["--before-level", "echo restarting at {concurrency}; test {concurrency} != 1"]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
+    assert "error: 1 of 2 level(s) failed (c1: the before-level command" in result.output
     index = json.loads((out / SWEEP_FILE).read_text())
     first, second = index["levels"]
     assert first["status"] == "failed" and second["status"] == "ok"

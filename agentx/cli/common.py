@@ -20,6 +20,9 @@ from agentx.trace.io import FORMATS
 from agentx.trace.validate import MAX_BLOCK_SIZE
 
 EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 3
+"""The run ran, but its results do not stand: the failure threshold cancelled it, every request failed, or the
+realized speculative acceptance disagrees with the forced one."""
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
 
@@ -29,15 +32,15 @@ stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatt
 stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 
-def fail(message: str) -> NoReturn:
-    """Print `message` as the one-paragraph error and exit 2. Credentials in it (a password in a URL, a bearer
-    token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print `message` as the one-paragraph error and exit with `code`. Credentials in it (a password in a URL, a
+    bearer token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
     from rich.markup import escape
 
     from agentx.replay.records import scrub
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
-    sys.exit(EXIT_BAD_INPUT)
+    sys.exit(code)
 
 
 def print_findings(findings: list[Finding], limit: int) -> None:

@@ -7,12 +7,17 @@ import contextlib
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
 
+if TYPE_CHECKING:
+    from agentx.results.summary import Summary
+
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
     block_size_option,
     default_run_dir,
     fail,
@@ -258,6 +263,26 @@ def replay(
         stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
     if result.run.interrupted:
         sys.exit(EXIT_INTERRUPTED)
+    failure = run_failure(result.summary, result.run.cancel_reason, failed_request_threshold)
+    if failure is not None:
+        fail(failure, EXIT_RUN_FAILED)
+
+
+def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | None) -> str | None:
+    """Why a run that ended by itself does not stand (exit 3), in one line; None when it does."""
+    counts = summary.counts
+    kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(counts.errors_by_kind.items()))
+    failed = f"{counts.errors:,} of {counts.profiling:,} profiling requests failed" + (f" ({kinds})" if kinds else "")
+    if cancel_reason == "failure_threshold":
+        given = "" if threshold is None else f" {threshold:g}"
+        return f"the run was cancelled by --failed-request-threshold{given}: {failed}"
+    if counts.profiling > 0 and counts.kept == 0:
+        cancelled = f", {counts.cancelled:,} cancelled" if counts.cancelled else ""
+        return f"no request succeeded: {failed}{cancelled}"
+    if summary.acceptance is not None and summary.acceptance.mismatch:
+        reasons = "; ".join(summary.acceptance.mismatch_reasons)
+        return f"the realized speculative acceptance disagrees with the forced one: {reasons}"
+    return None
 
 
 @click.command("decode")
@@ -364,7 +389,13 @@ def decode_command(
         for table in decode_tables(result, title=f"decode-only speed at {url}"):
             stdout.print(table)
     if result.decode_tps is None:
-        fail(f"no request produced a token after its first ({result.failed} of {len(result.samples)} failed)")
+        fail(
+            f"no request produced a token after its first ({result.failed} of {len(result.samples)} failed)",
+            EXIT_RUN_FAILED,
+        )
+    if result.acceptance.mismatch:
+        reasons = "; ".join(result.acceptance.mismatch_reasons)
+        fail(f"the realized speculative acceptance disagrees with the forced one: {reasons}", EXIT_RUN_FAILED)
 
 
 @click.command()

@@ -14,6 +14,7 @@ import msgspec
 
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
     block_size_option,
     fail,
     format_option,
@@ -269,8 +270,10 @@ def sweep_command(
         )
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    if any(level.entry.status == "failed" for level in result.levels):
-        sys.exit(1)
+    failed_levels = [level.entry for level in result.levels if level.entry.status == "failed"]
+    if failed_levels:
+        named = "; ".join(f"c{entry.concurrency}: {entry.error}" for entry in failed_levels)
+        fail(f"{len(failed_levels)} of {len(result.levels)} level(s) failed ({named})", EXIT_RUN_FAILED)
 
 
 class _LevelSims:

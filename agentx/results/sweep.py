@@ -332,6 +332,9 @@ async def _level(
         entry.status, entry.error = "interrupted", "interrupted (Ctrl-C or cancellation)"
     elif run.cancel_reason is not None:
         entry.status, entry.error = "failed", f"the run stopped early: {run.cancel_reason}"
+    elif result.summary.counts.profiling > 0 and result.summary.counts.kept == 0:
+        counts = result.summary.counts
+        entry.status, entry.error = "failed", f"no request succeeded ({counts.errors} of {counts.profiling} failed)"
     return LevelResult(entry=entry, run_dir=run_dir, summary=result.summary)
 
 
