@@ -13,6 +13,7 @@ stream's tokens per chunk (agentx.results.acceptance).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Literal
 
 import msgspec
@@ -35,6 +36,7 @@ from agentx.results.acceptance import (
 from agentx.results.summary import percentile
 from agentx.run import scrape_counters
 
+_log = logging.getLogger(__name__)
 _CHAT_WORD = " hello"
 """`--api chat` prompts repeat this word `isl_tokens` times (about one token each, plus the chat template)."""
 
@@ -178,9 +180,13 @@ async def _stream_usage(client: Client, options: DecodeOptions) -> StreamUsage:
     body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
     if options.api == "chat":
         body["messages"] = [{"role": "user", "content": "ok"}]
-        return await detect_stream_usage(client, CHAT_PATH, body)
-    body["prompt"] = filler(options.seed, "decode", "probe", 8, TokenSpace())
-    return await detect_stream_usage(client, COMPLETIONS_PATH, body)
+        probe = await detect_stream_usage(client, CHAT_PATH, body)
+    else:
+        body["prompt"] = filler(options.seed, "decode", "probe", 8, TokenSpace())
+        probe = await detect_stream_usage(client, COMPLETIONS_PATH, body)
+    if probe.assumed is not None:
+        _log.warning("stream usage: %s; assuming %r", probe.assumed, probe.usage)
+    return probe.usage
 
 
 async def decode(options: DecodeOptions) -> DecodeResult:

@@ -66,7 +66,7 @@ from agentx.replay.locks import locks_broken
 from agentx.replay.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
 from agentx.replay.plan import Step, join_due, session_order
 from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
-from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
+from agentx.replay.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
 from agentx.replay.sessions import ReplaySessions
@@ -411,7 +411,11 @@ async def run_replay(
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
-        stream_usage = await _stream_usage(client, options, space)
+        probe = await _stream_usage(client, options, space)
+        stream_usage = probe.usage
+        notices = [] if probe.assumed is None else [f"stream usage: {probe.assumed}; assuming {stream_usage!r}"]
+        for notice in notices:
+            _log.warning(notice)
         calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -425,6 +429,7 @@ async def run_replay(
         metadata["unsafe_override"] = bool(broken)
         metadata["detected"] = {
             "stream_usage": stream_usage,
+            "stream_usage_assumed": probe.assumed,
             "calibration": calibration.summary() if calibration is not None else None,
         }
         info = RunInfo(run_id=run_id, wall_epoch_ns=wall_epoch_ns, options=metadata)
@@ -438,6 +443,7 @@ async def run_replay(
             runner.on_sent = on_sent
             runner.on_profiling = on_profiling
             runner.stream_options = STREAM_OPTIONS[stream_usage]
+            runner.notices.extend(notices)
             if calibration is not None:
                 runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
@@ -554,9 +560,9 @@ def _preparation(options: ReplayOptions) -> tuple[object, ...]:
     return (rules, options.max_context_length, warp, options.child_offset, options.model, options.models)
 
 
-async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> StreamUsage:
+async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> UsageProbe:
     if options.stream_usage != "auto":
-        return options.stream_usage
+        return UsageProbe(options.stream_usage)
     body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
     if options.api == "chat":
         body["messages"] = [{"role": "user", "content": "ok"}]
