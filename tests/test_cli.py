@@ -240,6 +240,25 @@ def test_a_run_that_does_not_stand_exits_3_with_one_line(
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+def test_sessions_left_out_by_max_context_length_are_said(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["--mode", "closed", "--concurrency", "2", "--max-context-length", "30000", "--out", str(out), "--json"]
+    result = _replay(*args)
+    assert result.returncode == 0, result.stderr
+    said = "17 of 20 sessions need more than max_context_length 30,000 tokens (peak in + out) and are left out: "
+    assert said in result.stderr
+    run_file = json.loads((out / "run.json").read_text())
+    assert run_file["run"]["dropped_sessions"] == 17 and run_file["run"]["notices"][0].startswith("17 of 20")
+
+
+def test_nothing_left_to_replay_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = _replay("--mode", "closed", "--max-context-length", "1000", "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "nothing to replay: 20 of 20 sessions need more than max_context_length 1,000 tokens" in result.stderr
+    assert "Traceback" not in result.stderr and not (out / "records.arrow").exists()
+
+
 def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 

@@ -411,11 +411,12 @@ async def run_replay(
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
+        notices = _dropped_notices(sessions, options)
         probe = await _stream_usage(client, options, space)
         stream_usage = probe.usage
-        notices = [] if probe.assumed is None else [f"stream usage: {probe.assumed}; assuming {stream_usage!r}"]
-        for notice in notices:
-            _log.warning(notice)
+        if probe.assumed is not None:
+            notices.append(f"stream usage: {probe.assumed}; assuming {stream_usage!r}")
+            _log.warning(notices[-1])
         calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -551,6 +552,28 @@ def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
         warp_cap_s=cap if cap is not None and options.tree_idle_cap_mode == "warp" else None,
     )
     return PreparedTrace(sessions, options.child_offset, (options.model, *options.models), _preparation(options))
+
+
+class NothingToReplay(ValueError):  # noqa: N818 (reads as what happened)
+    """Every session of the trace was left out (`max_context_length`): there is nothing to replay."""
+
+
+def _dropped_notices(sessions: ReplaySessions, options: ReplayOptions) -> list[str]:
+    """The sessions `max_context_length` left out, said (logged, and returned for `RunResult.notices`); raises
+    NothingToReplay when none is left."""
+    dropped = sessions.dropped
+    if not dropped:
+        return []
+    total = len(dropped) + len(sessions.trace.sessions)
+    shown = ", ".join(repr(session_id) for session_id in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
+    what = (
+        f"{len(dropped):,} of {total:,} sessions need more than max_context_length {options.max_context_length:,} "
+        f"tokens (peak in + out) and are left out: {shown}"
+    )
+    if len(dropped) == total:
+        raise NothingToReplay(f"nothing to replay: {what}")
+    _log.warning(what)
+    return [what]
 
 
 def _preparation(options: ReplayOptions) -> tuple[object, ...]:
