@@ -94,6 +94,12 @@ def requests_for(
         # `in` usually covers the ids exactly (the last block partial), sometimes not (a warning only).
         exact = max(0, (len(ids) - 1) * block_size) + draw(st.integers(1, block_size))
         in_tokens = draw(st.just(exact) | st.integers(0, 100_000_000))
+        input_types = tuple(draw(st.lists(st.sampled_from(["text", "tool_result", "image"]), max_size=2)))
+        output_types = tuple(draw(st.lists(st.sampled_from(["text", "thinking", "tool_use"]), max_size=3)))
+        stop = draw(st.sampled_from(["", "tool_use", "end_turn", "max_tokens"]))
+        # A Weka file may write any of these keys at its default value, or leave it out.
+        at_default = [key for key, value in (("input_types", input_types), ("output_types", output_types)) if not value]
+        at_default += ["stop"] if stop == "" else []
         requests.append(
             Request(
                 t=t,
@@ -106,9 +112,10 @@ def requests_for(
                 api_time=draw(durations()),
                 ttft=draw(durations()) if kind == "s" else None,
                 type=kind,
-                input_types=tuple(draw(st.lists(st.sampled_from(["text", "tool_result", "image"]), max_size=2))),
-                output_types=tuple(draw(st.lists(st.sampled_from(["text", "thinking", "tool_use"]), max_size=3))),
-                stop=draw(st.sampled_from(["", "tool_use", "end_turn", "max_tokens"])),
+                input_types=input_types,
+                output_types=output_types,
+                stop=stop,
+                explicit_defaults=frozenset(draw(st.sets(st.sampled_from(at_default)))) if at_default else frozenset(),
                 acceptance_length=(
                     draw(st.none() | st.floats(min_value=1, max_value=16, allow_nan=False)) if acceptance else None
                 ),

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import msgspec
 import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -52,7 +53,16 @@ def _small_trace() -> Trace:
         agent_id="c",
         t=3.0,
         spawn_after=1,
-        requests=[Request(t=3.0, model="m", in_tokens=16, out_tokens=1, hash_ids_added=(7,))],
+        requests=[
+            Request(
+                t=3.0,
+                model="m",
+                in_tokens=16,
+                out_tokens=1,
+                hash_ids_added=(7,),
+                explicit_defaults=frozenset({"output_types", "stop"}),
+            )
+        ],
     )
     child = Agent(
         agent_id="b",
@@ -288,6 +298,18 @@ def test_newer_minor_version_is_read(small_trace: Trace, tmp_path: Path) -> None
     path = _write_with_metadata(arrow.to_table(small_trace), tmp_path / "minor.arrow", version=f"{major}.99".encode())
     back = arrow.read_arrow(path)
     assert back.format_version == f"{major}.99"
+    assert back.sessions == small_trace.sessions
+
+
+def test_a_version_1_0_file_has_no_explicit_defaults_column(small_trace: Trace, tmp_path: Path) -> None:
+    """Files written before version 1.1 lack the column: no request had keys written at their default."""
+    table = arrow.to_table(small_trace).drop_columns(["explicit_defaults"])
+    back = arrow.read_arrow(_write_with_metadata(table, tmp_path / "old.arrow", version=b"1.0"))
+    requests = [request for session in back.sessions for agent, _, _ in session.agents() for request in agent.requests]
+    assert requests and all(request.explicit_defaults == frozenset() for request in requests)
+    for session in small_trace.sessions:
+        for agent, _, _ in session.agents():
+            agent.requests = [msgspec.structs.replace(r, explicit_defaults=frozenset()) for r in agent.requests]
     assert back.sessions == small_trace.sessions
 
 

@@ -202,6 +202,61 @@ def test_sample_weka_to_arrow_to_weka_reproduces_every_file(weka_sample_files: l
         assert json.loads(direct.read_text(encoding="utf-8")) == original, path.name
 
 
+def _round_trips(document: dict[str, Any], tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The document written back after Weka → Arrow → Weka, Weka → Parquet → Weka and Weka → Weka."""
+    source = write_json(tmp_path / f"{document['id']}.json", document)
+    back: dict[str, list[dict[str, Any]]] = {}
+    for suffix, write in ((".arrow", arrow.write_arrow), (".parquet", arrow.write_parquet)):
+        native = tmp_path / f"{document['id']}{suffix}"
+        write(weka.read_weka(source), native)
+        weka.write_weka(arrow.read_arrow(native), tmp_path / "out.json")
+        back[suffix] = _objects(tmp_path / "out.json")
+    weka.write_weka(weka.read_weka(source), tmp_path / "direct.json")
+    back["direct"] = _objects(tmp_path / "direct.json")
+    return back
+
+
+def test_keys_written_at_their_default_are_written_back(tmp_path: Path, weka_trace: dict[str, Any]) -> None:
+    """Older AgentX traces have no api_time and write `output_types: []`, `stop: ""` and `input_types: []`."""
+    first, second = weka_trace["requests"]
+    del first["api_time"], second["api_time"]
+    first.update(input_types=[], output_types=[], stop="")
+    second.update(input_types=["tool_result"], output_types=["text"], stop="")
+    for via, documents in _round_trips(weka_trace, tmp_path).items():
+        assert documents == [weka_trace], via
+
+
+def test_keys_left_out_stay_out(tmp_path: Path, weka_trace: dict[str, Any]) -> None:
+    first, second = weka_trace["requests"]
+    first.update(output_types=[])  # only this key, of the three
+    second.update(input_types=["text"], stop="end_turn")
+    for via, documents in _round_trips(weka_trace, tmp_path).items():
+        assert documents == [weka_trace], via
+        assert "stop" not in documents[0]["requests"][0] and "input_types" not in documents[0]["requests"][0]
+
+
+def test_sample_in_the_older_layout_round_trips_too(weka_sample_files: list[Path], tmp_path: Path) -> None:
+    """The sample as the older AgentX traces write it: no api_time or think_time, empty types and stops kept."""
+
+    def older(entries: list[dict[str, Any]]) -> None:
+        for index, entry in enumerate(entries):
+            if entry["type"] == "subagent":
+                older(entry["requests"])
+                continue
+            entry.pop("api_time", None)
+            entry.pop("think_time", None)
+            if index % 2:
+                entry.update(input_types=[], stop=entry.get("stop") or "tool_use")
+            else:
+                entry.update(output_types=[], stop="")
+
+    for path in weka_sample_files:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        older(document["requests"])
+        for via, documents in _round_trips(document, tmp_path).items():
+            assert documents == [document], f"{path.name} via {via}"
+
+
 def test_sample_as_jsonl_and_gzip_gives_the_same_trace(weka_sample_dir: Path, tmp_path: Path) -> None:
     trace = weka.read_weka(weka_sample_dir)
     jsonl = tmp_path / "all.jsonl"

@@ -49,6 +49,11 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("output_types", pa.list_(pa.string()), nullable=False), "content kinds of the output"),
     (pa.field("stop", _STRING, nullable=False), 'recorded stop reason ("tool_use", "end_turn", "")'),
     (pa.field("acceptance_length", pa.float64()), "forced speculative acceptance length, if any"),
+    (
+        pa.field("explicit_defaults", _STRING, nullable=False),
+        'keys the source wrote at their default value, comma-separated ("input_types,output_types,stop"), '
+        'written back as read; "" for none (since version 1.1; absent: none)',
+    ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
 _FIELDS = {field.name: field for field in SCHEMA}
@@ -132,6 +137,7 @@ def to_table(trace: Trace) -> pa.Table:
                 columns["output_types"].append(request.output_types)
                 columns["stop"].append(request.stop)
                 columns["acceptance_length"].append(request.acceptance_length)
+                columns["explicit_defaults"].append(",".join(sorted(request.explicit_defaults)))
     metadata = {
         META_FORMAT: trace.format_name.encode(),
         META_VERSION: FORMAT_VERSION.encode(),
@@ -330,6 +336,10 @@ class _Rows:
         self.output_types = column("output_types")
         self.stop = column("stop")
         self.acceptance_length = column("acceptance_length")
+        explicit = column("explicit_defaults")  # None throughout in files older than version 1.1
+        # Few distinct values: one shared set each, not one per row.
+        shared = {keys: frozenset(keys.split(",")) if keys else frozenset() for keys in set(explicit)}
+        self.explicit_defaults = [shared[keys] for keys in explicit]
         added = table.column("hash_ids_added").combine_chunks()
         if isinstance(added, pa.ChunkedArray):  # an empty table
             added = pa.array([], type=pa.list_(pa.int64()))
@@ -355,6 +365,7 @@ class _Rows:
             output_types=tuple(self.output_types[row] or ()),
             stop=self.stop[row] or "",
             acceptance_length=self.acceptance_length[row],
+            explicit_defaults=self.explicit_defaults[row],
         )
 
 

@@ -24,7 +24,8 @@ from typing import Literal
 import msgspec
 
 FORMAT_NAME = "agentx-trace"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
+"""1.1: the `explicit_defaults` column."""
 
 HashScope = Literal["session", "global"]
 RequestType = Literal["n", "s"]
@@ -54,6 +55,10 @@ class Request(msgspec.Struct, kw_only=True, frozen=True):
     stop: str = ""
     acceptance_length: float | None = None
     """Forced speculative acceptance length for this request (counting the bonus token)."""
+    explicit_defaults: frozenset[str] = frozenset()
+    """Optional keys the source wrote although at their default value (`input_types: []`,
+    `output_types: []`, `stop: ""`), which a Weka writer would otherwise leave out: written back as
+    read. Names a key only where the value is the default."""
 
     @property
     def hash_ids_len(self) -> int:

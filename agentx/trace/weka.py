@@ -8,13 +8,15 @@ and written back in their original form.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
@@ -33,6 +35,9 @@ class WekaCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     """One LLM request of the session's root or of a subagent."""
 
     # omit_defaults: `ttft` must stay absent on "n" requests, which the reference rejects.
+    # `input_types`, `output_types` and `stop` default to UNSET rather than their reference defaults
+    # ([], [], ""), so that a key the file wrote at its default is told from one it left out, and
+    # written back as read (`Request.explicit_defaults`).
     # `hash_ids` stays JSON text until delta encoding: a growing context repeats its predecessor's
     # ids (~97% of a corpus's ids), so comparing text and decoding only the appended ids avoids
     # building ~150M Python ints for an AgentX-size corpus.
@@ -44,9 +49,9 @@ class WekaCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     input_length: int | None = None
     output_length: int | None = None
     hash_ids: msgspec.Raw = msgspec.field(default_factory=_no_ids)
-    input_types: list[str] = []
-    output_types: list[str] = []
-    stop: str | None = ""
+    input_types: list[str] | UnsetType = UNSET
+    output_types: list[str] | UnsetType = UNSET
+    stop: str | UnsetType | None = UNSET
     api_time: float | None = None
     ttft: float | None = None
     think_time: float | None = None
@@ -100,6 +105,13 @@ _KNOWN_KEYS = {
     "subagent": {f.encode_name for f in msgspec.structs.fields(WekaSubagent)} | {"type"},
 }
 _ID_PATTERN = re.compile(rb'"id"\s*:\s*"([^"\\\x00-\x1f]{1,200})"')
+_DEFAULTED = ("input_types", "output_types", "stop")
+"""Optional keys whose reference default ([], [], "") the writer leaves out unless the source wrote it."""
+_EXPLICIT = {
+    flags: frozenset(key for key, flag in zip(_DEFAULTED, flags, strict=True) if flag)
+    for flags in itertools.product((False, True), repeat=len(_DEFAULTED))
+}
+"""One shared set per combination, rather than one per request."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,9 +343,10 @@ def _fill_agent(
                 api_time=entry.api_time,
                 ttft=entry.ttft,
                 type="s" if isinstance(entry, WekaStreamedRequest) else "n",
-                input_types=tuple(entry.input_types),
-                output_types=tuple(entry.output_types),
+                input_types=tuple(entry.input_types or ()),
+                output_types=tuple(entry.output_types or ()),
                 stop=entry.stop or "",
+                explicit_defaults=_EXPLICIT[entry.input_types == [], entry.output_types == [], entry.stop == ""],
             )
         )
 
@@ -418,9 +431,9 @@ def _wire_entries(agent: Agent) -> list[WekaRequest | WekaStreamedRequest | Weka
                 in_tokens=request.in_tokens,
                 out_tokens=request.out_tokens,
                 hash_ids=msgspec.Raw(_ENCODER.encode(ids)),
-                input_types=list(request.input_types),
-                output_types=list(request.output_types),
-                stop=request.stop,
+                input_types=_written(list(request.input_types), "input_types", request),
+                output_types=_written(list(request.output_types), "output_types", request),
+                stop=_written(request.stop, "stop", request),
                 api_time=request.api_time,
                 ttft=request.ttft,
                 think_time=request.think_time,
@@ -439,6 +452,14 @@ def _wire_entries(agent: Agent) -> list[WekaRequest | WekaStreamedRequest | Weka
         entries.append(_wire_subagent(pending))
         pending = next(subagents, None)
     return entries
+
+
+_T = TypeVar("_T", list[str], str)
+
+
+def _written(value: _T, key: str, request: Request) -> _T | UnsetType:
+    """The value, or UNSET (left out) where it is the default and the source did not write it."""
+    return value if value or key in request.explicit_defaults else UNSET
 
 
 def _wire_subagent(agent: Agent) -> WekaSubagent:
@@ -462,8 +483,12 @@ def json_schema() -> dict[str, Any]:
     `schemas/weka-trace.schema.json`). Our reader is laxer: unknown keys only warn."""
     schema = msgspec.json.schema(WekaTrace)
     ids = {"type": "array", "items": {"type": "integer"}, "default": []}
-    schema["$defs"]["WekaRequest"]["properties"]["hash_ids"] = ids
-    schema["$defs"]["WekaStreamedRequest"]["properties"]["hash_ids"] = ids
+    for name in ("WekaRequest", "WekaStreamedRequest"):
+        properties = schema["$defs"][name]["properties"]
+        properties["hash_ids"] = ids
+        # The reference's defaults (UNSET in the struct only tells a written default from an absent key).
+        properties["input_types"]["default"] = properties["output_types"]["default"] = []
+        properties["stop"]["default"] = ""
     schema["title"] = "Weka / AgentX trace (one session)"
     schema["description"] = (
         "One object per trace file, or one per line of a JSONL corpus. Generated from agentx/trace/weka.py."
