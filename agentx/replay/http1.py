@@ -274,15 +274,20 @@ class Connection(asyncio.Protocol):
 
     def _finish(self, keep_alive: bool) -> None:
         self._state = _DONE
-        self._sink = None
-        if self._done is not None and not self._done.done():
-            self._done.set_result(keep_alive and not self.closed)
+        done, self._sink, self._done = self._done, None, None
+        if done is not None and not done.done():
+            done.set_result(keep_alive and not self.closed)
 
     def _fail(self, exc: Exception) -> None:
+        # The future is let go of as it is settled: the error's traceback holds this connection (the frames that
+        # raised and awaited it), so a connection still holding the future makes a reference cycle. A pooled
+        # connection is old, so only a collection of the oldest generation frees that cycle, which the replay's
+        # collector runs rarely (agentx.replay.collector): every failed request kept its connection, socket,
+        # response and frames meanwhile (issue 16, item 8).
         self._state = _DONE
-        self._sink = None
-        if self._done is not None and not self._done.done():
-            self._done.set_exception(exc)
+        done, self._sink, self._done = self._done, None, None
+        if done is not None and not done.done():
+            done.set_exception(exc)
 
 
 def _keep_alive_timeout_s(value: str) -> float | None:

@@ -1,0 +1,103 @@
+"""Memory that must not grow over a long run (issue 16, item 8; bench/soak.py measures it for real).
+
+- A failed request leaves no reference cycle behind: under the replay's collector (agentx.replay.collector) a
+  cycle through a pooled connection was never freed, so every reset or malformed stream kept its connection,
+  socket, response and frames until the run ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from agentx.replay.client import Client, Exchange
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+FIRST_EVENT = _chunk(b'data: {"choices":[{"text":"a"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n')
+
+
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next((int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")), 0)
+    await reader.readexactly(length)
+
+
+def _reset_after_first_event(writer: asyncio.StreamWriter) -> bool:
+    writer.write(HEAD + FIRST_EVENT)
+    writer.transport.abort()
+    return False
+
+
+def _malformed_event(writer: asyncio.StreamWriter) -> bool:
+    writer.write(HEAD + FIRST_EVENT + _chunk(b"data: {not json\n\n"))
+    return True
+
+
+Answer = Callable[[asyncio.StreamWriter], bool]
+"""Writes one response; False when the connection is done for."""
+
+
+@pytest.fixture
+def saved_garbage() -> Iterator[list[Any]]:
+    """`gc.garbage` holding everything the next `gc.collect()` finds unreachable (automatic collection off)."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+def _failed_exchanges(answer: Answer, count: int, garbage: list[Any]) -> tuple[list[Exchange], list[str]]:
+    """`count` requests answered by `answer`, one after the other; their exchanges, and the type names of what a
+    collection then finds unreachable among the client's own objects."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await _read_request(reader)
+                if not answer(writer):
+                    return
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+
+    async def main() -> tuple[list[Exchange], list[str]]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, Client(f"http://127.0.0.1:{port}", limit=4, spare_connections=0) as client:
+            gc.collect()
+            garbage.clear()
+            exchanges = [await client.stream("/v1/completions", b"{}") for _ in range(count)]
+            await asyncio.sleep(0)  # the last connection's close callbacks
+            gc.collect()
+        ours = ("agentx.replay.http1", "agentx.replay.client")
+        return exchanges, sorted({type(item).__qualname__ for item in garbage if type(item).__module__ in ours})
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"), [(_reset_after_first_event, "connection"), (_malformed_event, "protocol")], ids=["reset", "sse"]
+)
+def test_a_failed_request_leaves_no_reference_cycle(answer: Answer, kind: str, saved_garbage: list[Any]) -> None:
+    exchanges, cyclic = _failed_exchanges(answer, 5, saved_garbage)
+    assert [exchange.error_kind for exchange in exchanges] == [kind] * 5
+    # It was the connection, the error and the response, in a cycle through the error's traceback.
+    assert cyclic == []
