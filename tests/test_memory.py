@@ -3,18 +3,23 @@
 - A failed request leaves no reference cycle behind: under the replay's collector (agentx.replay.collector) a
   cycle through a pooled connection was never freed, so every reset or malformed stream kept its connection,
   socket, response and frames until the run ended.
+- The replay's collector also collects the oldest generation, so cyclic garbage that a library or an error path
+  leaves there is freed during the run, not at its end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from agentx.replay import collector
 from agentx.replay.client import Client, Exchange
+from agentx.replay.collector import collect_on_clock, quiet_gc
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -101,3 +106,40 @@ def test_a_failed_request_leaves_no_reference_cycle(answer: Answer, kind: str, s
     assert [exchange.error_kind for exchange in exchanges] == [kind] * 5
     # It was the connection, the error and the response, in a cycle through the error's traceback.
     assert cyclic == []
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _run_collector_until(freed: Callable[[], bool]) -> bool:
+    async def main() -> bool:
+        task = asyncio.create_task(collect_on_clock())
+        try:
+            # Ends as soon as the cycle is freed; the cap only keeps a broken collector from hanging the test.
+            for _ in range(500):
+                await asyncio.sleep(0.01)
+                if freed():
+                    return True
+            return False
+        finally:
+            task.cancel()
+
+    return asyncio.run(main())
+
+
+def test_the_replays_collector_frees_cycles_in_the_oldest_generation(
+    monkeypatch: pytest.MonkeyPatch, saved_garbage: list[Any]
+) -> None:
+    gc.set_debug(0)  # free for real: the weak reference tells
+    for name in ("MIDDLE_EVERY_S", "OLDEST_EVERY_S"):
+        monkeypatch.setattr(collector, name, (0.0, 0.0), raising=False)
+    with quiet_gc(True):
+        node = _Node()
+        alive = weakref.ref(node)
+        gc.collect(1)  # it survives a middle collection, as any object that lived through a request does
+        del node
+        gc.collect(1)
+        assert alive() is not None  # the middle generation's collections cannot free it
+        assert _run_collector_until(lambda: alive() is None)
