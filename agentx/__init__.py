@@ -15,6 +15,8 @@ Replaying:
     stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
 Every run writes `records.arrow` and, at its end, `run.json` (options without secrets, RunResult, Summary).
+An `out_dir` that already holds a run is refused (a ValueError) unless `ReplayOptions(overwrite=True)`; a sweep's
+unless `SweepOptions(resume=True)` or `overwrite=True`.
 
 Sweeping concurrency (one replay per level, same seed; OUT/c{N}/ per level, OUT/sweep.json the index):
     await sweep(trace, options, SweepOptions(concurrency=(1, 2, 4, 8), out_dir=OUT, num_gpus=8)) -> SweepResult

@@ -240,6 +240,19 @@ def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: Si
     assert all(r.http_status == 200 and r.osl_streamed_tokens > 0 for r in records)
 
 
+def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, tmp_path: Path) -> None:
+    from agentx.replay.engine import RunExists
+
+    trace = _trace(_flat_session("a", 2))
+    first, _ = _replay(trace, _options(sim, tmp_path, sessions=1))
+    before = (tmp_path / "records.arrow").read_bytes()
+    with pytest.raises(RunExists, match="already holds a run"):
+        asyncio.run(run_replay(trace, _options(sim, tmp_path, sessions=1)))
+    assert (tmp_path / "records.arrow").read_bytes() == before  # untouched
+    second, records = _replay(trace, _options(sim, tmp_path, sessions=1, overwrite=True))
+    assert second.run_id != first.run_id and {r.run_id for r in records} == {second.run_id}
+
+
 def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:
     options = ReplayOptions(mode="closed", url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
     with pytest.raises(ModelNotServed):

@@ -170,6 +170,17 @@ def test_a_failing_before_level_fails_that_level_and_the_sweep_goes_on(tmp_path:
     assert "c1: failed" in result.output and "1 failed" in result.output
 
 
+def test_the_library_refuses_to_sweep_over_a_sweep_unless_told(swept: SweepResult, tmp_path: Path) -> None:
+    out = tmp_path / "copy"
+    shutil.copytree(swept.out_dir, out)
+    kept = (out / "c1" / "records.arrow").read_bytes()
+    options = SweepOptions(concurrency=(1,), out_dir=out)
+    base = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=out)
+    with pytest.raises(SweepError, match=r"already holds a sweep \(c1/records.arrow, c2/records.arrow, c4/records"):
+        sweep_sync(small_trace(), base, options)
+    assert (out / "c1" / "records.arrow").read_bytes() == kept
+
+
 def test_before_level_substitution_quotes_values_and_leaves_other_braces() -> None:
     base = ReplayOptions(url="http://x", model="m", out_dir="o", spec_al=2.5, spec_k=3)
     command = before_level_command(

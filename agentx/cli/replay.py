@@ -181,6 +181,7 @@ def replay(
             chain_rules=rules,
             context_overflow_substrings=overflow_substrings or CONTEXT_OVERFLOW_SUBSTRINGS,
             out_dir=run_dir,
+            overwrite=overwrite,
             concurrency=concurrency,
             duration_s=duration_s,
             sessions=sessions,

@@ -159,18 +159,23 @@ def sweep_command(
     sweep (exit 130); `--resume` picks it up.
     """
     from agentx.results.cost import load_price_table
-    from agentx.results.sweep import SWEEP_FILE, SweepError, SweepOptions, load_level_settings, parse_levels, sweep
+    from agentx.results.sweep import (
+        SWEEP_FILE,
+        SweepError,
+        SweepOptions,
+        existing_sweep,
+        load_level_settings,
+        parse_levels,
+        sweep,
+    )
     from agentx.sim.process import SimServerError
     from agentx.tables import ReplayProgress
 
-    if not (resume or overwrite):
-        held = sorted(str(path.relative_to(out_dir)) for path in out_dir.glob("c*/records.arrow"))
-        if held or (out_dir / SWEEP_FILE).exists():
-            what = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "") if held else SWEEP_FILE
-            fail(
-                f"{out_dir} already holds a sweep ({what}); pass --resume to keep its finished levels, "
-                "--overwrite to replace it, or choose another --out"
-            )
+    if not (resume or overwrite) and (held := existing_sweep(out_dir)) is not None:
+        fail(
+            f"{out_dir} already holds a sweep ({held}); pass --resume to keep its finished levels, "
+            "--overwrite to replace it, or choose another --out"
+        )
     try:
         concurrency = parse_levels(levels)
         settings = load_level_settings(level_settings) if level_settings is not None else {}
@@ -210,6 +215,7 @@ def sweep_command(
             gpu_sku=None if gpu_sku is None else gpu_sku.lower(),
             trace_label=str(trace),
             resume=resume,
+            overwrite=overwrite,
             before_level=before_level,
             before_level_timeout_s=before_level_timeout,
             level_settings=settings,

@@ -123,6 +123,8 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     (agentx.trace.chains, §3b; on in the reference)."""
     out_dir: Path | str
     """Where records.arrow (and run metadata) are written."""
+    overwrite: bool = False
+    """Replace a run already in `out_dir`; without it, a folder holding records.arrow is refused (RunExists)."""
     api: Literal["completions", "chat"] = "completions"
     """`completions`: token-id prompts (exact by construction); `chat`: message arrays of calibrated text."""
     concurrency: int = 1
@@ -276,6 +278,16 @@ class RunResult(msgspec.Struct, kw_only=True):
     """What the run announced as it went (e.g. a warmup of many minutes), as logged."""
 
 
+class RunExists(ValueError):  # noqa: N818 (reads as what is wrong)
+    """The run folder already holds a run, and replacing it was not asked for (`overwrite`)."""
+
+
+def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
+    """Raise RunExists when `out_dir` holds a records file and `overwrite` is off: a run is never replaced silently."""
+    if not overwrite and (out_dir / RECORDS_FILE).exists():
+        raise RunExists(f"{out_dir} already holds a run ({RECORDS_FILE}); pass overwrite=True to replace it")
+
+
 class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
     """A root agent's warmup primer failed: the run stops before profiling (docs/agentx.md §5)."""
 
@@ -384,6 +396,7 @@ async def run_replay(
     `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
     """
     _validate(options)
+    refuse_existing_run(Path(options.out_dir), options.overwrite)
     if isinstance(trace, PreparedTrace) and trace.made_for != _preparation(options):
         raise ValueError(
             "the prepared trace was made for other options (split rules, context limit, load-time idle cap, child "

@@ -26,7 +26,7 @@ import msgspec
 
 from agentx.replay.calibrate import CalibrationError
 from agentx.replay.client import ModelNotServed, ServerUnreachable
-from agentx.replay.engine import RECORDS_FILE, ReplayOptions, RunResult, run_replay
+from agentx.replay.engine import RECORDS_FILE, ReplayOptions, RunResult, refuse_existing_run, run_replay
 from agentx.replay.records import merge_records
 from agentx.trace.io import Format, load_trace
 
@@ -76,13 +76,17 @@ def run_workers(
     if workers > options.concurrency:
         raise ValueError(f"--workers {workers} exceeds --concurrency {options.concurrency}: a worker needs a lane")
     out_dir = Path(options.out_dir)
+    refuse_existing_run(out_dir, options.overwrite)
     run_id = options.run_id or uuid.uuid4().hex
     context = multiprocessing.get_context("spawn")  # no inherited event loop, sockets or threads
     processes: list[tuple[multiprocessing.process.BaseProcess, Path]] = []
     for index in range(workers):
         worker_dir = out_dir / WORKERS_DIR / str(index)
         worker_dir.mkdir(parents=True, exist_ok=True)
-        shard = msgspec.structs.replace(options, out_dir=str(worker_dir), run_id=run_id, shard=(index, workers))
+        # The shard folders are the run's own scratch space, replaced with it.
+        shard = msgspec.structs.replace(
+            options, out_dir=str(worker_dir), run_id=run_id, shard=(index, workers), overwrite=True
+        )
         result_path = worker_dir / RESULT_FILE
         result_path.unlink(missing_ok=True)
         args = (os.fspath(trace_path), trace_format, block_size, shard, str(result_path))

@@ -59,6 +59,9 @@ class SweepOptions(msgspec.Struct, frozen=True, kw_only=True):
     trace_label: str = ""
     """What the trace was (its path), recorded in sweep.json."""
     resume: bool = False
+    """Keep the levels whose run.json says they ran to the end; re-run the others."""
+    overwrite: bool = False
+    """Replace a sweep already in `out_dir`; with neither this nor `resume`, one is refused (SweepError)."""
     before_level: str | None = None
     """A shell command run before each level, `{concurrency}`, `{spec_al}`, `{spec_k}` substituted (an unset
     value becomes an empty string); a non-zero exit fails the level."""
@@ -209,6 +212,7 @@ def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSetting
         base,
         concurrency=concurrency,
         out_dir=run_dir,
+        overwrite=True,  # the level's folder was emptied for it (`_level`)
         spec_al=settings.spec_al if settings.spec_al is not None else base.spec_al,
         spec_k=settings.spec_k if settings.spec_k is not None else base.spec_k,
         extra_body=extra_body,
@@ -228,6 +232,14 @@ restarted with the level's forced acceptance, say); called after the before-leve
 OnLevel = Callable[[int, int, int], None]
 """`on_level_start(index, count, concurrency)`: a level is about to start (index from 1)."""
 OnLevelDone = Callable[[LevelResult], None]
+
+
+def existing_sweep(out_dir: Path) -> str | None:
+    """What of a sweep `out_dir` already holds (its index, some levels' records), said briefly; None if nothing."""
+    held = sorted(str(path.relative_to(out_dir)) for path in out_dir.glob("c*/records.arrow"))
+    if held:
+        return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    return SWEEP_FILE if (out_dir / SWEEP_FILE).exists() else None
 
 
 async def sweep(
@@ -252,6 +264,8 @@ async def sweep(
     if not options.concurrency:
         raise SweepError("a sweep needs at least one concurrency level")
     out_dir = options.out_dir
+    if not (options.resume or options.overwrite) and (held := existing_sweep(out_dir)) is not None:
+        raise SweepError(f"{out_dir} already holds a sweep ({held}); resume it, overwrite it, or choose another folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     index = SweepIndex(
         trace=options.trace_label,
