@@ -160,8 +160,9 @@ def test_a_forced_al_the_server_does_not_realize_is_flagged(tmp_path: Path) -> N
     run_json = json.loads((tmp_path / "api" / "run.json").read_text())
     again = validity(read_records(result.run.records_path), run_json)
     assert ACCEPTANCE_MISMATCH in again.reasons
-    assert cli.exit_code == 0, cli.output
+    assert cli.exit_code == 3, cli.output  # the run does not stand
     assert "MISMATCH" in cli.output and ACCEPTANCE_MISMATCH in cli.output
+    assert "error: the realized speculative acceptance disagrees with the forced one: realized AL" in cli.output
 
 
 def test_the_realized_al_within_tolerance_is_not_flagged_and_a_plain_run_has_no_section(tmp_path: Path) -> None:

@@ -237,7 +237,8 @@ def test_a_run_that_does_not_stand_exits_3_with_one_line(
     summary = json.loads(result.stdout)  # the summary is still printed and written
     assert json.loads((out / "run.json").read_text())["summary"]["counts"] == summary["counts"]
     assert message.format(n=summary["counts"]["profiling"]) in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and result.stderr.strip().endswith(errors[0]) and "Traceback" not in result.stderr
 
 
 def test_sessions_left_out_by_max_context_length_are_said(tmp_path: Path) -> None:

@@ -27,14 +27,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.replay import engine
-from agentx.replay.client import Client
 from agentx.replay.engine import ReplayOptions, RunResult, run_replay
 from agentx.replay.records import RecordsError, RequestRecord, read_records, run_info, to_records
 from agentx.sim.faults import FaultConfig
@@ -60,8 +57,8 @@ class Case:
     faults: FaultConfig
     refuse_s: float = 0.0
     """A refusal window opened at the profiling start (the probe and `/v1/models` must get through)."""
-    idle_timeout_s: float | None = None
-    """The client's idle timeout, when the case needs one shorter than the default 300 s."""
+    idle_timeout_s: float = 300.0
+    """The replay's idle timeout (`--idle-timeout`): the default, unless the case needs a shorter one."""
     delay_scale: float = 0.01
     sessions: int = 8
 
@@ -147,19 +144,7 @@ def _scrape(sim: SimServer) -> tuple[int, Counter[str]]:
     return received, faults
 
 
-def _client_with_idle_timeout(timeout_s: float) -> type[Client]:
-    """The replay's client with a short idle timeout (the CLI has no option for one yet: issue 16, item 9)."""
-
-    class ShortIdleClient(Client):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **{**kwargs, "idle_timeout_s": timeout_s})
-
-    return ShortIdleClient
-
-
-def _replay(sim: SimServer, out_dir: Path, case: Case, monkeypatch: pytest.MonkeyPatch) -> Outcome:
-    if case.idle_timeout_s is not None:
-        monkeypatch.setattr(engine, "Client", _client_with_idle_timeout(case.idle_timeout_s))
+def _replay(sim: SimServer, out_dir: Path, case: Case) -> Outcome:
     sim.set_faults(msgspec.structs.replace(case.faults, seed=SEED))
     received_before, _ = _scrape(sim)
     at_profiling: list[tuple[int, Counter[str]]] = []
@@ -178,6 +163,7 @@ def _replay(sim: SimServer, out_dir: Path, case: Case, monkeypatch: pytest.Monke
         concurrency=CONCURRENCY,
         delay_scale=case.delay_scale,
         grace_s=5.0,
+        idle_timeout_s=case.idle_timeout_s,
     )
     result = asyncio.run(run_replay(_trace(case.sessions), options, on_profiling=on_profiling))
     # /metrics is refused too while the window lasts.
@@ -237,9 +223,8 @@ def _check_stall(outcome: Outcome) -> None:
 def _check_stall_timeout(outcome: Outcome) -> None:
     assert outcome.kinds() == {("timeout", 200): outcome.injected["stall"]}
     timeout_s = STALL_TIMEOUT.idle_timeout_s
-    assert timeout_s is not None
     for record in outcome.errors:
-        assert "idle timeout" in (record.error_message or "")
+        assert "idle timeout" in (record.error_message or "") and record.timeout_kind == "idle"
         assert record.last_token_ns is not None and (record.end_ns - record.last_token_ns) / 1e9 >= timeout_s
 
 
@@ -316,9 +301,9 @@ MATRIX: dict[str, tuple[Case, Callable[[Outcome], None]]] = {
 
 
 @pytest.mark.parametrize("name", list(MATRIX))
-def test_fault_matrix(name: str, sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fault_matrix(name: str, sim: SimServer, tmp_path: Path) -> None:
     case, check = MATRIX[name]
-    outcome = _replay(sim, tmp_path, case, monkeypatch)
+    outcome = _replay(sim, tmp_path, case)
     records = outcome.records
     result = outcome.result
     assert result.requests == len(records) and result.errors == len(outcome.errors)
@@ -341,13 +326,11 @@ def test_fault_matrix(name: str, sim: SimServer, tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.parametrize("name", ["error_500", "error_429"])
-def test_a_transient_error_on_the_probe_keeps_continuous_usage(
-    name: str, sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_transient_error_on_the_probe_keeps_continuous_usage(name: str, sim: SimServer, tmp_path: Path) -> None:
     """Issue 16, item 11: one 500 used to settle the run on `final`, and 429, 429, then 200 on `none` (no record
     had the server's token counts). Under SEED the probe's first request meets the case's error status and a retry
     gets through (with another seed all three tries may fail, and `final` is then rightly assumed)."""
-    outcome = _replay(sim, tmp_path, MATRIX[name][0], monkeypatch)
+    outcome = _replay(sim, tmp_path, MATRIX[name][0])
     assert outcome.probes > 1, "the premise: the probe's first request met the error and was retried"
     assert outcome.result.stream_usage == "continuous"
     assert all(record.osl_server_tokens is not None for record in outcome.ok)
