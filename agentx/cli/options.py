@@ -119,14 +119,15 @@ def parse_extra_body(text: str | None) -> dict[str, object] | None:
     return body
 
 
-def api_key(env_name: str, headers: tuple[tuple[str, str], ...]) -> str | None:
+def api_key(env_name: str, headers: tuple[tuple[str, str], ...], *, say: bool = True) -> str | None:
     """The API key in `$env_name`, unless `--header Authorization:...` was given: that explicit header wins, and a
-    key also set in the environment is said to be unused."""
+    key also set in the environment is said (`say`) to be unused."""
     from agentx.cli.common import stderr
 
     key = os.environ.get(env_name) or None
     if key is not None and any(name.lower() == "authorization" for name, _ in headers):
-        stderr.print(f"note: --header Authorization is sent; the key in ${env_name} is not used", markup=False)
+        if say:
+            stderr.print(f"note: --header Authorization is sent; the key in ${env_name} is not used", markup=False)
         return None
     return key
 

@@ -47,8 +47,11 @@ if TYPE_CHECKING:
     from agentx.trace.model import Trace
 
 
-def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: str, out_dir: Path) -> ReplayOptions:
-    """The ReplayOptions every level of a sweep shares, from the `replay_flags` and `spec_options` values."""
+def _sweep_base_options(
+    loaded: Trace, flags: dict[str, Any], url: str, model: str, out_dir: Path, *, checking: bool = False
+) -> ReplayOptions:
+    """The ReplayOptions every level of a sweep shares, from the `replay_flags` and `spec_options` values;
+    `checking`: only to find bad flags early (notes are said on the real call)."""
     from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS
     from agentx.replay.engine import ReplayOptions
 
@@ -79,7 +82,7 @@ def _sweep_base_options(loaded: Trace, flags: dict[str, Any], url: str, model: s
         api=flags["api"],
         stream_usage=flags["stream_usage"],
         tokenizer=None if tokenizer is None else str(tokenizer),
-        api_key=api_key(flags["api_key_env"], headers),
+        api_key=api_key(flags["api_key_env"], headers, say=not checking),
         headers=headers,
         affinity_headers=flags["affinity_headers"],
         extra_body=body,
@@ -187,7 +190,7 @@ def sweep_command(
                 "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
             )
         # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
-        _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir)
+        _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir, checking=True)
     except (SweepError, TraceError, click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     url, served = flags["url"], flags["served_models"]
