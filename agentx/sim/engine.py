@@ -32,7 +32,7 @@ import random
 import time
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Literal
 
@@ -86,7 +86,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GenerationRequest(msgspec.Struct, kw_only=True):
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
+    """A list, or (as the server passes it) a compact `array("i")`: not copied, never modified."""
     max_tokens: int
     min_tokens: int = 0
     ignore_eos: bool = False
@@ -218,7 +219,7 @@ class _Sequence(SequenceHandle):
             elif start >= split:
                 tokens = self.output[start - split : end - split]
             else:
-                tokens = self.prompt[start:] + self.output[: end - split]
+                tokens = [*self.prompt[start:], *self.output[: end - split]]
             parent = block_hash(parent, tokens)
             hashes.append(parent)
         return hashes

@@ -281,7 +281,7 @@ class _Stream:
         prompt_tokens = len(plan.prompt_ids)
         if plan.return_token_ids:
             if self.chunks == 0 and not plan.chat:
-                parts += (b',"prompt_token_ids":', msgspec.json.encode(plan.prompt_ids))
+                parts += (b',"prompt_token_ids":', msgspec.json.encode(plan.prompt_ids.tolist()))
             parts += (b',"token_ids":', msgspec.json.encode(token_ids))
         parts.append(b"}]")
         if plan.continuous_usage:
