@@ -7,12 +7,14 @@
   leaves there is freed during the run, not at its end.
 - The simulator holds each prompt in flight in 4 bytes a token, not as a list of int objects (~40 bytes a token:
   ~360 MB for 256 requests of 35k tokens, most of its memory under load).
+- The simulator's KV-cache bookkeeping is sized once: filling the prefix cache grows only its hash → block map.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import tracemalloc
 import weakref
 from array import array
@@ -27,6 +29,7 @@ from agentx.replay.client import Client, Exchange
 from agentx.replay.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
 from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest, _Sequence
+from agentx.sim.kvcache import KVCache
 from agentx.sim.tokenizer import get_tokenizer
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -183,3 +186,54 @@ def test_a_compact_prompt_hashes_its_blocks_as_a_list_does() -> None:
         sequence.output = list(range(5000, 5008))
         hashes.append(sequence.hashes_up_to(3, 16))
     assert hashes[0] == hashes[1] and len(hashes[0]) == 3
+
+
+def _full_cache_bytes_a_block(cache: KVCache) -> float:
+    """What registering every block of an empty cache and freeing them all (every one cached and evictable)
+    allocates, per block."""
+    tracemalloc.start()
+    try:
+        blocks: list[int] = []
+        assert cache.allocate(blocks, cache.num_blocks)
+        for block in blocks:
+            cache.register(block, hash((block, "content")))
+        cache.free(blocks)
+        del blocks
+        grown, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return grown / cache.num_blocks
+
+
+def test_a_full_prefix_cache_costs_only_its_hash_map() -> None:
+    cache = KVCache(num_blocks=16_384, block_size=16)
+    # The hash → block map and its hash values: ~72 bytes a block. It was ~192, with a block → hash dict and an
+    # OrderedDict of evictable blocks growing beside it (~35 MB more at 262,144 blocks).
+    assert _full_cache_bytes_a_block(cache) < 100
+    assert cache.num_free_blocks == cache.num_blocks and cache.num_cached_blocks == cache.num_blocks
+
+
+def test_evictable_blocks_go_least_recently_freed_first_whatever_the_order() -> None:
+    rng = random.Random(8)
+    cache = KVCache(num_blocks=64, block_size=1)
+    blocks: list[int] = []
+    assert cache.allocate(blocks, 64)
+    hash_of = {block: hash((block, "content")) for block in blocks}
+    for block in blocks:
+        cache.register(block, hash_of[block])
+    freed = rng.sample(blocks, len(blocks))
+    for block in freed:
+        cache.free([block])
+    revived = freed[10:20:3]  # taken back from the middle of the list: off it until freed again, last
+    taken: list[int] = []
+    assert cache.admit(taken, revived, 0)
+    cache.free(list(reversed(revived)))  # freed tail first: in list order
+    expected = [block for block in freed if block not in revived] + revived
+    evicted = []
+    for _ in range(len(expected)):
+        before = {block for block in blocks if cache.cached_block(hash_of[block]) is not None}
+        assert cache.allocate([], 1)
+        after = {block for block in blocks if cache.cached_block(hash_of[block]) is not None}
+        evicted += list(before - after)
+    assert evicted == expected
+    assert cache.num_free_blocks == 0 and cache.num_cached_blocks == 0

@@ -15,7 +15,7 @@ Python's hash of a tuple of ints is stable across runs (no PYTHONHASHSEED salt),
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from array import array
 from collections.abc import Sequence
 
 _ROOT_HASH = 0x5A17_C0DE_0000_0001
@@ -49,7 +49,10 @@ class KVCache:
     """`num_blocks` blocks of `block_size` tokens; block ids are 0..num_blocks-1.
 
     The caller owns each sequence's list of block ids; this class tracks reference counts, the
-    hash ↔ block map of cached blocks and the free lists.
+    hash ↔ block map of cached blocks and the free lists. Everything but the hash → block map is sized
+    once for `num_blocks`, so a full cache's bookkeeping costs little more than an empty one's: with a
+    block → hash dict and an OrderedDict of evictable blocks, the simulator's memory grew by ~35 MB (at
+    262,144 blocks) over the first minutes of a long run, as the cache filled (issue 16, item 8).
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
@@ -61,15 +64,18 @@ class KVCache:
         """Blocks with a reference count > 0."""
         self._ref_counts = [0] * num_blocks
         self._block_of_hash: dict[int, int] = {}
-        self._hash_of_block: dict[int, int] = {}
+        self._hash_of_block: list[int | None] = [None] * num_blocks
         self._clean: list[int] = list(range(num_blocks - 1, -1, -1))
         """Free blocks holding nothing cached, popped from the end (block 0 first)."""
-        self._evictable: OrderedDict[int, None] = OrderedDict()
-        """Free blocks still cached, least recently freed first."""
+        # Free blocks still cached, least recently freed first: a doubly linked list through `_next` and
+        # `_prev`, whose entry `num_blocks` is both its head and its tail.
+        self._next = array("q", [num_blocks]) * (num_blocks + 1)
+        self._prev = array("q", [num_blocks]) * (num_blocks + 1)
+        self._num_evictable = 0
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._clean) + len(self._evictable)
+        return len(self._clean) + self._num_evictable
 
     @property
     def usage(self) -> float:
@@ -110,7 +116,7 @@ class KVCache:
         for block in hit_blocks:
             # Taken before allocating, so that eviction cannot pick a block this sequence is about to share.
             if ref_counts[block] == 0:
-                del self._evictable[block]
+                self._unlink(block)
                 self.num_used_blocks += 1
             ref_counts[block] += 1
         blocks.extend(hit_blocks)
@@ -118,15 +124,20 @@ class KVCache:
 
     def allocate(self, blocks: list[int], num_new_blocks: int) -> bool:
         """Append `num_new_blocks` fresh blocks to `blocks`, or change nothing and return False."""
-        if num_new_blocks > len(self._clean) + len(self._evictable):
+        if num_new_blocks > len(self._clean) + self._num_evictable:
             return False
         ref_counts = self._ref_counts
+        hash_of_block = self._hash_of_block
         for _ in range(num_new_blocks):
             if self._clean:
                 block = self._clean.pop()
             else:
-                block, _none = self._evictable.popitem(last=False)
-                del self._block_of_hash[self._hash_of_block.pop(block)]
+                block = self._next[self.num_blocks]  # the least recently freed
+                self._unlink(block)
+                hash_value = hash_of_block[block]
+                assert hash_value is not None
+                del self._block_of_hash[hash_value]
+                hash_of_block[block] = None
             ref_counts[block] = 1
             blocks.append(block)
         self.num_used_blocks += num_new_blocks
@@ -149,11 +160,29 @@ class KVCache:
         more requests share (as vLLM does).
         """
         ref_counts = self._ref_counts
+        hash_of_block = self._hash_of_block
         for block in reversed(blocks):
             ref_counts[block] -= 1
             if ref_counts[block] == 0:
                 self.num_used_blocks -= 1
-                if block in self._hash_of_block:
-                    self._evictable[block] = None
+                if hash_of_block[block] is not None:
+                    self._append(block)
                 else:
                     self._clean.append(block)
+
+    def _append(self, block: int) -> None:
+        """Put `block` last (most recently freed) on the evictable list."""
+        end = self.num_blocks
+        last = self._prev[end]
+        self._next[last] = block
+        self._prev[block] = last
+        self._next[block] = end
+        self._prev[end] = block
+        self._num_evictable += 1
+
+    def _unlink(self, block: int) -> None:
+        """Take `block` off the evictable list."""
+        before, after = self._prev[block], self._next[block]
+        self._next[before] = after
+        self._prev[after] = before
+        self._num_evictable -= 1
