@@ -54,6 +54,10 @@ class DecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
     """As `ReplayOptions.stream_usage`: `auto` probes for running usage, which counts tokens per chunk exactly."""
     seed: int = 0
+    request_timeout_s: float | None = None
+    """As `ReplayOptions.request_timeout_s`: a request still running this long fails as a timeout; None: no limit."""
+    idle_timeout_s: float | None = 300.0
+    """As `ReplayOptions.idle_timeout_s`: a request that receives no byte this long fails as a timeout."""
     api_key: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     extra_body: dict[str, object] | None = None
@@ -167,6 +171,10 @@ def _validate(options: DecodeOptions) -> None:
             raise ValueError(f"{name} must be at least 1, got {getattr(options, name)}")
     if options.osl_tokens < 2:
         raise ValueError(f"osl_tokens must be at least 2 (one token after the first), got {options.osl_tokens}")
+    for name in ("request_timeout_s", "idle_timeout_s"):
+        value = getattr(options, name)
+        if value is not None and not value > 0:  # NaN too
+            raise ValueError(f"{name} must be positive, got {value}")
     al, k = options.spec_al, options.spec_k
     if k is not None and k < 1:
         raise ValueError(f"spec_k (draft tokens per step) must be at least 1, got {k}")
@@ -194,7 +202,12 @@ async def decode(options: DecodeOptions) -> DecodeResult:
     before any request when the server does not answer or serve the model, ValueError for bad options."""
     _validate(options)
     async with Client(
-        options.url, api_key=options.api_key, headers=dict(options.headers), limit=2 * options.concurrency
+        options.url,
+        api_key=options.api_key,
+        headers=dict(options.headers),
+        limit=2 * options.concurrency,
+        idle_timeout_s=options.idle_timeout_s,
+        total_timeout_s=options.request_timeout_s,
     ) as client:
         await client.probe_models(require=options.model)
         stream_usage = await _stream_usage(client, options)

@@ -355,6 +355,8 @@ DEEP_BODY = '{"a":' * 5000 + "1" + "}" * 5000
         (["--extra-body", "{"], "--extra-body is not valid JSON (Input data was truncated)"),
         (["--extra-body", "[1]"], "--extra-body must be a JSON object, got list"),
         (["--extra-body", DEEP_BODY], "--extra-body is nested too deeply to be a request body"),
+        (["--request-timeout", "0"], "--request-timeout wants positive seconds, got '0'"),
+        (["--idle-timeout", "-1"], "--idle-timeout wants positive seconds, got '-1'"),
     ],
 )
 @pytest.mark.parametrize("command", ["replay", "sweep", "decode"])

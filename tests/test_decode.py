@@ -73,6 +73,13 @@ def test_concurrent_users_share_the_step(sim: SimServer) -> None:
     assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3, batch=2), rel=0.02)
 
 
+def test_the_request_timeout_applies_to_decode(sim: SimServer) -> None:
+    options = DecodeOptions(url=sim.url, model=sim.model, osl_tokens=3000, repetitions=1, request_timeout_s=0.05)
+    result = decode_sync(options)
+    assert result.failed == len(result.samples) == 1
+    assert "request timeout" in (result.samples[0].error or "")
+
+
 def test_decode_at_al_6() -> None:
     with _sim(6.0, 7) as server:
         result = decode_sync(DecodeOptions(url=server.url, model=server.model, osl_tokens=1201, repetitions=2))

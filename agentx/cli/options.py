@@ -159,6 +159,33 @@ url_option = click.option(
 )
 
 
+request_timeout_option = click.option(
+    "--request-timeout",
+    "--request-timeout-seconds",
+    "request_timeout",
+    default="off",
+    show_default=True,
+    metavar="S|off",
+    help="A request still running after S seconds fails as a timeout (kind: request).",
+)
+idle_timeout_option = click.option(
+    "--idle-timeout",
+    "idle_timeout",
+    default="300",
+    show_default=True,
+    metavar="S|off",
+    help="A request that receives no byte for S seconds fails as a timeout (kind: idle).",
+)
+
+
+def timeouts(request_timeout: str, idle_timeout: str) -> tuple[float | None, float | None]:
+    """`--request-timeout` and `--idle-timeout` in seconds (None: off); click.BadParameter when not positive."""
+    return (
+        seconds_or_off("--request-timeout", request_timeout, positive=True),
+        seconds_or_off("--idle-timeout", idle_timeout, positive=True),
+    )
+
+
 def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a replay shared by `replay` and `sweep` (all but concurrency, output, GPUs and workers)."""
     decorators = [
@@ -217,23 +244,8 @@ def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s."
         ),
-        click.option(
-            "--request-timeout",
-            "--request-timeout-seconds",
-            "request_timeout",
-            default="off",
-            show_default=True,
-            metavar="S|off",
-            help="A request still running after S seconds fails as a timeout (kind: request).",
-        ),
-        click.option(
-            "--idle-timeout",
-            "idle_timeout",
-            default="300",
-            show_default=True,
-            metavar="S|off",
-            help="A request that receives no byte for S seconds fails as a timeout (kind: idle).",
-        ),
+        request_timeout_option,
+        idle_timeout_option,
         click.option(
             "--session-order",
             type=click.Choice(("sequential", "shuffle", "random")),

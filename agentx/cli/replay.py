@@ -32,14 +32,17 @@ from agentx.cli.common import (
 from agentx.cli.options import (
     api_key,
     forced_acceptance,
+    idle_timeout_option,
     parse_chain_rules,
     parse_extra_body,
     parse_header,
     parse_window,
     positive_int,
     replay_flags,
+    request_timeout_option,
     seconds_or_off,
     spec_options,
+    timeouts,
     url_option,
 )
 from agentx.trace.errors import TraceError
@@ -145,8 +148,7 @@ def replay(
         parsed_headers = tuple(parse_header(h) for h in headers)
         window = parse_window(tstar_window)
         system_cap = seconds_or_off("--system-idle-cap", system_idle_cap)
-        request_timeout_s = seconds_or_off("--request-timeout", request_timeout, positive=True)
-        idle_timeout_s = seconds_or_off("--idle-timeout", idle_timeout, positive=True)
+        request_timeout_s, idle_timeout_s = timeouts(request_timeout, idle_timeout)
         rules = parse_chain_rules(chain_rules)
         primer_tokens = (
             None if warmup_max_tokens == "recorded" else positive_int("--warmup-max-tokens", warmup_max_tokens)
@@ -314,6 +316,8 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
 @click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
+@request_timeout_option
+@idle_timeout_option
 @spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def decode_command(
@@ -330,6 +334,8 @@ def decode_command(
     headers: tuple[str, ...],
     extra_body: str | None,
     sim_time_scale: float,
+    request_timeout: str,
+    idle_timeout: str,
     spec_al: float | None,
     spec_k: int | None,
     spec_golden: str | None,
@@ -351,6 +357,7 @@ def decode_command(
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
         parsed_headers = tuple(parse_header(h) for h in headers)
         body = parse_extra_body(extra_body)
+        request_timeout_s, idle_timeout_s = timeouts(request_timeout, idle_timeout)
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     with contextlib.ExitStack() as stack:
@@ -368,6 +375,8 @@ def decode_command(
             api_key=api_key(api_key_env, parsed_headers),
             headers=parsed_headers,
             extra_body=body,
+            request_timeout_s=request_timeout_s,
+            idle_timeout_s=idle_timeout_s,
             spec_al=forced.al,
             spec_k=forced.k,
             spec_al_tolerance=spec_tolerance,

@@ -36,6 +36,7 @@ from agentx.cli.options import (
     replay_flags,
     seconds_or_off,
     spec_options,
+    timeouts,
 )
 from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
@@ -56,6 +57,7 @@ def _sweep_base_options(
     from agentx.replay.engine import ReplayOptions
 
     body = parse_extra_body(flags["extra_body"])
+    request_timeout_s, idle_timeout_s = timeouts(flags["request_timeout"], flags["idle_timeout"])
     headers = tuple(parse_header(h) for h in flags["headers"])
     primer = flags["warmup_max_tokens"]
     forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
@@ -73,8 +75,8 @@ def _sweep_base_options(
         duration_s=flags["duration_s"],
         sessions=flags["sessions"],
         grace_s=flags["grace_s"],
-        request_timeout_s=seconds_or_off("--request-timeout", flags["request_timeout"], positive=True),
-        idle_timeout_s=seconds_or_off("--idle-timeout", flags["idle_timeout"], positive=True),
+        request_timeout_s=request_timeout_s,
+        idle_timeout_s=idle_timeout_s,
         session_order=flags["session_order"],
         seed=flags["seed"],
         delay_scale=flags["delay_scale"],
