@@ -238,6 +238,7 @@ def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: Si
     records = to_records(read_records(result.records_path))
     assert [r.error_kind for r in records] == ["cancelled", "cancelled"]
     assert all(r.http_status == 200 and r.osl_streamed_tokens > 0 for r in records)
+    assert {r.error_message for r in records} == {"cancelled: a second interrupt ended the grace period"}
 
 
 def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, tmp_path: Path) -> None:

@@ -307,6 +307,7 @@ def test_the_first_failed_root_primer_ends_the_run_at_once(tmp_path: Path) -> No
     records = {r.session_id: r for r in to_records(read_records(tmp_path / "records.arrow"))}
     assert records["fails"].phase == records["slow"].phase == "warmup"
     assert records["fails"].http_status == 500 and records["slow"].error_kind == "cancelled"
+    assert records["slow"].error_message == "cancelled: a root agent's warmup primer failed"
 
 
 def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:

@@ -482,7 +482,7 @@ async def run_replay(
                         runner.cancel_reason = runner.cancel_reason or "interrupted"
                         runner.stop()
                         if interrupts == 2:  # the grace period shrinks to zero; the records are still written
-                            runner.hard_stop()
+                            runner.hard_stop("a second interrupt ended the grace period")
                 interrupted = interrupts > 0
                 elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
     played_ids = {trace.sessions[index].session_id for index in runner.played}
@@ -677,6 +677,7 @@ class _Runner:
         self.clock = clock
         self.idle = IdleCaps(options.system_idle_cap_s, runtime_tree_cap, clock)
         self._hard_stopped = False
+        self._cancel_message = f"cancelled after the {options.grace_s:g} s grace period"
         self._in_flight: set[asyncio.Timeout] = set()
         self.requests = 0
         self.errors = 0
@@ -709,8 +710,10 @@ class _Runner:
         self._stop.set()
         self.idle.wake_all()
 
-    def hard_stop(self) -> None:
-        """Cancel every in-flight request (the grace period is over)."""
+    def hard_stop(self, why: str | None = None) -> None:
+        """Cancel every in-flight request: the grace period is over, or `why` it was cut short (said in records)."""
+        if not self._hard_stopped and why is not None:
+            self._cancel_message = f"cancelled: {why}"
         self._hard_stopped = True
         now = asyncio.get_running_loop().time()
         for timeout in self._in_flight:
@@ -820,7 +823,7 @@ class _Runner:
                 # `credit/callback_handler.py`, `_handle_warmup_failure`).
                 failures.append(record)
                 self.stop()
-                self.hard_stop()
+                self.hard_stop("a root agent's warmup primer failed")
 
         async with asyncio.TaskGroup() as group:
             for play, index, lead in primers:
@@ -1238,7 +1241,7 @@ class _Runner:
         exchange.end_ns = time.perf_counter_ns()
         exchange.error_kind = "cancelled"
         exchange.timeout_kind = None
-        exchange.error_message = f"cancelled after the {self.options.grace_s:g} s grace period"
+        exchange.error_message = self._cancel_message
 
     def _record(
         self,
