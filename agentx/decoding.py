@@ -24,7 +24,7 @@ from agentx.replay.client import Client, Exchange
 from agentx.replay.engine import COMPLETIONS_PATH
 from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replay.prompts import TokenSpace, completions_body, filler
-from agentx.replay.records import redact
+from agentx.replay.records import redact, secret_free_repr
 from agentx.results.acceptance import (
     DEFAULT_TOLERANCE,
     Acceptance,
@@ -67,6 +67,9 @@ class DecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     spec_al_tolerance: float = DEFAULT_TOLERANCE
     stream_interval: int = 1
     """Decode steps the server merges into one streamed chunk (divides the stream's tokens per chunk)."""
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)  # the API key, header values and a URL's password never show
 
 
 class DecodeSample(msgspec.Struct, kw_only=True):

@@ -445,3 +445,20 @@ def test_layout_doc_names_every_column() -> None:
     text = describe_layout()
     for field in SCHEMA:
         assert f"`{field.name}`" in text
+
+
+def test_options_reprs_show_no_secret() -> None:
+    from agentx.decoding import DecodeOptions
+    from agentx.replay.engine import ReplayOptions
+
+    url = "http://someone:pa55word-9@127.0.0.1:8000"
+    headers = (("Authorization", "Bearer tok-123456789"), ("X-Team", "team-value-42"))
+    for options in (
+        ReplayOptions(url=url, model="m", out_dir="run", api_key="sk-abcdef123456", headers=headers, seed=7),
+        DecodeOptions(url=url, model="m", api_key="sk-abcdef123456", headers=headers, seed=7),
+    ):
+        shown = repr(options)
+        for secret in ("pa55word-9", "tok-123456789", "team-value-42", "sk-abcdef123456"):
+            assert secret not in shown and secret not in str(options)
+        assert shown.startswith(f"{type(options).__name__}(url='http://[redacted]@127.0.0.1:8000', model='m'")
+        assert "seed=7" in shown and "api_key='[redacted]'" in shown

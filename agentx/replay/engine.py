@@ -68,7 +68,7 @@ from agentx.replay.plan import Step, join_due, session_order
 from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replay.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
 from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
-from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact
+from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact, secret_free_repr
 from agentx.replay.sessions import ReplaySessions
 from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
 from agentx.replay.url import base_url as parse_base_url
@@ -229,6 +229,9 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     stream_interval: int = 1
     """Decode steps the server merges into one streamed chunk (vLLM's --stream-interval): the stream's
     tokens-per-chunk estimate of AL is divided by it."""
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)  # the API key, header values and a URL's password never show
 
 
 class RunResult(msgspec.Struct, kw_only=True):

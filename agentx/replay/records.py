@@ -262,6 +262,18 @@ def scrub(text: str) -> str:
     return _SECRET_TEXT.sub(REDACTED, text)
 
 
+def secret_free_repr(struct: msgspec.Struct) -> str:
+    """`repr(struct)` with the fields that hold credentials (an API key, header values, a URL's password) shown as
+    `redact` stores them; every other field as its own repr."""
+    parts = []
+    for name in struct.__struct_fields__:
+        value = getattr(struct, name)
+        plain = msgspec.to_builtins({name: value}, enc_hook=str)
+        safe = redact(plain)
+        parts.append(f"{name}={value!r}" if safe == plain else f"{name}={safe[name]!r}")
+    return f"{type(struct).__name__}({', '.join(parts)})"
+
+
 def redact(options: Any) -> Any:
     """A copy of `options` (nested dicts/lists) without credentials, safe to store in a records file.
 
