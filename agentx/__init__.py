@@ -42,12 +42,12 @@ The simulated server, for tests and harnesses without a GPU:
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
 """
 
-from agentx.decoding import DecodeOptions, DecodeResult, decode, decode_sync
-from agentx.replay.engine import ReplayOptions, RunResult
-from agentx.replay.records import RequestRecord, read_records
+from agentx.replayer.engine import ReplayOptions, RunResult
+from agentx.replayer.records import RequestRecord, read_records
 from agentx.results.summary import Summary, summarize
-from agentx.results.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
-from agentx.run import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
+from agentx.run.decode import DecodeOptions, DecodeResult, decode, decode_sync
+from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
+from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer

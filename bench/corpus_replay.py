@@ -1,7 +1,7 @@
 """The AgentX-size corpus replayed in the AgentX scenario: how long the client's own work holds the loop.
 
 Large sessions (over 100 ms to split and plan) and 100k-token prompts (10–30 ms to make) are made on worker
-threads (agentx.replay.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
+threads (agentx.replayer.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
 simulator's times and the trace's delays scaled by `--scale`, once with that off-loop work and once with every
 plan and body made on the loop, alternating, and prints the profiling requests' dispatch lag and the event
 loop's lag (how late a 100 ms timer fires) for each. Never fails on a number. See bench/README.md.
@@ -24,23 +24,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import _corpus  # a sibling script, not a package
 
-import agentx  # noqa: F401  (the package first: `agentx.replay` is also the name of a function)
-from agentx.replay import engine
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import read_records, to_records
+from agentx.replayer import engine
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 OFF_LOOP_THRESHOLDS = ("OFF_LOOP_REQUESTS", "OFF_LOOP_TOKENS")
-"""The engine's sizes from which plans and bodies go off the loop (agentx.replay.offloop)."""
+"""The engine's sizes from which plans and bodies go off the loop (agentx.replayer.offloop)."""
 
 
 def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop: bool) -> dict[str, float]:
     thresholds = vars(engine)
     defaults = {name: thresholds[name] for name in OFF_LOOP_THRESHOLDS}
-    if not off_loop:  # every plan and body on the loop, as before agentx.replay.offloop
+    if not off_loop:  # every plan and body on the loop, as before agentx.replayer.offloop
         thresholds.update(dict.fromkeys(OFF_LOOP_THRESHOLDS, sys.maxsize))
     try:
         with SimServer(time_scale=scale, block_size=trace.block_size) as sim, tempfile.TemporaryDirectory() as out:

@@ -242,8 +242,8 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
     imported_ns = time.perf_counter_ns()
     import pyarrow.compute as pc
 
-    from agentx.replay.engine import ReplayOptions, run_replay
-    from agentx.replay.records import read_records, run_info
+    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.records import read_records, run_info
     from agentx.trace.model import Agent, Request, Session, Trace
 
     setup = Setup(**spec["setup"])
@@ -405,8 +405,8 @@ BLOCK_C = 16
 
 
 def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
-    from agentx.replay.engine import ReplayOptions, run_replay
-    from agentx.replay.records import read_records, run_info
+    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.records import read_records, run_info
     from agentx.trace.model import Agent, Request, Session, Trace
 
     setup = OpenSetup(**spec["setup"])

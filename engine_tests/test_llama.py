@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from llama import LlamaServer, model_path
 
-from agentx.replay.engine import ReplayOptions
-from agentx.replay.records import read_records, to_records
+from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.records import read_records, to_records
+from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.acceptance import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS
 from agentx.results.summary import parse_counters
-from agentx.run import RUN_FILE, ReplayResult, replay
+from agentx.run.replay import ReplayResult, replay
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -168,7 +168,7 @@ def records_from_reference(directory: Path) -> tuple[Any, dict[str, Any], dict[s
 
     import pyarrow as pa
 
-    from agentx.replay.records import (
+    from agentx.replayer.records import (
         FORMAT_NAME,
         FORMAT_VERSION,
         META_EPOCH,

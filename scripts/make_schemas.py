@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.replay import records
+from agentx.replayer import records
 from agentx.trace import arrow, weka
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"

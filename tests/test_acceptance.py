@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from agentx.cli import main
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import read_records
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import read_records
 from agentx.results.acceptance import (
     METRIC_LABELS,
     METRIC_NAMES,
@@ -26,7 +26,7 @@ from agentx.results.acceptance import (
 )
 from agentx.results.summary import parse_counters, summary_table
 from agentx.results.validity import ACCEPTANCE_MISMATCH, validity
-from agentx.run import ReplayResult, replay
+from agentx.run.replay import ReplayResult, replay
 from agentx.sim.process import SimServer
 from agentx.sim.speculative import acceptance_schedule
 from agentx.trace.io import save_trace

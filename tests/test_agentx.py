@@ -10,10 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentx.replay.engine import ReplayOptions, RunResult, WarmupFailed, run_replay
-from agentx.replay.plan import plan_session
-from agentx.replay.records import RequestRecord, read_records, to_records
-from agentx.replay.tstar import snapshot, t_star
+from agentx.replayer.engine import ReplayOptions, RunResult, WarmupFailed, run_replay
+from agentx.replayer.plan import plan_session
+from agentx.replayer.records import RequestRecord, read_records, to_records
+from agentx.replayer.tstar import snapshot, t_star
 from agentx.results.summary import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -205,8 +205,8 @@ def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
 
 
 def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replay.locks import locks_broken
-    from agentx.run import replay
+    from agentx.replayer.locks import locks_broken
+    from agentx.run.replay import replay
 
     faithful = ReplayOptions(url="u", model="m", out_dir=tmp_path, duration_s=1800.0)
     assert locks_broken(faithful) == []

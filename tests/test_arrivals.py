@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.arrivals import rate_arrivals, recorded_start_s, trace_arrivals
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import read_records, to_records
+from agentx.replayer.arrivals import rate_arrivals, recorded_start_s, trace_arrivals
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace

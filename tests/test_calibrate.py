@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.calibrate import (
+from agentx.replayer.calibrate import (
     FALLBACK_WORDS,
     CalibrationError,
     ChatCalibration,
@@ -26,11 +26,11 @@ from agentx.replay.calibrate import (
     calibrate,
     single_token_words,
 )
-from agentx.replay.chat import ChatRenderer
-from agentx.replay.client import Client
-from agentx.replay.conversation import Segment
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import read_records, to_records
+from agentx.replayer.chat import ChatRenderer
+from agentx.replayer.client import Client
+from agentx.replayer.conversation import Segment
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import get_tokenizer
 from agentx.trace.io import load_trace
@@ -227,8 +227,8 @@ def test_llamacpp_tokenize_dialect() -> None:
     answer and counts chat templates by a one-token request."""
     from aiohttp import web
 
-    from agentx.replay.calibrate import ServerCounter
-    from agentx.replay.client import Client
+    from agentx.replayer.calibrate import ServerCounter
+    from agentx.replayer.client import Client
 
     seen: list[str] = []
 

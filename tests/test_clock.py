@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from agentx.replay import clock as clock_module
-from agentx.replay.clock import DispatchClock
+from agentx.replayer import clock as clock_module
+from agentx.replayer.clock import DispatchClock
 
 MS = 1_000_000
 

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.decoding import DecodeOptions, decode_sync
-from agentx.replay.client import ServerUnreachable
+from agentx.replayer.client import ServerUnreachable
+from agentx.run.decode import DecodeOptions, decode_sync
 from agentx.sim.process import SimServer
 
 TIME_SCALE = 0.1

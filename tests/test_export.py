@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
-from agentx.replay.engine import ReplayOptions
-from agentx.replay.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
-from agentx.replay.records import read_records as read_records_file
+from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.replayer.records import read_records as read_records_file
+from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.export import (
     JSONL_FILE,
     NOT_EXPORTED,
@@ -39,7 +40,7 @@ from agentx.results.export import (
 )
 from agentx.results.export_sweeps import sweep_metrics
 from agentx.results.summary import Summary, summarize
-from agentx.run import RUN_FILE, replay, replay_sync
+from agentx.run.replay import replay, replay_sync
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -477,7 +478,7 @@ def test_inferencex_aggregation_equals_summary_on_any_records(records: list[Requ
 
 
 def _write_run(directory: Path, records: list[RequestRecord]) -> Path:
-    from agentx.replay.records import RecordWriter, RunInfo
+    from agentx.replayer.records import RecordWriter, RunInfo
 
     directory.mkdir(parents=True, exist_ok=True)
     with RecordWriter(directory / "records.arrow", RunInfo(run_id="run-1", wall_epoch_ns=EPOCH_NS)) as writer:

@@ -32,8 +32,8 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.replay.engine import ReplayOptions, RunResult, run_replay
-from agentx.replay.records import RecordsError, RequestRecord, read_records, run_info, to_records
+from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.records import RecordsError, RequestRecord, read_records, run_info, to_records
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

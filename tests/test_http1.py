@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.client import Client
-from agentx.replay.http1 import (
+from agentx.replayer.client import Client
+from agentx.replayer.http1 import (
     Connection,
     ConnectionClosedError,
     Endpoint,
@@ -376,7 +376,7 @@ def test_a_fresh_connection_at_the_limit_replaces_an_idle_one() -> None:
 _RESERVE = """
 import os, resource, sys
 from pathlib import Path
-from agentx.replay.http1 import reserve_descriptors
+from agentx.replayer.http1 import reserve_descriptors
 
 def slots():
     return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()

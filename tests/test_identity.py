@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from loopback import serve
 
-from agentx.replay.client import Client
-from agentx.replay.identity import ServerIdentity, identify_server
+from agentx.replayer.client import Client
+from agentx.replayer.identity import ServerIdentity, identify_server
 from agentx.sim.process import SimServer
 
 

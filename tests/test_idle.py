@@ -7,9 +7,9 @@ import itertools
 import time
 from pathlib import Path
 
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.idle import IdleCaps
-from agentx.replay.records import read_records, to_records
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.idle import IdleCaps
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

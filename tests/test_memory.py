@@ -1,6 +1,6 @@
 """Memory that must not grow over a long run (issue 16, item 8; bench/soak.py measures it for real).
 
-- A failed request leaves no reference cycle behind: under the replay's collector (agentx.replay.collector) a
+- A failed request leaves no reference cycle behind: under the replay's collector (agentx.replayer.collector) a
   cycle through a pooled connection was never freed, so every reset or malformed stream kept its connection,
   socket, response and frames until the run ended.
 - The replay's collector also collects the oldest generation, so cyclic garbage that a library or an error path
@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replay import collector
-from agentx.replay.client import Client, Exchange
-from agentx.replay.collector import collect_on_clock, quiet_gc
+from agentx.replayer import collector
+from agentx.replayer.client import Client, Exchange
+from agentx.replayer.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
 from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest, _Sequence
 from agentx.sim.kvcache import KVCache
@@ -103,7 +103,7 @@ def _failed_exchanges(answer: Answer, count: int, garbage: list[Any]) -> tuple[l
             exchanges = [await client.stream("/v1/completions", b"{}") for _ in range(count)]
             await asyncio.sleep(0)  # the last connection's close callbacks
             gc.collect()
-        ours = ("agentx.replay.http1", "agentx.replay.client")
+        ours = ("agentx.replayer.http1", "agentx.replayer.client")
         return exchanges, sorted({type(item).__qualname__ for item in garbage if type(item).__module__ in ours})
 
     return asyncio.run(main())

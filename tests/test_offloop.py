@@ -12,10 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replay import engine as engine_module
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.offloop import SWITCH_INTERVAL_S, OffLoop
-from agentx.replay.records import read_records, to_records
+from agentx.replayer import engine as engine_module
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.offloop import SWITCH_INTERVAL_S, OffLoop
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

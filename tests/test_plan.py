@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import sessions as session_strategy
 
-from agentx.replay.plan import (
+from agentx.replayer.plan import (
     ChildOffset,
     SessionOrder,
     SessionPlan,

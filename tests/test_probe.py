@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from loopback import serve
 
-from agentx.replay.client import Client
-from agentx.replay.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream_usage
+from agentx.replayer.client import Client
+from agentx.replayer.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream_usage
 from agentx.sim.process import SimServer
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -121,8 +121,8 @@ def test_one_transient_failure_does_not_settle_the_usage(first: int | str) -> No
 
 
 def test_a_replay_says_when_it_assumed_the_stream_usage(tmp_path: Path) -> None:
-    from agentx.replay.engine import ReplayOptions, run_replay
-    from agentx.replay.records import read_records, run_info
+    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.records import read_records, run_info
     from agentx.sim.faults import FaultConfig
     from agentx.trace.model import Agent, Request, Session, Trace
 

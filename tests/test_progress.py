@@ -1,4 +1,4 @@
-"""The live progress of `agentx replay` (agentx/tables.py): its counts, rates and time left."""
+"""The live progress of `agentx replay` (agentx/cli/tables.py): its counts, rates and time left."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 from strategies import record_identity
 
-from agentx.replay.engine import ReplayOptions
-from agentx.replay.plan import session_order
-from agentx.replay.records import RequestRecord
-from agentx.tables import ReplayProgress, planned_requests
+from agentx.cli.tables import ReplayProgress, planned_requests
+from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.plan import session_order
+from agentx.replayer.records import RequestRecord
 from agentx.trace.io import load_trace
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"

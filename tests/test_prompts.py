@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replay.prompts import (
+from agentx.replayer.prompts import (
     DEFAULT_STREAM_OPTIONS,
     BlockTokens,
     TokenSpace,

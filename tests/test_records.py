@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import record_identity
 
-from agentx.replay.records import (
+from agentx.replayer.records import (
     MAX_ERROR_MESSAGE,
     REDACTED,
     SCHEMA,
@@ -296,7 +296,7 @@ def test_a_full_buffer_flushes_at_once(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent(
     """
     import sys
-    from agentx.replay.records import RecordWriter, RequestRecord, RunInfo
+    from agentx.replayer.records import RecordWriter, RequestRecord, RunInfo
 
     run = RunInfo(run_id="run-1", wall_epoch_ns=1, options={})
     writer = RecordWriter(sys.argv[1], run, flush_rows=7)
@@ -448,8 +448,8 @@ def test_layout_doc_names_every_column() -> None:
 
 
 def test_options_reprs_show_no_secret() -> None:
-    from agentx.decoding import DecodeOptions
-    from agentx.replay.engine import ReplayOptions
+    from agentx.replayer.engine import ReplayOptions
+    from agentx.run.decode import DecodeOptions
 
     url = "http://someone:pa55word-9@127.0.0.1:8000"
     headers = (("Authorization", "Bearer tok-123456789"), ("X-Team", "team-value-42"))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentx.replay.client import ModelNotServed
-from agentx.replay.engine import ReplayOptions, RunResult, run_replay
-from agentx.replay.plan import plan_session
-from agentx.replay.records import RequestRecord, read_records, run_info, to_records
+from agentx.replayer.client import ModelNotServed
+from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.plan import plan_session
+from agentx.replayer.records import RequestRecord, read_records, run_info, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -242,7 +242,7 @@ def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: Si
 
 
 def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replay.engine import RunExists
+    from agentx.replayer.run_folder import RunExists
 
     trace = _trace(_flat_session("a", 2))
     first, _ = _replay(trace, _options(sim, tmp_path, sessions=1))

@@ -22,10 +22,10 @@ from loopback import serve
 from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
-from agentx.replay.client import ServerUnreachable
-from agentx.replay.engine import AFFINITY_HEADERS, ReplayOptions, RunResult, WarmupFailed, run_replay
-from agentx.replay.plan import plan_session
-from agentx.replay.records import RequestRecord, read_records, to_records
+from agentx.replayer.client import ServerUnreachable
+from agentx.replayer.engine import AFFINITY_HEADERS, ReplayOptions, RunResult, WarmupFailed, run_replay
+from agentx.replayer.plan import plan_session
+from agentx.replayer.records import RequestRecord, read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
@@ -253,7 +253,7 @@ def test_unknown_affinity_header_is_rejected_before_any_io(tmp_path: Path) -> No
 
 
 def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentx.run
+    import agentx.run.replay
 
     captured: list[ReplayOptions] = []
 
@@ -261,7 +261,7 @@ def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         captured.append(options)
         raise ServerUnreachable("stand-in")
 
-    monkeypatch.setattr(agentx.run, "replay", fake_replay)
+    monkeypatch.setattr(agentx.run.replay, "replay", fake_replay)
     trace_file = write_json(tmp_path / "trace.jsonl", WEKA_TRACE)
     args = ["replay", str(trace_file), "--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "run")]
     args += ["--affinity-header", "X-Session-ID", "--affinity-header", "x-smg-routing-key"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.replay.sessions import ReplaySessions
+from agentx.replayer.sessions import ReplaySessions
 from agentx.trace.chains import DEFAULT_RULES, split_trace
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -67,7 +67,7 @@ def test_a_real_flattened_trace_splits_as_the_whole_trace_does(weka_sample_files
 def test_replay_hits_count_a_block_once_its_request_started() -> None:
     """The records' theoretical hit follows the reference (docs/agentx.md §6): a block is seen once the request
     that sends it has started, so a request starting while another with the same prefix still runs hits it."""
-    from agentx.replay.play import Hits
+    from agentx.replayer.play import Hits
 
     first = Request(t=0.0, model="m", in_tokens=64, out_tokens=1, api_time=10.0, hash_ids_added=(1, 2, 3, 4))
     overlapping = Request(t=1.0, model="m", in_tokens=64, out_tokens=1, api_time=1.0, hash_ids_added=(1, 2, 3, 4))

@@ -17,8 +17,8 @@ from rich.console import Console
 from test_sweep import run_small_sweep
 
 from agentx.cli import main
+from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.report import MISSING, ReportOptions, build_report, load_series, report_markdown, report_tables
-from agentx.run import RUN_FILE
 
 SIM = f"agentx-sim {package_version('agentx')}"
 """How the simulator's runs name their engine."""

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import agentx
-from agentx.replay.client import ServerUnreachable
-from agentx.replay.records import to_records
-from agentx.run import RUN_FILE
+from agentx.replayer.client import ServerUnreachable
+from agentx.replayer.records import to_records
+from agentx.replayer.run_folder import RUN_FILE
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 

@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 import agentx
 from agentx.cli import main
-from agentx.replay.engine import ReplayOptions
+from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.run_folder import RUN_FILE
+from agentx.results.folders import SWEEP_FILE
 from agentx.results.frontier import point
-from agentx.results.sweep import (
-    SWEEP_FILE,
+from agentx.run.sweep import (
     LevelSettings,
     SweepError,
     SweepOptions,
@@ -27,7 +28,6 @@ from agentx.results.sweep import (
     parse_levels,
     sweep_sync,
 )
-from agentx.run import RUN_FILE
 from agentx.sim.engine import EngineConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
@@ -232,7 +232,7 @@ def test_sweep_mistakes_exit_2_with_one_paragraph(tmp_path: Path, args: list[str
 
 
 def test_the_index_round_trips(swept: SweepResult) -> None:
-    from agentx.results.sweep import SweepIndex
+    from agentx.results.folders import SweepIndex
 
     index = msgspec.json.decode((swept.out_dir / SWEEP_FILE).read_bytes(), type=SweepIndex)
     assert [level.concurrency for level in index.levels] == list(LEVELS) and index.trace == "small"
@@ -242,7 +242,7 @@ def test_the_index_round_trips(swept: SweepResult) -> None:
 def test_the_trace_is_prepared_once_for_every_level(
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentx.replay import sessions as sessions_module
+    from agentx.replayer import sessions as sessions_module
     from agentx.trace.chains import split_flattened_agents as real_split
 
     split_calls: list[str] = []
@@ -262,7 +262,7 @@ def test_the_trace_is_prepared_once_for_every_level(
 
 
 def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replay.engine import prepare_trace, run_replay
+    from agentx.replayer.engine import prepare_trace, run_replay
 
     base = base_options(sim, tmp_path)
     prepared = prepare_trace(small_trace(sessions=1), base)

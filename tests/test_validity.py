@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import record_identity
 
-from agentx.replay.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.validity import (
     CONTEXT_OVERFLOW_RATE_EXCEEDED,
     DISPATCH_LAG_EXCEEDED,
@@ -201,9 +201,9 @@ def test_reasons_accumulate_in_the_table_order() -> None:
 def test_a_run_file_struct_is_accepted() -> None:
     from pathlib import Path
 
-    from agentx.replay.engine import RunResult
+    from agentx.replayer.engine import RunResult
+    from agentx.results.folders import RunFile
     from agentx.results.summary import summarize
-    from agentx.run import RunFile
 
     records = table([rec()])
     result = RunResult(

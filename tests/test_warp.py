@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import read_records, to_records
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 from agentx.trace.warp import IdleWarp, warp_idle_gaps

@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentx.replay.engine import ReplayOptions, run_replay
-from agentx.replay.records import (
+from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.records import (
     RecordWriter,
     RequestRecord,
     RunInfo,
@@ -18,7 +18,7 @@ from agentx.replay.records import (
     run_info,
     to_records,
 )
-from agentx.replay.workers import run_workers
+from agentx.replayer.workers import run_workers
 from agentx.sim.process import SimServer
 
 SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
@@ -114,7 +114,7 @@ def test_merging_shifts_each_file_onto_the_earliest_clock(tmp_path: Path) -> Non
 
 
 def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
-    from agentx.replay.records import RecordsError
+    from agentx.replayer.records import RecordsError
 
     for name in ("a", "b"):
         with RecordWriter(tmp_path / name, RunInfo(run_id=name, wall_epoch_ns=0)) as writer:
@@ -124,7 +124,7 @@ def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Path) -> None:
-    from agentx.replay.client import ServerUnreachable
+    from agentx.replayer.client import ServerUnreachable
 
     options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
     with pytest.raises(ServerUnreachable, match=r"127\.0\.0\.1:9"):

@@ -37,7 +37,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     bearer token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
     from rich.markup import escape
 
-    from agentx.replay.records import scrub
+    from agentx.replayer.records import scrub
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)
@@ -107,7 +107,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def only_model(url: str) -> str:
-    from agentx.replay.client import Client, ServerUnreachable
+    from agentx.replayer.client import Client, ServerUnreachable
 
     async def probe() -> list[str]:
         async with Client(url) as client:

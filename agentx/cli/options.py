@@ -92,7 +92,7 @@ def forced_acceptance(al: float | None, k: int | None, golden_model: str | None,
 
 def parse_header(value: str) -> tuple[str, str]:
     """`--header NAME:VALUE` as a (name, value) pair; click.BadParameter unless it is a valid HTTP header."""
-    from agentx.replay.http1 import check_header
+    from agentx.replayer.http1 import check_header
 
     name, sep, content = value.partition(":")
     if not sep or not name.strip():
@@ -136,8 +136,8 @@ def server_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
     an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
     from agentx.cli.common import fail, stderr
-    from agentx.replay.records import scrub
-    from agentx.replay.url import BadURLError, base_url
+    from agentx.replayer.records import scrub
+    from agentx.replayer.url import BadURLError, base_url
 
     if value is None:
         return None

@@ -130,14 +130,15 @@ def replay(
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130).
     """
-    from agentx.replay.calibrate import CalibrationError
-    from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
-    from agentx.replay.engine import ReplayOptions, WarmupFailed
-    from agentx.replay.workers import WorkerFailed
+    from agentx.cli.tables import ReplayProgress, planned_requests
+    from agentx.replayer.calibrate import CalibrationError
+    from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
+    from agentx.replayer.engine import ReplayOptions, WarmupFailed
+    from agentx.replayer.run_folder import RUN_FILE
+    from agentx.replayer.workers import WorkerFailed
     from agentx.results.summary import summary_table
-    from agentx.run import RUN_FILE, replay_workers
-    from agentx.run import replay as run_and_summarize
-    from agentx.tables import ReplayProgress, planned_requests
+    from agentx.run.replay import replay as run_and_summarize
+    from agentx.run.replay import replay_workers
 
     if tokenizer is not None and api != "chat":
         fail("--tokenizer calibrates chat prompts; it needs --api chat (completions prompts are token ids already)")
@@ -350,8 +351,9 @@ def decode_command(
     tokens; a request's decode speed is its tokens after the first chunk over the time from its first to its last
     token. Without --url the built-in simulator serves it (with --spec-al and --spec-k as its forced acceptance).
     """
-    from agentx.decoding import DecodeOptions, decode_sync, decode_tables
-    from agentx.replay.client import ModelNotServed, ServerUnreachable
+    from agentx.cli.tables import decode_tables
+    from agentx.replayer.client import ModelNotServed, ServerUnreachable
+    from agentx.run.decode import DecodeOptions, decode_sync
 
     try:
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)

@@ -42,8 +42,8 @@ from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
 
 if TYPE_CHECKING:
-    from agentx.replay.engine import ReplayOptions
-    from agentx.results.sweep import LevelResult, LevelSettings
+    from agentx.replayer.engine import ReplayOptions
+    from agentx.run.sweep import LevelResult, LevelSettings
     from agentx.sim.process import SimServer
     from agentx.trace.model import Trace
 
@@ -53,8 +53,8 @@ def _sweep_base_options(
 ) -> ReplayOptions:
     """The ReplayOptions every level of a sweep shares, from the `replay_flags` and `spec_options` values;
     `checking`: only to find bad flags early (notes are said on the real call)."""
-    from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS
-    from agentx.replay.engine import ReplayOptions
+    from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS
+    from agentx.replayer.engine import ReplayOptions
 
     body = parse_extra_body(flags["extra_body"])
     request_timeout_s, idle_timeout_s = timeouts(flags["request_timeout"], flags["idle_timeout"])
@@ -163,18 +163,11 @@ def sweep_command(
     OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
     sweep (exit 130); `--resume` picks it up.
     """
+    from agentx.cli.tables import ReplayProgress
     from agentx.results.cost import load_price_table
-    from agentx.results.sweep import (
-        SWEEP_FILE,
-        SweepError,
-        SweepOptions,
-        existing_sweep,
-        load_level_settings,
-        parse_levels,
-        sweep,
-    )
+    from agentx.results.folders import SWEEP_FILE
+    from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
     from agentx.sim.process import SimServerError
-    from agentx.tables import ReplayProgress
 
     if not (resume or overwrite) and (held := existing_sweep(out_dir)) is not None:
         fail(

@@ -17,7 +17,7 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.tables import stats_tables
+from agentx.cli.tables import stats_tables
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.io import Format, load_trace, save_trace
 from agentx.trace.stats import parse_token_counts, trace_stats

@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
-from agentx.replay.records import read_records
+from agentx.replayer.records import read_records
 from agentx.results import export_jsonl, export_summary
 from agentx.results.export_jsonl import conversation_id
 from agentx.results.export_metrics import run_context
@@ -83,7 +83,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[pa.Table, dict[str, Any] 
     Raises `ExportError` (one line, no traceback needed) for a missing directory or records file, an
     unreadable records file, or a `run.json` that is not a JSON object.
     """
-    from agentx.replay.records import RecordsError
+    from agentx.replayer.records import RecordsError
 
     directory = Path(run_dir)
     if not directory.is_dir():

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentx.replay.engine import RECORDS_FILE
-from agentx.replay.records import read_records
+from agentx.replayer.records import read_records
+from agentx.replayer.run_folder import RECORDS_FILE
 from agentx.results.cost import usd_per_million_tokens
 from agentx.results.frontier import Point, curve
 from agentx.results.report import LevelRow, Report, SeriesReport

@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
-from agentx.replay.engine import RECORDS_FILE
-from agentx.replay.records import RecordsError, read_records, run_info
+from agentx.replayer.records import RecordsError, read_records, run_info
+from agentx.replayer.run_folder import RECORDS_FILE, RUN_FILE
 from agentx.results.cost import (
     GIVEN_TIER,
     Cost,
@@ -29,10 +29,9 @@ from agentx.results.cost import (
     load_price_table,
     prices_for,
 )
+from agentx.results.folders import SWEEP_FILE, RunFile, read_index, read_run_file
 from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.summary import Summary, summarize
-from agentx.results.sweep import SWEEP_FILE, read_index, read_run_file
-from agentx.run import RUN_FILE, RunFile
 
 MISSING = "—"
 """How a value that does not exist (outside the front, no price) is shown."""

@@ -46,7 +46,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentx.replay.records import RecordsError, run_info
+from agentx.replayer.records import RecordsError, run_info
 from agentx.results.acceptance import Acceptance
 
 CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01

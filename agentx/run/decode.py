@@ -17,24 +17,22 @@ import logging
 from typing import Any, Literal
 
 import msgspec
-from rich.table import Table
 
-from agentx.replay.chat import CHAT_PATH
-from agentx.replay.client import Client, Exchange
-from agentx.replay.engine import COMPLETIONS_PATH
-from agentx.replay.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
-from agentx.replay.prompts import TokenSpace, completions_body, filler
-from agentx.replay.records import redact, secret_free_repr
+from agentx.replayer.chat import CHAT_PATH
+from agentx.replayer.client import Client, Exchange
+from agentx.replayer.engine import COMPLETIONS_PATH
+from agentx.replayer.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
+from agentx.replayer.prompts import TokenSpace, completions_body, filler
+from agentx.replayer.records import redact, secret_free_repr
 from agentx.results.acceptance import (
     DEFAULT_TOLERANCE,
     Acceptance,
     acceptance,
-    acceptance_table,
     counter_acceptance,
     stream_acceptance,
 )
 from agentx.results.summary import percentile
-from agentx.run import scrape_counters
+from agentx.run.replay import scrape_counters
 
 _log = logging.getLogger(__name__)
 _CHAT_WORD = " hello"
@@ -252,28 +250,3 @@ async def decode(options: DecodeOptions) -> DecodeResult:
 def decode_sync(options: DecodeOptions) -> DecodeResult:
     """`decode` for code without an event loop."""
     return asyncio.run(decode(options))
-
-
-def decode_tables(result: DecodeResult, title: str = "decode-only speed") -> list[Table]:
-    """The result as rich tables: decode tokens/s per user, then the acceptance (a mismatch in red)."""
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
-    o = result.options
-    table.add_row(
-        "ISL · OSL · concurrency · repetitions",
-        f"{o['isl_tokens']} · {o['osl_tokens']} · {o['concurrency']} · {o['repetitions']}",
-    )
-    speed = result.decode_tps
-    if speed is None:
-        table.add_row("decode tokens/s per user", "–")
-    else:
-        table.add_row("decode tokens/s per user p50 / p90", f"{speed.p50:,.1f} / {speed.p90:,.1f}")
-        table.add_row("mean · min · max", f"{speed.mean:,.1f} · {speed.min:,.1f} · {speed.max:,.1f}")
-        table.add_row("requests measured", f"{speed.count:,}")
-    realized = result.acceptance.realized_al
-    source = f" ({result.acceptance.realized_source})" if result.acceptance.realized_source else ""
-    table.add_row("realized AL", ("–" if realized is None else f"{realized:.3f}") + source)
-    if result.failed:
-        table.add_row("[bold red]failed requests[/]", f"[bold red]{result.failed:,}[/]")
-    return [table, acceptance_table(result.acceptance)]

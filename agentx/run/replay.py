@@ -18,11 +18,13 @@ from typing import Any, Final, Self
 import aiohttp
 import msgspec
 
-from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
-from agentx.replay.play import PreparedTrace
-from agentx.replay.records import RequestRecord, read_records
-from agentx.replay.workers import run_workers
+from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
+from agentx.replayer.play import PreparedTrace
+from agentx.replayer.records import RequestRecord, read_records
+from agentx.replayer.run_folder import RUN_FILE
+from agentx.replayer.workers import run_workers
 from agentx.results.acceptance import METRIC_LABELS, METRIC_NAMES, run_acceptance
+from agentx.results.folders import RunFile
 from agentx.results.summary import (
     CACHE_METRICS,
     ServerMetrics,
@@ -37,21 +39,11 @@ from agentx.trace.model import Trace
 _METRICS_TIMEOUT_S = 5.0
 SCRAPED_METRICS: Final = (*CACHE_METRICS, *METRIC_NAMES)
 """What `scrape_counters` reads: prefix-cache counters and speculative-decoding metrics (agentx.results.acceptance)."""
-RUN_FILE: Final = "run.json"
-"""Written into the run directory at the end of every run (interrupted ones too): options, run, summary."""
 
 
 class ReplayResult(msgspec.Struct, kw_only=True):
     """A finished (or interrupted) run: where its records are, and their summary."""
 
-    run: RunResult
-    summary: Summary
-
-
-class RunFile(msgspec.Struct, kw_only=True):
-    """The layout of `run.json`: the run's options (credentials redacted), its `RunResult` and its `Summary`."""
-
-    options: dict[str, Any]
     run: RunResult
     summary: Summary
 
@@ -159,7 +151,7 @@ def replay_workers(
     trace_format: Format | None = None,
     block_size: int | None = None,
 ) -> ReplayResult:
-    """`replay` sharded over `workers` processes (agentx.replay.workers), each loading `trace_path` itself;
+    """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
     blocking. No per-record callbacks: records cross processes only through the files."""
     before = asyncio.run(scrape_counters(options.url))
     run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from agentx.replay.engine import ReplayOptions
+    from agentx.replayer.engine import ReplayOptions
 
 MIN_DURATION_S: Final = 900.0
 SYSTEM_IDLE_CAP_S: Final = 10.0

@@ -282,7 +282,7 @@ class Connection(asyncio.Protocol):
         # The future is let go of as it is settled: the error's traceback holds this connection (the frames that
         # raised and awaited it), so a connection still holding the future makes a reference cycle. A pooled
         # connection is old, so only a collection of the oldest generation frees that cycle, which the replay's
-        # collector runs rarely (agentx.replay.collector): every failed request kept its connection, socket,
+        # collector runs rarely (agentx.replayer.collector): every failed request kept its connection, socket,
         # response and frames meanwhile (issue 16, item 8).
         self._state = _DONE
         done, self._sink, self._done = self._done, None, None

@@ -1,4 +1,4 @@
-"""Chat message arrays for `--api chat`: segments (agentx.replay.conversation) written as calibrated text.
+"""Chat message arrays for `--api chat`: segments (agentx.replayer.conversation) written as calibrated text.
 
 A block of hash id `h` is `block_size` tokens of text: the calibration's separator, then
 `block_size − separator_tokens` words, chosen deterministically per (seed, scope key, h) exactly like the
@@ -24,9 +24,9 @@ from typing import Final
 
 import msgspec
 
-from agentx.replay.calibrate import ChatCalibration
-from agentx.replay.conversation import Segment
-from agentx.replay.prompts import DEFAULT_CACHE_BLOCKS, BlockTokens, TokenSpace, filler
+from agentx.replayer.calibrate import ChatCalibration
+from agentx.replayer.conversation import Segment
+from agentx.replayer.prompts import DEFAULT_CACHE_BLOCKS, BlockTokens, TokenSpace, filler
 
 CHAT_PATH: Final = "/v1/chat/completions"
 MARKER_WORDS: Final = 4

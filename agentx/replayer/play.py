@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import msgspec
 import numpy as np
 
-from agentx.replay.conversation import ChatTurn, Conversation
-from agentx.replay.plan import ChildOffset, SessionPlan, plan_session
-from agentx.replay.sessions import ReplaySessions
-from agentx.replay.tstar import Snapshot
+from agentx.replayer.conversation import ChatTurn, Conversation
+from agentx.replayer.plan import ChildOffset, SessionPlan, plan_session
+from agentx.replayer.sessions import ReplaySessions
+from agentx.replayer.tstar import Snapshot
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Session
 from agentx.trace.stats import prefix_cache_hits
@@ -113,7 +113,7 @@ class Hits:
     def __init__(self, sessions: ReplaySessions) -> None:
         self.sessions = sessions
         # (hits, totals, first row of each session), set in one assignment: a plan made on a worker thread
-        # (agentx.replay.offloop) and one made on the loop may both ask.
+        # (agentx.replayer.offloop) and one made on the loop may both ask.
         self._whole: tuple[np.ndarray, np.ndarray, list[int]] | None = None
 
     def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -207,7 +207,7 @@ class Play:
         self.in_flight = 0
         self.idle_since_ns: int | None = None
         self.pending_due_ns: dict[int, int] = {}
-        """The idle caps' view of the play (agentx.replay.idle)."""
+        """The idle caps' view of the play (agentx.replayer.idle)."""
         self.ended_agents: set[str] = set()
         """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
         self.affinity_headers = affinity_headers

@@ -30,7 +30,7 @@ import hashlib
 import msgspec
 import numpy as np
 
-from agentx.replay.plan import SessionPlan, Step
+from agentx.replayer.plan import SessionPlan, Step
 
 DEFAULT_WINDOW = (0.25, 0.75)
 """As InferenceX runs AgentX (the scenario file's own default is 0.0–1.0)."""

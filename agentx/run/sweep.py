@@ -19,20 +19,19 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
-from agentx.replay.engine import OnRecord, OnSent, ReplayOptions, prepare_trace
-from agentx.replay.play import PreparedTrace
+from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, prepare_trace
+from agentx.replayer.play import PreparedTrace
+from agentx.results.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary import Summary
-from agentx.run import RUN_FILE, RunFile, replay
+from agentx.run.replay import replay
 from agentx.trace.model import Trace
 
-SWEEP_FILE: Final = "sweep.json"
 BEFORE_LEVEL_LOG: Final = "before_level.log"
 _OUTPUT_TAIL_CHARS = 2000
-LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
 
 
 class SweepError(ValueError):
@@ -67,31 +66,6 @@ class SweepOptions(msgspec.Struct, frozen=True, kw_only=True):
     value becomes an empty string); a non-zero exit fails the level."""
     before_level_timeout_s: float | None = None
     level_settings: dict[int, LevelSettings] = {}
-
-
-class LevelEntry(msgspec.Struct, kw_only=True):
-    """One level in sweep.json."""
-
-    concurrency: int
-    dir: str
-    """Relative to the sweep directory."""
-    status: LevelStatus
-    error: str | None = None
-    elapsed_s: float = 0.0
-    spec_al: float | None = None
-    spec_k: int | None = None
-
-
-class SweepIndex(msgspec.Struct, kw_only=True):
-    """The layout of sweep.json."""
-
-    version: int = 1
-    trace: str = ""
-    gpu_sku: str | None = None
-    num_gpus: int | None = None
-    seed: int = 0
-    concurrency: list[int] = []
-    levels: list[LevelEntry] = []
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -134,38 +108,6 @@ def load_level_settings(path: Path) -> dict[int, LevelSettings]:
             raise SweepError(f"{path}: {key!r} is not a concurrency level (a positive integer); e.g. {example}")
         settings[int(key)] = value
     return settings
-
-
-def level_dir_name(concurrency: int) -> str:
-    return f"c{concurrency}"
-
-
-def read_index(out_dir: Path) -> SweepIndex | None:
-    """The sweep.json of `out_dir`, or None when there is none."""
-    path = out_dir / SWEEP_FILE
-    if not path.is_file():
-        return None
-    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
-
-
-def _paths(kind: type, value: Any) -> Any:
-    if kind is Path and isinstance(value, str):
-        return Path(value)
-    raise NotImplementedError(f"cannot decode {kind}")
-
-
-def read_run_file(path: Path) -> RunFile:
-    """A run.json; OSError or msgspec.DecodeError when it cannot be read as one."""
-    return msgspec.json.decode(path.read_bytes(), type=RunFile, dec_hook=_paths)
-
-
-def finished_run(run_dir: Path) -> RunFile | None:
-    """The run.json of a level that ran to its end (not interrupted), else None."""
-    try:
-        run_file = read_run_file(run_dir / RUN_FILE)
-    except (OSError, msgspec.DecodeError):
-        return None
-    return None if run_file.run.interrupted else run_file
 
 
 def before_level_command(template: str, concurrency: int, settings: LevelSettings, base: ReplayOptions) -> str:

@@ -24,10 +24,11 @@ from typing import Final
 
 import msgspec
 
-from agentx.replay.calibrate import CalibrationError
-from agentx.replay.client import ModelNotServed, ServerUnreachable
-from agentx.replay.engine import RECORDS_FILE, ReplayOptions, RunResult, refuse_existing_run, run_replay
-from agentx.replay.records import merge_records
+from agentx.replayer.calibrate import CalibrationError
+from agentx.replayer.client import ModelNotServed, ServerUnreachable
+from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.records import merge_records
+from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"

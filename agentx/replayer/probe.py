@@ -15,8 +15,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from agentx.replay.client import Client, ServerUnreachable
-from agentx.replay.sse import DONE, SSEParser
+from agentx.replayer.client import Client, ServerUnreachable
+from agentx.replayer.sse import DONE, SSEParser
 
 StreamUsage = Literal["continuous", "final", "none"]
 

@@ -526,7 +526,7 @@ def describe_layout() -> str:
     lines = [
         "# agentx replay records: Arrow layout",
         "",
-        f"Generated from `agentx/replay/records.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); do not edit.",
+        f"Generated from `agentx/replayer/records.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); do not edit.",
         "",
         "One row per request sent by a replay run, warmup included. The file is an Arrow IPC **stream**",
         "(zstd buffers; `pyarrow.ipc.open_stream`, `polars.read_ipc_stream`), written a record batch at a time",

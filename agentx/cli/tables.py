@@ -16,11 +16,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from agentx.results.acceptance import acceptance_table
 from agentx.trace.stats import Distribution, TraceStats
 
 if TYPE_CHECKING:
-    from agentx.replay.engine import ReplayOptions
-    from agentx.replay.records import RequestRecord
+    from agentx.replayer.engine import ReplayOptions
+    from agentx.replayer.records import RequestRecord
+    from agentx.run.decode import DecodeResult
     from agentx.trace.model import Trace
 
 
@@ -95,7 +97,7 @@ def planned_requests(trace: Trace, options: ReplayOptions) -> int | None:
 
     The trees are the first `sessions` of the run's session order (same seed, same order as the engine).
     """
-    from agentx.replay.plan import session_order
+    from agentx.replayer.plan import session_order
 
     if options.sessions is None and options.duration_s is not None:
         return None
@@ -253,3 +255,28 @@ class ReplayProgress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def decode_tables(result: DecodeResult, title: str = "decode-only speed") -> list[Table]:
+    """The result as rich tables: decode tokens/s per user, then the acceptance (a mismatch in red)."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    o = result.options
+    table.add_row(
+        "ISL · OSL · concurrency · repetitions",
+        f"{o['isl_tokens']} · {o['osl_tokens']} · {o['concurrency']} · {o['repetitions']}",
+    )
+    speed = result.decode_tps
+    if speed is None:
+        table.add_row("decode tokens/s per user", "–")
+    else:
+        table.add_row("decode tokens/s per user p50 / p90", f"{speed.p50:,.1f} / {speed.p90:,.1f}")
+        table.add_row("mean · min · max", f"{speed.mean:,.1f} · {speed.min:,.1f} · {speed.max:,.1f}")
+        table.add_row("requests measured", f"{speed.count:,}")
+    realized = result.acceptance.realized_al
+    source = f" ({result.acceptance.realized_source})" if result.acceptance.realized_source else ""
+    table.add_row("realized AL", ("–" if realized is None else f"{realized:.3f}") + source)
+    if result.failed:
+        table.add_row("[bold red]failed requests[/]", f"[bold red]{result.failed:,}[/]")
+    return [table, acceptance_table(result.acceptance)]

@@ -122,7 +122,7 @@ class BlockTokens:
         # that evicts rehashes all its entries every ~1.7 × its size insertions, a pause of several ms at 65k
         # blocks that landed on due requests (1,000 requests/s of fresh blocks: every ~1.8 s). Consecutive ids
         # of one scope take consecutive slots, so a session's prefix does not evict itself. A slot is one
-        # (id, scope, tokens) tuple, replaced whole: a body built on a worker thread (agentx.replay.offloop)
+        # (id, scope, tokens) tuple, replaced whole: a body built on a worker thread (agentx.replayer.offloop)
         # and one built on the loop never see half of another's block. Tuples of ints leave the garbage
         # collector's lists once seen, so tens of thousands of cached blocks add nothing to its pauses.
         self._slot_count = cache_blocks

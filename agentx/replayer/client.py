@@ -27,7 +27,7 @@ from typing import Final, Literal
 import aiohttp
 import msgspec
 
-from agentx.replay.http1 import (
+from agentx.replayer.http1 import (
     SPARE_CONNECTIONS,
     ConnectionClosedError,
     Endpoint,
@@ -35,8 +35,8 @@ from agentx.replay.http1 import (
     Pool,
     encode_headers,
 )
-from agentx.replay.sse import DONE, ERROR_EVENT, SSEParser
-from agentx.replay.url import base_url as parse_base_url
+from agentx.replayer.sse import DONE, ERROR_EVENT, SSEParser
+from agentx.replayer.url import base_url as parse_base_url
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
 TimeoutKind = Literal["connect", "idle", "request"]

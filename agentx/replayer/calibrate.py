@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from agentx.replay.client import Client, ServerUnreachable
+from agentx.replayer.client import Client, ServerUnreachable
 
 HEAD: Final = "ok"
 SEPARATOR: Final = "\n"

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
-from agentx.replay.clock import DispatchClock
+from agentx.replayer.clock import DispatchClock
 
 
 class Tree(Protocol):

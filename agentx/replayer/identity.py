@@ -11,7 +11,7 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from agentx.replay.client import Client, ServerUnreachable
+from agentx.replayer.client import Client, ServerUnreachable
 
 ENGINE_NAMES: Final = {
     "vllm": "vLLM",

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from agentx.replay.clock import DispatchClock
+from agentx.replayer.clock import DispatchClock
 
 YOUNG_EVERY_S: Final = 0.01
 """Short enough that a young collection stays under 1 ms at 1,000 requests/s (every 20 ms: up to 2 ms)."""
@@ -62,7 +62,7 @@ def quiet_gc(enabled: bool) -> Iterator[None]:
 
 def freeze_new() -> None:
     """Move what the run built since the last collection out of the collector's sight, as `quiet_gc` does
-    with set-up: a large session planned mid-run (agentx.replay.offloop) is tens of thousands of new tuples,
+    with set-up: a large session planned mid-run (agentx.replayer.offloop) is tens of thousands of new tuples,
     which the next young collection would walk on the loop (95 ms for the largest session of the AgentX-size
     corpus). Requests in flight are frozen with it; they leave no reference cycles behind, and `quiet_gc`
     unfreezes everything at the end."""

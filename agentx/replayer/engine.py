@@ -4,24 +4,24 @@
 - `await run_replay(trace, options, *, on_record=None, on_sent=None) -> RunResult`: drives the server with
   the trace's (or a `prepare_trace` result's) sessions and returns where the records went; `on_sent()` is
   called as each request goes out and `on_record(record)` as it finishes (progress displays, harnesses).
-  Raises `ServerUnreachable` / `ModelNotServed` (agentx.replay.client) or `CalibrationError`
-  (agentx.replay.calibrate) before any request when the server cannot be used.
+  Raises `ServerUnreachable` / `ModelNotServed` (agentx.replayer.client) or `CalibrationError`
+  (agentx.replayer.calibrate) before any request when the server cannot be used.
 - `RunResult`: the run id, the records file, counts, whether the run was interrupted, and what the run
   detected (stream usage, chat calibration, event-loop lag samples).
 
 How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
 
 - `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
-  (agentx.replay.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
+  (agentx.replayer.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
   replayed (`prepare_trace`, unless given one): over-long sessions dropped; flattened agents are split and
-  plans built per session when a tree first draws it (agentx.replay.sessions).
-- agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replay.tstar), the primers go
+  plans built per session when a tree first draws it (agentx.replayer.sessions).
+- agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replayer.tstar), the primers go
   out (spread so that every t* coincides), then the optional cache-pressure stage; the profiling start is
   when that ends. Open-loop modes (`trace`, `rate`) start trees at their arrival times instead of on lanes.
 - `concurrency` lanes draw trees from one shared `session_order(...)` stream (lane i waits
   `i/concurrency × ramp_s` first). A lane plans its session (cached per session index, with every step's
   full hash ids), then runs one task per step inside a TaskGroup: a step waits for its anchor and joins,
-  sleeps `delay_s × delay_scale` (agentx.replay.idle: a timer that idle caps move earlier and the stop
+  sleeps `delay_s × delay_scale` (agentx.replayer.idle: a timer that idle caps move earlier and the stop
   event wakes early), and POSTs a
   streamed request forcing `out` output tokens (at least 1). Its body is built while its anchor is still in
   flight. The lane recycles only when every step of the tree, background subagents included, has
@@ -34,7 +34,7 @@ How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
 - Records stream to `out_dir/records.arrow`; a ticker lets the writer flush every 0.2 s, and
   the writer is closed on every exit path. In agentx mode every play carries its own cache-bust marker.
 - `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
-  a `--workers n` run (agentx.replay.workers).
+  a `--workers n` run (agentx.replayer.workers).
 """
 
 from __future__ import annotations
@@ -52,32 +52,32 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentx.replay.arrivals import rate_arrivals, trace_arrivals
-from agentx.replay.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
-from agentx.replay.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
-from agentx.replay.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
-from agentx.replay.clock import DispatchClock
-from agentx.replay.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new, quiet_gc
-from agentx.replay.conversation import ChatTurn, Conversation
-from agentx.replay.http1 import check_header
-from agentx.replay.identity import ServerIdentity, identify_server
-from agentx.replay.idle import IdleCaps
-from agentx.replay.locks import locks_broken
-from agentx.replay.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
-from agentx.replay.plan import Step, join_due, session_order
-from agentx.replay.play import Play, PreparedSession, PreparedTrace, marker_hex
-from agentx.replay.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
-from agentx.replay.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
-from agentx.replay.records import Phase, RecordWriter, RequestRecord, RunInfo, redact, secret_free_repr
-from agentx.replay.sessions import ReplaySessions
-from agentx.replay.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
-from agentx.replay.url import base_url as parse_base_url
+from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
+from agentx.replayer.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
+from agentx.replayer.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
+from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
+from agentx.replayer.clock import DispatchClock
+from agentx.replayer.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new, quiet_gc
+from agentx.replayer.conversation import ChatTurn, Conversation
+from agentx.replayer.http1 import check_header
+from agentx.replayer.identity import ServerIdentity, identify_server
+from agentx.replayer.idle import IdleCaps
+from agentx.replayer.locks import locks_broken
+from agentx.replayer.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
+from agentx.replayer.plan import Step, join_due, session_order
+from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
+from agentx.replayer.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
+from agentx.replayer.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
+from agentx.replayer.records import Phase, RecordWriter, RequestRecord, RunInfo, redact, secret_free_repr
+from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.replayer.sessions import ReplaySessions
+from agentx.replayer.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
+from agentx.replayer.url import base_url as parse_base_url
 from agentx.trace.chains import DEFAULT_RULES, ChainRules
 from agentx.trace.model import Trace
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 
-RECORDS_FILE = "records.arrow"
 AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
 """Headers a router may key session affinity on; `ReplayOptions.affinity_headers` picks among them."""
 FLUSH_EVERY_S = 0.05
@@ -172,7 +172,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     """`agentx` (docs/agentx.md §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
     start at turn 0, and every tree carries a cache-bust marker; `closed`: every tree from turn 0, no warmup,
     no marker. The open-loop modes have no lanes: `trace` starts each session at its recorded start (÷
-    `speedup`), `rate` starts sessions at `rate` per second (agentx.replay.arrivals); turns still follow
+    `speedup`), `rate` starts sessions at `rate` per second (agentx.replayer.arrivals); turns still follow
     each tree's DAG, and records have `lane = -1`."""
     speedup: float = 1.0
     """`trace` mode: divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
@@ -270,7 +270,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     flattened_by_session: dict[str, int] = {}
     """The same per session played (0: nothing flattened); sessions never played are not split."""
     server: ServerIdentity = ServerIdentity()
-    """The engine serving the run, as the server says itself (agentx.replay.identity)."""
+    """The engine serving the run, as the server says itself (agentx.replayer.identity)."""
     idle_jumps: int = 0
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0
@@ -279,16 +279,6 @@ class RunResult(msgspec.Struct, kw_only=True):
     """agentx mode: how long the primers' spread schedule was expected to take, idle caps applied."""
     notices: list[str] = []
     """What the run announced as it went (e.g. a warmup of many minutes), as logged."""
-
-
-class RunExists(ValueError):  # noqa: N818 (reads as what is wrong)
-    """The run folder already holds a run, and replacing it was not asked for (`overwrite`)."""
-
-
-def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
-    """Raise RunExists when `out_dir` holds a records file and `overwrite` is off: a run is never replaced silently."""
-    if not overwrite and (out_dir / RECORDS_FILE).exists():
-        raise RunExists(f"{out_dir} already holds a run ({RECORDS_FILE}); pass overwrite=True to replace it")
 
 
 class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
@@ -857,7 +847,7 @@ class _Runner:
         return self.prepared.prepared(index)
 
     async def _prepared_off_loop(self, index: int) -> PreparedSession:
-        """`_prepared`, a large session not planned yet planned off the loop (agentx.replay.offloop)."""
+        """`_prepared`, a large session not planned yet planned off the loop (agentx.replayer.offloop)."""
         self.played.add(index)
         cached = self.prepared.cached(index)
         if cached is not None:
@@ -870,7 +860,7 @@ class _Runner:
         return prepared
 
     async def _build_off_loop(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
-        """`_build`, a large completions prompt built off the loop (agentx.replay.offloop; a chat body
+        """`_build`, a large completions prompt built off the loop (agentx.replayer.offloop; a chat body
         advances its play's conversation, which stays on the loop)."""
         if self.renderer is not None or step.request.in_tokens < OFF_LOOP_TOKENS:
             return self._build(tree, step, phase)

@@ -1,0 +1,84 @@
+"""Reading run and sweep folders: the layouts of `run.json` and `sweep.json`.
+
+A run folder holds `records.arrow` and `run.json` (agentx.replayer.run_folder names them); a sweep folder holds
+`sweep.json` (`SweepIndex`) and one run folder per level, `c{N}/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from agentx.replayer.engine import RunResult
+from agentx.replayer.run_folder import RUN_FILE
+from agentx.results.summary import Summary
+
+SWEEP_FILE: Final = "sweep.json"
+LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
+
+
+class RunFile(msgspec.Struct, kw_only=True):
+    """The layout of `run.json`: the run's options (credentials redacted), its `RunResult` and its `Summary`."""
+
+    options: dict[str, Any]
+    run: RunResult
+    summary: Summary
+
+
+class LevelEntry(msgspec.Struct, kw_only=True):
+    """One level in sweep.json."""
+
+    concurrency: int
+    dir: str
+    """Relative to the sweep directory."""
+    status: LevelStatus
+    error: str | None = None
+    elapsed_s: float = 0.0
+    spec_al: float | None = None
+    spec_k: int | None = None
+
+
+class SweepIndex(msgspec.Struct, kw_only=True):
+    """The layout of sweep.json."""
+
+    version: int = 1
+    trace: str = ""
+    gpu_sku: str | None = None
+    num_gpus: int | None = None
+    seed: int = 0
+    concurrency: list[int] = []
+    levels: list[LevelEntry] = []
+
+
+def level_dir_name(concurrency: int) -> str:
+    return f"c{concurrency}"
+
+
+def read_index(out_dir: Path) -> SweepIndex | None:
+    """The sweep.json of `out_dir`, or None when there is none."""
+    path = out_dir / SWEEP_FILE
+    if not path.is_file():
+        return None
+    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
+
+
+def _paths(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot decode {kind}")
+
+
+def read_run_file(path: Path) -> RunFile:
+    """A run.json; OSError or msgspec.DecodeError when it cannot be read as one."""
+    return msgspec.json.decode(path.read_bytes(), type=RunFile, dec_hook=_paths)
+
+
+def finished_run(run_dir: Path) -> RunFile | None:
+    """The run.json of a level that ran to its end (not interrupted), else None."""
+    try:
+        run_file = read_run_file(run_dir / RUN_FILE)
+    except (OSError, msgspec.DecodeError):
+        return None
+    return None if run_file.run.interrupted else run_file

@@ -1,0 +1,1 @@
+"""Orchestration: runs that compose the replayer and the results (replay + summary, sweeps, decode speed)."""

@@ -1,0 +1,124 @@
+"""The package's floors (README, "Layout"): every import points down, and no module imports itself in a cycle.
+
+trace, sim → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`.
+Imports inside functions count too: a lazy import is still a dependency. Imports for type checking only count for
+the floors, not for cycles: they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
+FLOORS = {"trace": 0, "sim": 0, "replayer": 1, "synth": 1, "spec": 1, "results": 2, "run": 3, "cli": 4, "": 5}
+"""Floor of each subpackage; "" is `agentx/__init__.py`, the public API."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _typing_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under `if TYPE_CHECKING:`."""
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+
+
+def _imports(path: Path, typing: bool = True) -> set[str]:
+    """The agentx modules `path` imports, at any depth of its code (with `typing`, those for type checkers too)."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = set() if typing else _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("agentx"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("agentx"):
+            found.add(node.module)
+    return found
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _graph(typing: bool = True) -> dict[str, set[str]]:
+    return {_module_name(path): _imports(path, typing) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_subpackage_has_a_floor() -> None:
+    assert {_package(module) for module in _graph()} <= set(FLOORS)
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports in `graph` that point to a higher floor or across one."""
+    upward = []
+    for module, imported in graph.items():
+        for target in imported:
+            here, there = _package(module), _package(target)
+            if here != there and FLOORS[there] >= FLOORS[here]:
+                upward.append(f"{module} imports {target} (floor {FLOORS[here]} → {FLOORS[there]})")
+    return upward
+
+
+def test_imports_only_point_down() -> None:
+    assert _upward(_graph()) == []
+
+
+def test_an_upward_or_sideways_import_is_found() -> None:
+    graph = {
+        "agentx.results.report": {"agentx.run.replay", "agentx.replayer.records"},
+        "agentx.trace.io": {"agentx.sim.engine"},
+    }
+    assert _upward(graph) == [
+        "agentx.results.report imports agentx.run.replay (floor 2 → 3)",
+        "agentx.trace.io imports agentx.sim.engine (floor 0 → 0)",
+    ]
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among agentx's modules, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in graph:
+                continue
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        stack.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle() -> None:
+    assert _cycle(_graph(typing=False)) is None
+
+
+@pytest.mark.parametrize(
+    ("graph", "cyclic"),
+    [({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True), ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, False)],
+)
+def test_the_cycle_finder_finds_cycles(graph: dict[str, set[str]], cyclic: bool) -> None:
+    assert (_cycle(graph) is not None) is cyclic
