@@ -493,7 +493,7 @@ def test_the_fork_search_finds_what_a_scan_of_every_tail_finds(
 ) -> None:
     """The neighbours-in-sorted-order search equals the plain rule: the deepest common prefix (first id at
     least), then the longest tail, then the lowest chain."""
-    from agentx.trace.chains import _deepest_fork, _key, _lcp
+    from agentx.trace.chain_detection import _deepest_fork, _key, _lcp
 
     best, expected = (0, 0), None
     for c, tail in enumerate(tails):
