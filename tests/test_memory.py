@@ -231,9 +231,9 @@ def test_evictable_blocks_go_least_recently_freed_first_whatever_the_order() -> 
     expected = [block for block in freed if block not in revived] + revived
     evicted = []
     for _ in range(len(expected)):
-        before = {block for block in blocks if cache.cached_block(hash_of[block]) is not None}
+        before = {block for block in blocks if cache.longest_cached_prefix([hash_of[block]])}
         assert cache.allocate([], 1)
-        after = {block for block in blocks if cache.cached_block(hash_of[block]) is not None}
+        after = {block for block in blocks if cache.longest_cached_prefix([hash_of[block]])}
         evicted += list(before - after)
     assert evicted == expected
     assert cache.num_free_blocks == 0 and cache.num_cached_blocks == 0

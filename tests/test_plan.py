@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -16,9 +17,8 @@ from agentx.replayer.plan import (
     SessionOrder,
     SessionPlan,
     Step,
-    dry_run,
+    join_due,
     plan_session,
-    recorded_service_time_s,
     session_order,
 )
 from agentx.trace.io import load_trace
@@ -26,6 +26,30 @@ from agentx.trace.model import Agent, Request, Session
 
 EPS = 1e-9
 CHILD_OFFSETS: tuple[ChildOffset, ...] = ("branch_start", "anchor_end")
+
+
+def recorded_service_time_s(step: Step) -> float:
+    """The recorded server duration of a step (unknown → 0), for `dry_run` against the trace itself."""
+    return step.request.api_time or 0.0
+
+
+def dry_run(plan: SessionPlan, service_time_s: Callable[[Step], float]) -> list[float]:
+    """Each step's dispatch time (seconds from the session start) if step i takes `service_time_s(step)`: the
+    engine's rules without a server. With no contention to model, the event simulation reduces to evaluating the
+    DAG in topological order, each step dispatched at `join_due(...)` (as the engine does), then held by its
+    barriers."""
+    dispatch_s = [0.0] * len(plan.steps)
+    completion_s = [0.0] * len(plan.steps)
+    for index in plan.order:
+        step = plan.steps[index]
+        base = dispatch_s if step.from_anchor_send else completion_s
+        anchor_s = base[step.anchor] if step.anchor is not None else 0.0
+        at = join_due(anchor_s, step.delay_s, [completion_s[j] for j in step.joins])
+        for barrier in step.barriers:
+            at = max(at, completion_s[barrier])
+        dispatch_s[index] = at
+        completion_s[index] = at + max(0.0, service_time_s(step))
+    return dispatch_s
 
 
 def req(t: float, api_time: float | None, *, in_tokens: int = 100, kept: int = 0, added: int = 2) -> Request:

@@ -37,7 +37,7 @@ Compaction (a shrinking context) is invisible here: timing uses only `t` and `ap
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import msgspec
@@ -310,31 +310,6 @@ def join_due(anchor_at: float, delay: float, joined_at: Sequence[float]) -> floa
     if last is not None and last > anchor_at:
         return last
     return anchor_at + delay
-
-
-def recorded_service_time_s(step: Step) -> float:
-    """The recorded server duration of a step (unknown → 0), for `dry_run` against the trace itself."""
-    return step.request.api_time or 0.0
-
-
-def dry_run(plan: SessionPlan, service_time_s: Callable[[Step], float]) -> list[float]:
-    """Each step's dispatch time (seconds from the session start) if step i takes `service_time_s(step)`.
-
-    Deterministic: with no contention to model, the event simulation reduces to evaluating the DAG in
-    topological order, each step dispatched at `join_due(...)`, then held by its barriers.
-    """
-    dispatch_s = [0.0] * len(plan.steps)
-    completion_s = [0.0] * len(plan.steps)
-    for index in plan.order:
-        step = plan.steps[index]
-        base = dispatch_s if step.from_anchor_send else completion_s
-        anchor_s = base[step.anchor] if step.anchor is not None else 0.0
-        at = join_due(anchor_s, step.delay_s, [completion_s[j] for j in step.joins])
-        for barrier in step.barriers:
-            at = max(at, completion_s[barrier])
-        dispatch_s[index] = at
-        completion_s[index] = at + max(0.0, service_time_s(step))
-    return dispatch_s
 
 
 def session_order(n_sessions: int, mode: SessionOrder, seed: int = 0) -> Iterator[int]:

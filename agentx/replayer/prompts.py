@@ -48,7 +48,6 @@ DEFAULT_CACHE_BLOCKS: Final = 65536
 FILLER_SHARE_DIVISOR: Final = 16
 """Filler takes 1/16 of the space (at least one id): it needs no variety beyond not being block content."""
 
-_U64s = np.ndarray[tuple[int, ...], np.dtype[np.uint64]]
 _GOLDEN: Final = np.uint64(0x9E3779B97F4A7C15)
 
 

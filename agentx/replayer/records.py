@@ -452,13 +452,6 @@ def write_jsonl(records: Iterable[RequestRecord], path: str | os.PathLike[str]) 
     return count
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[RequestRecord]:
-    """Records from a `write_jsonl` file."""
-    decoder = msgspec.json.Decoder(RequestRecord)
-    with open(os.fspath(path), "rb") as source:
-        return [decoder.decode(line) for line in source if line.strip()]
-
-
 # ---------------------------------------------------------------------------------------------
 # reading
 

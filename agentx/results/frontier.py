@@ -27,7 +27,6 @@ from agentx.results.summary import Summary
 FloatArray = npt.NDArray[np.float64]
 Statistic = Literal["p50", "p75", "p90", "p95", "p99", "mean"]
 Basis = Literal["total", "output", "input"]
-STATISTICS: Final = ("p50", "p75", "p90", "p95", "p99", "mean")
 BASES: Final = ("total", "output", "input")
 DEFAULT_TARGETS_TPS: Final = (30.0, 50.0, 75.0, 100.0, 150.0, 200.0)
 """Interactivity targets, tokens/s per user, as the AgentX tables have them."""

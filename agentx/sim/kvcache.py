@@ -90,10 +90,6 @@ class KVCache:
     def ref_count(self, block_id: int) -> int:
         return self._ref_counts[block_id]
 
-    def cached_block(self, hash_value: int) -> int | None:
-        """The block holding the full block hashed `hash_value`, if it is still cached."""
-        return self._block_of_hash.get(hash_value)
-
     def longest_cached_prefix(self, hashes: Sequence[int]) -> list[int]:
         """The blocks of the leading run of `hashes` that are cached (stops at the first miss)."""
         blocks: list[int] = []

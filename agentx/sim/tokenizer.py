@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-EOS_ID = 0
 SPECIAL_TOKENS = ("<|endoftext|>", "<|system|>", "<|developer|>", "<|user|>", "<|assistant|>", "<|tool|>")
 ROLE_IDS = {"system": 1, "developer": 2, "user": 3, "assistant": 4, "tool": 5, "function": 5}
 """Role marker token of each chat role ("function" is the legacy name of "tool")."""

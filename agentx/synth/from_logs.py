@@ -25,7 +25,6 @@ from agentx.trace.errors import TraceError
 from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace, delta_encode
 
 LogFormat = Literal["anthropic-proxy", "openai-proxy", "claude-code"]
-LOG_FORMATS: tuple[LogFormat, ...] = ("anthropic-proxy", "openai-proxy", "claude-code")
 
 SUBAGENT_TYPES = frozenset({"Explore", "Plan", "general-purpose", "statusline-setup", "output-style-setup"})
 """Claude Code's built-in subagent types, kept verbatim; custom ones (named by users) become "other"."""
