@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from strategies import traces as trace_strategy
 
-from agentx.trace import arrow, weka
+from agentx.trace import arrow, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace, delta_encode
@@ -252,12 +252,12 @@ def test_arrow_is_much_smaller_than_weka_for_growing_contexts(tmp_path: Path) ->
             )
         )
     trace = Trace(sessions=[Session(session_id="grow", root=Agent(requests=requests))], block_size=64)
-    weka.write_weka(trace, tmp_path / "t.jsonl")
+    weka_writer.write_weka(trace, tmp_path / "t.jsonl")
     arrow.write_arrow(trace, tmp_path / "t.arrow")
     weka_size = (tmp_path / "t.jsonl").stat().st_size
     arrow_size = (tmp_path / "t.arrow").stat().st_size
     assert weka_size > 20 * arrow_size, (weka_size, arrow_size)
-    assert arrow.read_arrow(tmp_path / "t.arrow").sessions == weka.read_weka(tmp_path / "t.jsonl").sessions
+    assert arrow.read_arrow(tmp_path / "t.arrow").sessions == weka_reader.read_weka(tmp_path / "t.jsonl").sessions
 
 
 # ---------------------------------------------------------------------------------------------

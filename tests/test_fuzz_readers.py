@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 from strategies import WEKA_SUBAGENT, WEKA_TRACE, traces
 
-from agentx.trace import arrow, weka
+from agentx.trace import arrow, weka_reader, weka_writer
 from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
 from agentx.trace.model import Trace
@@ -142,7 +142,9 @@ def _base_documents() -> list[list[dict[str, Any]]]:
 
 
 def _generated_documents(trace: Trace) -> list[dict[str, Any]]:
-    return [msgspec.json.decode(msgspec.json.encode(weka.weka_object(session, trace))) for session in trace.sessions]
+    return [
+        msgspec.json.decode(msgspec.json.encode(weka_writer.weka_object(session, trace))) for session in trace.sessions
+    ]
 
 
 @st.composite
@@ -224,7 +226,7 @@ def fixed_trace(fuzz_dir: Path) -> Trace:
     documents[1]["id"] = "s2"
     path = fuzz_dir / "fixed.jsonl"
     path.write_text("".join(json.dumps(document) + "\n" for document in documents), encoding="utf-8")
-    return weka.read_weka(path)
+    return weka_reader.read_weka(path)
 
 
 @pytest.fixture(scope="module")

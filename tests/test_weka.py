@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from strategies import traces as trace_strategy
 from strategies import write_json
 
-from agentx.trace import arrow, weka
+from agentx.trace import arrow, weka_reader, weka_writer
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.io import load_trace
 from agentx.trace.model import Provenance, Trace, delta_encode
@@ -30,14 +30,14 @@ from agentx.trace.validate import MAX_AGENT_DEPTH, MAX_BLOCK_SIZE, MAX_TOKENS_PE
 
 def _read(path: Path, **kwargs: Any) -> tuple[Trace, list[Finding]]:
     findings = Findings()
-    trace = weka.read_weka(path, findings=findings, **kwargs)
+    trace = weka_reader.read_weka(path, findings=findings, **kwargs)
     return trace, findings.items
 
 
 def _error(path: Path, **kwargs: Any) -> str:
     """The TraceError message for `path`, checked to be one paragraph naming the file."""
     with pytest.raises(TraceError) as caught:
-        weka.read_weka(path, **kwargs)
+        weka_reader.read_weka(path, **kwargs)
     message = str(caught.value)
     assert "\n" not in message, message
     assert str(path) in message, message
@@ -75,7 +75,7 @@ def _objects(path: Path) -> list[Any]:
 def test_model_to_weka_to_model_loses_only_what_weka_drops(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
-        weka.write_weka(trace, path)
+        weka_writer.write_weka(trace, path)
         back, findings = _read(path)
     assert back.provenance.source_format == "weka"
     assert _without_weka_drops(back) == _without_weka_drops(trace)
@@ -87,7 +87,7 @@ def test_model_to_weka_to_model_loses_only_what_weka_drops(trace: Trace) -> None
 def test_weka_keeps_everything_else_exactly(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
-        weka.write_weka(trace, path)
+        weka_writer.write_weka(trace, path)
         back, _ = _read(path)
     back.provenance = trace.provenance
     assert back == trace
@@ -98,8 +98,8 @@ def test_weka_keeps_everything_else_exactly(trace: Trace) -> None:
 def test_weka_to_model_to_weka_reproduces_the_json_objects(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         first, second = Path(tmp) / "a.jsonl", Path(tmp) / "b.jsonl"
-        weka.write_weka(trace, first)
-        weka.write_weka(weka.read_weka(first), second)
+        weka_writer.write_weka(trace, first)
+        weka_writer.write_weka(weka_reader.read_weka(first), second)
         assert _objects(second) == _objects(first)
         assert len(_objects(first)) == len(trace.sessions)
 
@@ -109,7 +109,7 @@ def test_weka_to_model_to_weka_reproduces_the_json_objects(trace: Trace) -> None
 def test_writer_restores_relative_times_of_legacy_subagents(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "one.json"
-        weka.write_weka(trace, path)
+        weka_writer.write_weka(trace, path)
         document = json.loads(path.read_text(encoding="utf-8"))
 
     def check(agent_entries: list[dict[str, Any]], agent: Any) -> None:
@@ -169,7 +169,7 @@ def test_sample_relative_subagent_times_become_absolute(weka_sample_files: list[
     checked = 0
     for path in weka_sample_files:
         document = json.loads(path.read_text(encoding="utf-8"))
-        (session,) = weka.read_weka(path).sessions
+        (session,) = weka_reader.read_weka(path).sessions
         agents = {agent.agent_id: agent for agent, _, _ in session.agents()}
         for entry in (e for e in document["requests"] if e["type"] == "subagent"):
             agent = agents[entry["agent_id"]]
@@ -183,7 +183,7 @@ def test_sample_relative_subagent_times_become_absolute(weka_sample_files: list[
             checked += 1
     assert checked > 0
     (trace_0277,) = [p for p in weka_sample_files if p.stem == "trace_0277"]
-    (session,) = weka.read_weka(trace_0277).sessions
+    (session,) = weka_reader.read_weka(trace_0277).sessions
     agent_001 = next(a for a, _, _ in session.agents() if a.agent_id == "agent_001")
     assert agent_001.relative_times and agent_001.requests[0].t == 79.224
 
@@ -193,12 +193,12 @@ def test_sample_weka_to_arrow_to_weka_reproduces_every_file(weka_sample_files: l
         original = json.loads(path.read_text(encoding="utf-8"))
         for suffix, write in ((".arrow", arrow.write_arrow), (".parquet", arrow.write_parquet)):
             native = tmp_path / f"{path.stem}{suffix}"
-            write(weka.read_weka(path), native)
+            write(weka_reader.read_weka(path), native)
             out = tmp_path / f"{path.stem}.json"
-            weka.write_weka(arrow.read_arrow(native), out)
+            weka_writer.write_weka(arrow.read_arrow(native), out)
             assert json.loads(out.read_text(encoding="utf-8")) == original, f"{path.name} via {suffix}"
         direct = tmp_path / f"{path.stem}.direct.json"
-        weka.write_weka(weka.read_weka(path), direct)
+        weka_writer.write_weka(weka_reader.read_weka(path), direct)
         assert json.loads(direct.read_text(encoding="utf-8")) == original, path.name
 
 
@@ -208,10 +208,10 @@ def _round_trips(document: dict[str, Any], tmp_path: Path) -> dict[str, list[dic
     back: dict[str, list[dict[str, Any]]] = {}
     for suffix, write in ((".arrow", arrow.write_arrow), (".parquet", arrow.write_parquet)):
         native = tmp_path / f"{document['id']}{suffix}"
-        write(weka.read_weka(source), native)
-        weka.write_weka(arrow.read_arrow(native), tmp_path / "out.json")
+        write(weka_reader.read_weka(source), native)
+        weka_writer.write_weka(arrow.read_arrow(native), tmp_path / "out.json")
         back[suffix] = _objects(tmp_path / "out.json")
-    weka.write_weka(weka.read_weka(source), tmp_path / "direct.json")
+    weka_writer.write_weka(weka_reader.read_weka(source), tmp_path / "direct.json")
     back["direct"] = _objects(tmp_path / "direct.json")
     return back
 
@@ -258,14 +258,14 @@ def test_sample_in_the_older_layout_round_trips_too(weka_sample_files: list[Path
 
 
 def test_sample_as_jsonl_and_gzip_gives_the_same_trace(weka_sample_dir: Path, tmp_path: Path) -> None:
-    trace = weka.read_weka(weka_sample_dir)
+    trace = weka_reader.read_weka(weka_sample_dir)
     jsonl = tmp_path / "all.jsonl"
-    weka.write_weka(trace, jsonl)
+    weka_writer.write_weka(trace, jsonl)
     assert jsonl.read_bytes().count(b"\n") == len(trace.sessions)
     packed = tmp_path / "all.jsonl.gz"
     packed.write_bytes(gzip.compress(jsonl.read_bytes()))
     for path in (jsonl, packed):
-        again = weka.read_weka(path)
+        again = weka_reader.read_weka(path)
         assert again.sessions == trace.sessions
 
 
@@ -410,7 +410,7 @@ def test_nested_subagents_are_accepted(
     assert a1.subagents[0].spawn_after == 1
     assert (a1.subagent_type, a1.status, a1.duration_ms) == ("Explore", "completed", 1500)
     out = tmp_path / "out.json"
-    weka.write_weka(trace, out)
+    weka_writer.write_weka(trace, out)
     assert json.loads(out.read_text(encoding="utf-8")) == weka_trace
 
 
@@ -453,7 +453,7 @@ def test_hash_id_scope(tmp_path: Path, weka_trace: dict[str, Any], written: str,
     trace, _ = _read(write_json(tmp_path / "t.json", weka_trace))
     assert trace.hash_id_scope == scope
     out = tmp_path / "out.json"
-    weka.write_weka(trace, out)
+    weka_writer.write_weka(trace, out)
     assert json.loads(out.read_text(encoding="utf-8"))["hash_id_scope"] == written
 
 
@@ -719,14 +719,14 @@ def test_ttft_on_a_plain_request_is_a_warning(tmp_path: Path, weka_trace: dict[s
 
 
 def test_writer_layouts(tmp_path: Path, weka_trace: dict[str, Any]) -> None:
-    trace = weka.read_weka(write_json(tmp_path / "in.jsonl", weka_trace, dict(weka_trace, id="s2")))
-    single = weka.read_weka(write_json(tmp_path / "one.json", weka_trace))
-    weka.write_weka(single, tmp_path / "out.json")
+    trace = weka_reader.read_weka(write_json(tmp_path / "in.jsonl", weka_trace, dict(weka_trace, id="s2")))
+    single = weka_reader.read_weka(write_json(tmp_path / "one.json", weka_trace))
+    weka_writer.write_weka(single, tmp_path / "out.json")
     assert not (tmp_path / "out.json").read_bytes().endswith(b"\n")  # one object
     assert json.loads((tmp_path / "out.json").read_text()) == weka_trace
-    weka.write_weka(trace, tmp_path / "many.json")  # several sessions: JSONL whatever the suffix
+    weka_writer.write_weka(trace, tmp_path / "many.json")  # several sessions: JSONL whatever the suffix
     assert _objects(tmp_path / "many.json") == [weka_trace, dict(weka_trace, id="s2")]
-    weka.write_weka(single, tmp_path / "one.jsonl")
+    weka_writer.write_weka(single, tmp_path / "one.jsonl")
     assert (tmp_path / "one.jsonl").read_bytes().count(b"\n") == 1
 
 
@@ -734,10 +734,10 @@ def test_writer_uses_only_reference_keys(
     tmp_path: Path, weka_trace: dict[str, Any], weka_subagent: dict[str, Any]
 ) -> None:
     weka_trace["requests"].append(weka_subagent)
-    trace = weka.read_weka(write_json(tmp_path / "in.json", weka_trace))
+    trace = weka_reader.read_weka(write_json(tmp_path / "in.json", weka_trace))
     trace.sessions[0].start_s = 12.0
     out = tmp_path / "out.json"
-    weka.write_weka(trace, out)
+    weka_writer.write_weka(trace, out)
     text = out.read_text()
     assert "start_s" not in text and "acceptance_length" not in text and "relative_times" not in text
     assert _read(out)[1] == []  # the strict decoder saw no unknown keys
@@ -748,9 +748,9 @@ def test_writer_keeps_required_subagent_keys(tmp_path: Path, weka_trace: dict[st
         {"t": 1.0, "type": "subagent", "agent_id": "bg", "subagent_type": "", "status": "", "models": []}
         | {"requests": []}
     )
-    trace = weka.read_weka(write_json(tmp_path / "in.json", weka_trace))
+    trace = weka_reader.read_weka(write_json(tmp_path / "in.json", weka_trace))
     out = tmp_path / "out.json"
-    weka.write_weka(trace, out)
+    weka_writer.write_weka(trace, out)
     assert json.loads(out.read_text())["requests"][-1] == weka_trace["requests"][-1]
 
 
@@ -778,7 +778,7 @@ def test_text_delta_encoding_matches_delta_encode(
     pair: tuple[list[int], list[int]], previous_separator: str, current_separator: str
 ) -> None:
     previous, current = pair
-    kept, added = weka._delta_encode_json(
+    kept, added = weka_reader._delta_encode_json(
         _as_json(previous, previous_separator), len(previous), _as_json(current, current_separator)
     )
     assert (kept, added) == delta_encode(previous, current)
@@ -786,6 +786,6 @@ def test_text_delta_encoding_matches_delta_encode(
 
 def test_text_delta_encoding_rejects_non_integers() -> None:
     with pytest.raises(msgspec.ValidationError):
-        weka._delta_encode_json(b"[1,2]", 2, b"[1,2,3.5]")
+        weka_reader._delta_encode_json(b"[1,2]", 2, b"[1,2,3.5]")
     with pytest.raises(msgspec.ValidationError):
-        weka._delta_encode_json(b"[1,2]", 2, b'[1,"2"]')
+        weka_reader._delta_encode_json(b"[1,2]", 2, b'[1,"2"]')

@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from agentx.trace import arrow, bailian, mooncake, weka
+from agentx.trace import arrow, bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Trace
 from agentx.trace.textfile import open_bytes, read_errors
@@ -101,7 +101,7 @@ def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findin
             trace.block_size = block_size
         return trace
     if fmt == "weka":
-        return weka.read_weka(path, block_size=block_size, findings=findings)
+        return weka_reader.read_weka(path, block_size=block_size, findings=findings)
     if fmt == "mooncake":
         return mooncake.read_mooncake(path, block_size=block_size, findings=findings)
     if fmt == "bailian":
@@ -129,7 +129,7 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, format: Format | N
     elif fmt == "parquet":
         arrow.write_parquet(trace, path)
     elif fmt == "weka":
-        weka.write_weka(trace, path)
+        weka_writer.write_weka(trace, path)
     elif fmt == "mooncake":
         mooncake.write_mooncake(trace, path)
     else:
