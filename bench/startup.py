@@ -1,6 +1,6 @@
 """Start-up to first request: `agentx replay` from process start to the first replay request at the server.
 
-PERFORMANCE.md targets < 0.5 s on a small trace and < 3 s on an AgentX-size corpus (~100k requests).
+Targets (bench/README.md): < 0.5 s on a small trace and < 3 s on an AgentX-size corpus (~100k requests).
 A mock server in this process answers `/v1/models` and every POST (one token, then `[DONE]`) and notes when
 the first request carrying an `X-Correlation-ID` arrives (the stream-usage probe carries none, so it is
 counted as start-up work, as it is). The clock starts just before the `agentx replay` subprocess is

@@ -129,7 +129,7 @@ def test_writer_restores_relative_times_of_legacy_subagents(trace: Trace) -> Non
 
 
 # ---------------------------------------------------------------------------------------------
-# the real sample (../shared/data/weka-sample)
+# the real sample (the weka_sample_dir fixture of conftest.py)
 
 
 def test_sample_directory_loads_with_the_expected_counts(weka_sample_dir: Path, weka_sample_files: list[Path]) -> None:

@@ -3,7 +3,7 @@
 Event loops time their sleeps in milliseconds: asyncio's selector rounds its timeout up to the next
 millisecond and uvloop's clock only advances once per loop iteration, in whole milliseconds. A request
 due at t is then sent up to ~1 ms late even on an idle machine, which is most of a p99 dispatch-lag target
-of 1–2 ms (PERFORMANCE.md). On Linux a `timerfd`, armed at the earliest due time on `CLOCK_MONOTONIC`
+of 1–2 ms (bench/README.md, Targets). On Linux a `timerfd`, armed at the earliest due time on `CLOCK_MONOTONIC`
 (`perf_counter`'s clock) and watched by the loop like a socket, wakes the loop at that nanosecond instead;
 nothing polls. Elsewhere the clock falls back to the loop's own timers.
 """

@@ -2,7 +2,7 @@
 allocated.
 
 CPython's automatic collection pauses the event loop at arbitrary moments; every timestamp taken during a
-pause is late (PERFORMANCE.md: dispatch lag). During a replay, `quiet_gc` freezes what set-up built (the
+pause is late (dispatch lag: bench/README.md, Targets). During a replay, `quiet_gc` freezes what set-up built (the
 trace, the plans: never garbage, never walked again) and switches automatic collection off;
 `collect_on_clock` then collects the young generation every 10 ms, a few thousand objects at most, the
 middle one every 1–10 s, more rarely as its pause grows with the requests in flight, and the oldest one

@@ -18,7 +18,7 @@ one scope never start with the same token pair, and never with the same first to
 differ by a multiple of the block range's width: even a server that caches at token granularity
 (SGLang's radix tree) sees no accidental common prefix between different blocks.
 
-Performance (design: PERFORMANCE.md): blocks are cached by (scope key, hash id) in a bounded LRU, as an
+Performance (targets: bench/README.md): blocks are cached by (scope key, hash id) in a bounded LRU, as an
 AgentX session resends its whole prefix every turn, and their ids are interned from one shared table,
 so a cached block costs ~0.6 KB rather than ~2.4 KB of fresh int objects.
 """

@@ -1,6 +1,6 @@
 """`--workers N`: one replay sharded over N processes, each with its own event loop, records merged at the end.
 
-PERFORMANCE.md's lever for when one core cannot keep up. Worker `i` runs `run_replay` with
+For when one core cannot keep up with the load (bench/README.md, Targets). Worker `i` runs `run_replay` with
 `shard=(i, N)`: lanes i, i+N, ... and the trees at positions ≡ i (mod N) of the one shared session order,
 so the union of the workers is the single-process run's plan (same plays, same lanes, same seed), only
 spread over cores. Each worker loads the trace itself (Arrow loads in well under a second), writes

@@ -8,7 +8,7 @@ from agentx.synth.dist import Dist
 from agentx.synth.model import AgentShape, ApiTime, Profile, SessionModel
 
 _WEKA = (
-    "medians of the 7 public Weka/Claude Code traces in ../shared/data/weka-sample "
+    "medians of the 7 public Claude Code traces of the Weka sample "
     "(repository callanjfox/kv-cache-tester, Apache-2.0): 226 requests"
 )
 
