@@ -28,8 +28,9 @@ from agentx.replayer import collector
 from agentx.replayer.client import Client, Exchange
 from agentx.replayer.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
-from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest, _Sequence
+from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest
 from agentx.sim.kvcache import KVCache
+from agentx.sim.sequence import EngineSequence
 from agentx.sim.tokenizer import get_tokenizer
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -182,7 +183,7 @@ def test_a_compact_prompt_hashes_its_blocks_as_a_list_does() -> None:
     ]
     hashes = []
     for sequence in sequences:
-        assert isinstance(sequence, _Sequence)
+        assert isinstance(sequence, EngineSequence)
         sequence.output = list(range(5000, 5008))
         hashes.append(sequence.hashes_up_to(3, 16))
     assert hashes[0] == hashes[1] and len(hashes[0]) == 3

@@ -4,8 +4,11 @@ It knows HTTP and SSE, not traces: callers hand it a path and a pre-encoded JSON
 `Exchange` of timestamps, token counts, usage and, on failure, an error kind. Server and network failures
 never raise; they are recorded in the `Exchange`. `asyncio.CancelledError` propagates untouched.
 
-Requests and their responses go through `http1` (a lean HTTP/1.1 pool whose connections hand each read to
-the SSE parser directly); probes and plain JSON calls through one aiohttp session. Timestamps are
+Every call to the server goes through one `Client`, which carries the credentials (the API key as a bearer
+token, explicit headers, or a URL's user and password), the TLS settings (`tls.TLSSettings`, one `SSLContext`
+for both transports) and the timeouts. Streamed requests and their responses go through `http1` (a lean HTTP/1.1
+pool whose connections hand each read to the SSE parser directly); probes, plain JSON calls and `/metrics`
+scrapes through one aiohttp session. Timestamps are
 `time.perf_counter_ns()` taken as soon as a read delivers bytes, before any parsing; every event completed
 by one read shares that read's timestamp. A request's `sent_ns` is taken when its bytes are handed to the
 socket, so time spent queued in the client before that (waiting for a pooled connection, a burst of other
@@ -18,11 +21,13 @@ requests are in flight and aborts those whose last read is older than `idle_time
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import msgspec
@@ -36,6 +41,7 @@ from agentx.replayer.http1 import (
     encode_headers,
 )
 from agentx.replayer.sse import DONE, ERROR_EVENT, SSEParser
+from agentx.replayer.tls import DEFAULT_TLS, TLSSettings, describe_tls_error, ssl_context
 from agentx.replayer.url import base_url as parse_base_url
 
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
@@ -51,6 +57,10 @@ CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
 MESSAGE_MAX_CHARS: Final = 500
 _log = logging.getLogger(__name__)
 _ERROR_BODY_MAX_BYTES: Final = 64 * 1024
+METRICS_TIMEOUT_S: Final = 5.0
+"""How long a `/metrics` scrape may take."""
+_SECRET_MIN_CHARS: Final = 4
+"""Header values shorter than this are not scrubbed from messages (they would mangle them, and hide nothing)."""
 WATCHDOG_PERIOD_MAX_S: Final = 1.0
 """The idle watchdog's longest period; a stalled stream is aborted between idle and idle + period after its
 last read (a quarter of the idle timeout when that is shorter, so short timeouts stay meaningful)."""
@@ -191,11 +201,13 @@ class _ExchangeError(Exception):
 
 
 class Client:
-    """A keep-alive connection pool sized for the concurrency (plus an aiohttp session for probes and JSON
-    calls). Use as `async with`.
+    """Every call to one server: a keep-alive connection pool sized for the concurrency for the streamed
+    requests, plus an aiohttp session for probes, JSON calls and `/metrics`, both with the same headers,
+    credentials, TLS context and timeouts. Use as `async with`.
 
-    The API key is sent as `Authorization: Bearer ...`; it is never logged, never in `repr`, never in an
-    `Exchange` (error messages are scrubbed of it).
+    Credentials: an explicit `Authorization` header wins; else the API key is sent as `Authorization: Bearer ...`;
+    else a URL's `user:password@` as basic authentication. The key, the password and every header value are
+    never logged, never in `repr`, never in an `Exchange` or an exception (messages are scrubbed of them).
     """
 
     def __init__(
@@ -204,6 +216,7 @@ class Client:
         *,
         api_key: str | None = None,
         headers: Mapping[str, str] | None = None,
+        tls: TLSSettings = DEFAULT_TLS,
         limit: int = 1024,
         connect_timeout_s: float = 10.0,
         idle_timeout_s: float | None = 300.0,
@@ -213,9 +226,16 @@ class Client:
         context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
         spare_connections: int = SPARE_CONNECTIONS,
     ) -> None:
-        self.base_url, note = parse_base_url(base_url)
+        url, note = parse_base_url(base_url)
+        # A URL's user and password become a header like any other credential, never part of a URL that a message,
+        # a log line or aiohttp (which would refuse them beside an Authorization header) gets to see.
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+        self.base_url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         if note:
             _log.warning("%s: %s", self.base_url, note)
+        self.tls = tls
+        self._ssl = ssl_context(tls) if parts.scheme == "https" else None
         self.limit = limit
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -226,16 +246,27 @@ class Client:
         self.context_overflow_substrings = tuple(s.lower() for s in context_overflow_substrings)
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
         explicit_auth = next((value for name, value in self._headers.items() if name.lower() == "authorization"), None)
+        # What to hide from every message: the values the caller gave (the standard ones above are no secret).
+        secrets = {value for value in (headers or {}).values() if len(value) >= _SECRET_MIN_CHARS}
         # An explicit Authorization header is what the caller chose; a key (typically from the environment) does
-        # not silently replace it.
-        self._secret: str | None = None
+        # not silently replace it, nor does a key give way to a URL's password.
         if explicit_auth is not None:
-            self._secret = explicit_auth.partition(" ")[2].strip() or explicit_auth
-        else:
-            self._secret = api_key or None
-            if api_key:
-                self._headers["Authorization"] = f"Bearer {api_key}"
-        self._endpoint = Endpoint(self.base_url)
+            secrets.add(explicit_auth.partition(" ")[2].strip())
+        elif api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+            secrets.add(api_key)
+        elif user is not None or password is not None:
+            pair = f"{unquote(user or '')}:{unquote(password or '')}"
+            token = base64.b64encode(pair.encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+            secrets.update((token, unquote(password or ""), password or ""))
+        if (user is not None or password is not None) and (explicit_auth is not None or api_key):
+            _log.warning(
+                "%s: the URL's user and password are not used (an API key or Authorization header is)", self.base_url
+            )
+        # Longest first, so that a secret holding another is hidden whole.
+        self._secrets = tuple(sorted((s for s in secrets if len(s) >= _SECRET_MIN_CHARS), key=len, reverse=True))
+        self._endpoint = Endpoint(self.base_url, self._ssl)
         # Every request's constant head lines, encoded once.
         self._fixed_head = encode_headers({"Host": self._endpoint.host_header, "User-Agent": "agentx", **self._headers})
         self._session: aiohttp.ClientSession | None = None
@@ -244,8 +275,8 @@ class Client:
         self._watchdog: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
-        key = ", api_key=<redacted>" if self._secret else ""
-        return f"Client({self.base_url!r}{key}, limit={self.limit})"
+        key = ", credentials=<redacted>" if "Authorization" in self._headers or self._secrets else ""
+        return f"Client({self.base_url!r}{key}, tls={self.tls!r}, limit={self.limit})"
 
     __str__ = __repr__
 
@@ -263,7 +294,11 @@ class Client:
         if self._session is not None:
             return
         connector = aiohttp.TCPConnector(
-            limit=self.limit, limit_per_host=0, keepalive_timeout=self.keepalive_timeout_s, enable_cleanup_closed=False
+            limit=self.limit,
+            limit_per_host=0,
+            keepalive_timeout=self.keepalive_timeout_s,
+            enable_cleanup_closed=False,
+            ssl=self._ssl if self._ssl is not None else True,  # True: aiohttp's default (an http:// URL needs none)
         )
         # No sock_read: the idle timeout is the watchdog's (aiohttp's re-arms a timer on every read).
         timeout = aiohttp.ClientTimeout(total=self.total_timeout_s, sock_connect=self.connect_timeout_s)
@@ -298,8 +333,8 @@ class Client:
         return self._session
 
     def _scrub(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "<redacted>")
+        for secret in self._secrets:
+            text = text.replace(secret, "<redacted>")
         return text[:MESSAGE_MAX_CHARS]
 
     async def probe_models(self, require: str | None = None) -> list[str]:
@@ -328,16 +363,40 @@ class Client:
     ) -> tuple[int, bytes]:
         """A plain JSON request (tokenize, probes): (HTTP status, body). Raises ServerUnreachable on a
         connection failure or timeout (default: the probe timeout)."""
+        data = msgspec.json.encode(payload) if payload is not None else None
+        return await self._request(method, path, data, timeout_s=timeout_s, accept="application/json")
+
+    async def metrics_text(self, *, timeout_s: float = METRICS_TIMEOUT_S) -> str | None:
+        """The server's Prometheus metrics, `GET /metrics` as text; None when it has none to give (another status
+        than 200, a failed connection, a timeout, a body that is not text). Only a missing endpoint (404) is
+        expected; any other failure, a refused credential or certificate for instance, is logged as a warning,
+        since the figures computed from the counters then drop out of the run's summary."""
+        try:
+            status, body = await self._request("GET", "/metrics", None, timeout_s=timeout_s, accept="text/plain")
+        except ServerUnreachable as exc:
+            _log.warning("no server counters: %s", exc)
+            return None
+        if status != 200:
+            if status != 404:
+                message = self._scrub(_error_message(body))
+                _log.warning("no server counters: GET %s/metrics: HTTP %d: %s", self.base_url, status, message)
+            return None
+        try:
+            return body.decode()
+        except UnicodeDecodeError:
+            _log.warning("no server counters: GET %s/metrics: the answer is not UTF-8 text", self.base_url)
+            return None
+
+    async def _request(
+        self, method: str, path: str, data: bytes | None, *, timeout_s: float | None, accept: str
+    ) -> tuple[int, bytes]:
         session = self._require_session()
         url = self.base_url + path
-        data = msgspec.json.encode(payload) if payload is not None else None
         try:
             timeout = aiohttp.ClientTimeout(
                 total=timeout_s or self.probe_timeout_s, sock_connect=self.connect_timeout_s
             )
-            async with session.request(
-                method, url, data=data, timeout=timeout, headers={"Accept": "application/json"}
-            ) as response:
+            async with session.request(method, url, data=data, timeout=timeout, headers={"Accept": accept}) as response:
                 return response.status, await response.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ServerUnreachable(self._scrub(f"{method} {url}: {_describe(exc)}")) from None
@@ -470,6 +529,9 @@ def _fail(exchange: Exchange, kind: ErrorKind, message: str) -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    tls = describe_tls_error(exc)
+    if tls is not None:
+        return tls
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

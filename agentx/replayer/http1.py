@@ -1,9 +1,9 @@
 """A lean HTTP/1.1 client for the replay's hot path: POSTs over a pool of keep-alive connections.
 
-Why not aiohttp here (it still serves probes, JSON calls and metrics): per request in flight aiohttp keeps
-~250 objects the garbage collector must walk and wakes a task for every read. At 1,000 requests/s the
-collector's pauses and the per-request cost alone break the dispatch-lag target (PERFORMANCE.md). Here a
-connection is an `asyncio.Protocol` that hands each read's body bytes to the caller's `Sink` inside
+Why not aiohttp here (it still serves probes, JSON calls and metrics, with the same TLS context): per request in
+flight aiohttp keeps ~250 objects the garbage collector must walk and wakes a task for every read. At 1,000
+requests/s the collector's pauses and the per-request cost alone break the dispatch-lag target (PERFORMANCE.md).
+Here a connection is an `asyncio.Protocol` that hands each read's body bytes to the caller's `Sink` inside
 `data_received`, stamped with the read's arrival time, with no task switch between the socket and the parser.
 
 It speaks exactly what OpenAI-compatible servers answer: a status line and headers, then a body framed by
@@ -59,7 +59,8 @@ class Endpoint:
 
     __slots__ = ("host", "host_header", "port", "prefix", "ssl")
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context` checks an https server's certificate (default: the system's CAs and the host name)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -67,7 +68,9 @@ class Endpoint:
         self.host = parts.hostname
         self.port = parts.port or default_port
         self.prefix = parts.path.rstrip("/")
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        self.ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            self.ssl = ssl_context or ssl.create_default_context()
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if self.port == default_port else f"{host}:{self.port}"
 
