@@ -23,11 +23,30 @@ from agentx.sim.options import click_options, options_from_flags
 )
 @click.option("--json", "ready_json", is_flag=True, help="Print the ready line as JSON {url, model, pid}.")
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="Serve https with this PEM certificate (chain).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="The PEM private key of --tls-cert.")
+@click.option(
+    "--api-key",
+    envvar="AGENTX_SIM_API_KEY",
+    show_envvar=True,
+    help="Answer 401 to every request but /health without 'Authorization: Bearer KEY' (/metrics included).",
+)
 @click_options
-def sim(host: str, port: int, ready_json: bool, access_log: bool, **flags: Any) -> None:
+def sim(
+    host: str,
+    port: int,
+    ready_json: bool,
+    access_log: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    api_key: str | None,
+    **flags: Any,
+) -> None:
     """Serve a simulated vLLM-like OpenAI-compatible server until Ctrl-C (docs/sim.md)."""
     try:
-        options = options_from_flags(flags, host=host, port=port, access_log=access_log)
+        options = options_from_flags(
+            flags, host=host, port=port, access_log=access_log, tls_cert=tls_cert, tls_key=tls_key, api_key=api_key
+        )
     except ValueError as exc:
         fail(str(exc))
     from agentx.sim.server import serve  # aiohttp and uvloop load only for this command

@@ -26,6 +26,22 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     faults: FaultConfig = msgspec.field(default_factory=FaultConfig)
     access_log: bool = False
+    tls_cert: str | None = None
+    """Serve https with this PEM certificate (chain); with `tls_key`."""
+    tls_key: str | None = None
+    """The PEM private key of `tls_cert`."""
+    api_key: str | None = None
+    """Answer 401 to any request but `GET /health` that lacks `Authorization: Bearer <api_key>` (`/metrics`
+    included, as behind an authenticating gateway; vLLM's own `--api-key` guards only `/v1`)."""
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("serving https needs both a certificate and its key (--tls-cert and --tls-key)")
+
+    def __repr__(self) -> str:
+        shown = msgspec.structs.replace(self, api_key="<redacted>") if self.api_key else self
+        fields = ", ".join(f"{name}={getattr(shown, name)!r}" for name in self.__struct_fields__)
+        return f"SimOptions({fields})"
 
 
 class _Flag(NamedTuple):
@@ -115,7 +131,16 @@ def click_options(command: F) -> F:
     return command
 
 
-def options_from_flags(values: dict[str, Any], *, host: str, port: int, access_log: bool = False) -> SimOptions:
+def options_from_flags(
+    values: dict[str, Any],
+    *,
+    host: str,
+    port: int,
+    access_log: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    api_key: str | None = None,
+) -> SimOptions:
     """SimOptions from `click_options`' parsed values; ValueError (with the flag's name) when they conflict."""
     engine_fields: dict[str, Any] = {}
     fault_fields: dict[str, Any] = {}
@@ -140,7 +165,16 @@ def options_from_flags(values: dict[str, Any], *, host: str, port: int, access_l
         faults = FaultConfig(**fault_fields)
     except ValueError as exc:
         raise ValueError(f"fault flags: {exc}") from None
-    return SimOptions(host=host, port=port, engine=EngineConfig(**engine_fields), faults=faults, access_log=access_log)
+    return SimOptions(
+        host=host,
+        port=port,
+        engine=EngineConfig(**engine_fields),
+        faults=faults,
+        access_log=access_log,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        api_key=api_key,
+    )
 
 
 def _call_for_flag(flag: str, function: Callable[[Any, int], tuple[float, ...]], value: Any, spec_k: int) -> Any:
@@ -151,7 +185,8 @@ def _call_for_flag(flag: str, function: Callable[[Any, int], tuple[float, ...]],
 
 
 def cli_args(options: SimOptions, *, acceptance_length: float | None = None) -> list[str]:
-    """The `agentx sim` flags that reproduce `options` (only those that differ from the defaults)."""
+    """The `agentx sim` flags that reproduce `options` (only those that differ from the defaults), but for the API
+    key: a command line is no place for a secret (`SimServer` hands it over in the environment)."""
     args = ["--host", options.host, "--port", str(options.port)]
     defaults = {"engine": EngineConfig(), "faults": FaultConfig()}
     for flag in _FLAGS:
@@ -165,4 +200,6 @@ def cli_args(options: SimOptions, *, acceptance_length: float | None = None) -> 
         args += [_ACCEPTANCE_RATES, ",".join(repr(rate) for rate in options.engine.acceptance_rates)]
     if options.access_log:
         args.append("--access-log")
+    if options.tls_cert is not None and options.tls_key is not None:
+        args += ["--tls-cert", options.tls_cert, "--tls-key", options.tls_key]
     return args

@@ -4,14 +4,16 @@
         ...  # talk to sim.url over HTTP; the served model is sim.model
 
 The child is `python -m agentx.cli sim --json --port 0 ...`, started with exactly the flags a human would
-type; it prints one JSON line {url, model, pid} once it listens. On exit it gets SIGTERM (a clean
-shutdown), then SIGKILL if it has not exited within `stop_timeout_s`.
+type (an API key goes in its environment, `AGENTX_SIM_API_KEY`, never on the command line); it prints one JSON
+line {url, model, pid} once it listens. On exit it gets SIGTERM (a clean shutdown), then SIGKILL if it has not
+exited within `stop_timeout_s`.
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -51,10 +53,22 @@ class SimServer:
         startup_timeout_s: float = 30.0,
         stop_timeout_s: float = 10.0,
         extra_args: tuple[str, ...] = (),
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        api_key: str | None = None,
         **engine_fields: Any,
     ) -> None:
+        """`tls_cert` and `tls_key`: serve https; `api_key`: require `Authorization: Bearer <api_key>`."""
         config = msgspec.structs.replace(engine or EngineConfig(), **engine_fields)
-        self.options = SimOptions(host=host, port=0, engine=config, faults=faults or FaultConfig())
+        self.options = SimOptions(
+            host=host,
+            port=0,
+            engine=config,
+            faults=faults or FaultConfig(),
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            api_key=api_key,
+        )
         self.acceptance_length = acceptance_length
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -90,8 +104,12 @@ class SimServer:
         if self._process is not None:
             raise RuntimeError("the simulator is already started")
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - outlives this call; closed by __exit__
+        environment = dict(os.environ)
+        environment.pop("AGENTX_SIM_API_KEY", None)
+        if self.options.api_key:
+            environment["AGENTX_SIM_API_KEY"] = self.options.api_key
         self._process = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=environment
         )
         try:
             deadline = time.monotonic() + self.startup_timeout_s
@@ -126,7 +144,7 @@ class SimServer:
     def _wait_healthy(self, deadline: float) -> None:
         while True:
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1.0) as response:
+                with urllib.request.urlopen(self.url + "/health", timeout=1.0, context=self._tls()) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -134,6 +152,25 @@ class SimServer:
             if time.monotonic() > deadline:
                 raise self._failure("never answered /health")
             time.sleep(0.02)
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """For talking to the child itself over https: its own certificate is not checked (whoever connects to
+        it for a run does, with the settings of that run)."""
+        if self.options.tls_cert is None:
+            return None
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+
+    def _control(self, data: bytes | None = None) -> urllib.request.Request:
+        """A request to `/sim/faults` (a POST of `data` when given), with the API key if the child wants one."""
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.options.api_key:
+            headers["Authorization"] = f"Bearer {self.options.api_key}"
+        return urllib.request.Request(
+            self.url + "/sim/faults", data=data, headers=headers, method="POST" if data is not None else "GET"
+        )
 
     def _failure(self, what: str) -> SimServerError:
         return SimServerError(f"agentx sim {what}\ncommand: {' '.join(self.command)}\nstderr:\n{self.stderr()}")
@@ -175,16 +212,11 @@ class SimServer:
 
     def get_faults(self) -> FaultConfig:
         """The live fault settings (`refuse_connections_s`: what is left of the refusal window)."""
-        with urllib.request.urlopen(self.url + "/sim/faults", timeout=5.0) as response:
+        with urllib.request.urlopen(self._control(), timeout=5.0, context=self._tls()) as response:
             return msgspec.json.decode(response.read(), type=FaultConfig)
 
     def set_faults(self, faults: FaultConfig) -> FaultConfig:
         """Replace the fault settings at runtime; a refusal window or a seed in them starts now."""
-        request = urllib.request.Request(
-            self.url + "/sim/faults",
-            data=msgspec.json.encode(faults),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=5.0) as response:
+        request = self._control(msgspec.json.encode(faults))
+        with urllib.request.urlopen(request, timeout=5.0, context=self._tls()) as response:
             return msgspec.json.decode(response.read(), type=FaultConfig)

@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import datetime
 import gc
+import hmac
 import logging
 import resource
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError
@@ -374,7 +376,10 @@ class _Sim:
         self.started = int(time.time())
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=[self._refuse_middleware])
+        middlewares = [self._refuse_middleware]
+        if self.options.api_key:
+            middlewares.append(self._auth_middleware)
+        app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=middlewares)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
@@ -400,6 +405,17 @@ class _Sim:
             self.faults.count("refused")
             reset_connection(request.transport)
             return _ended("refused")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        # Every path but the health check, the metrics included: what a gateway in front of a server does.
+        if request.path != "/health":
+            expected = f"Bearer {self.options.api_key}".encode()
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):
+                return _error(401, "Unauthorized: a valid 'Authorization: Bearer' API key is required")
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -603,7 +619,23 @@ Ready = Callable[[str, str], None]
 """Called once listening, with the base URL and the served model name."""
 
 
+def _server_ssl(options: SimOptions) -> ssl.SSLContext | None:
+    """The https context of `options` (None: plain http); ValueError when the certificate or key do not load."""
+    if options.tls_cert is None or options.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(options.tls_cert, options.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+        raise ValueError(
+            f"cannot load the TLS certificate {options.tls_cert} and key {options.tls_key}: {reason}"
+        ) from None
+    return context
+
+
 async def _serve(options: SimOptions, engine: Engine, on_ready: Ready) -> None:
+    tls = _server_ssl(options)
     sock = _listen(options.host, options.port)
     sim = _Sim(options, engine)
     loop = asyncio.get_running_loop()
@@ -623,11 +655,12 @@ async def _serve(options: SimOptions, engine: Engine, on_ready: Ready) -> None:
     await runner.setup()
     protocol_factory = runner.server
     assert protocol_factory is not None
-    server = await loop.create_server(protocol_factory, sock=sock, backlog=_LISTEN_BACKLOG)
+    server = await loop.create_server(protocol_factory, sock=sock, backlog=_LISTEN_BACKLOG, ssl=tls)
     engine_task = loop.create_task(engine.run())
     engine_task.add_done_callback(lambda _: stop.set())
     host, port = sock.getsockname()[:2]
-    on_ready(f"http://{_url_host(host)}:{port}", options.engine.model_name)
+    scheme = "https" if tls is not None else "http"
+    on_ready(f"{scheme}://{_url_host(host)}:{port}", options.engine.model_name)
     # Everything built so far lives until exit: keep the collector from rescanning it on every cycle.
     gc.freeze()
     try:
