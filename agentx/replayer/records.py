@@ -9,8 +9,9 @@ so every consumer gets the same definitions (docs/agentx.md §6).
 The file is an Arrow IPC **stream** (zstd buffers), not the IPC file format: the file format is only
 readable once its footer is written at close, while a stream is a sequence of self-delimiting
 messages, so after a crash (even SIGKILL) every record batch written before it reads back.
-`RecordWriter` buffers rows column-wise and writes a batch at least once a second (or every
-`flush_rows` rows); `read_records` returns the complete batches and ignores a torn last one.
+`RecordWriter` buffers rows column-wise and writes a batch every `flush_rows` rows, once `flush_interval_s`
+(1 s by default) has passed, and whenever its owner calls `flush`: a replay does every 50 ms
+(agentx.replayer.engine, `FLUSH_EVERY_S`). `read_records` returns the complete batches and ignores a torn last one.
 The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
 
 Secrets cannot enter a record (it has no header or free-form options field; error messages are
@@ -523,7 +524,7 @@ def describe_layout() -> str:
         "",
         "One row per request sent by a replay run, warmup included. The file is an Arrow IPC **stream**",
         "(zstd buffers; `pyarrow.ipc.open_stream`, `polars.read_ipc_stream`), written a record batch at a time",
-        "at least once a second, so the file of a crashed run reads back up to its last complete batch.",
+        "(every 50 ms during a replay), so the file of a crashed run reads back up to its last complete batch.",
         "",
         "All `*_ns` columns are integer nanoseconds on the run's monotonic clock, counted from the run start;",
         f"wall-clock time = `{META_EPOCH.decode()}` (schema metadata) + the offset. `*_s` columns are seconds.",
