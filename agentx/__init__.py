@@ -40,8 +40,16 @@ Making traces (docs/synth.md):
 The simulated server, for tests and harnesses without a GPU:
     with SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
+
+Errors: one tree, each message one paragraph naming the place (the command line exits 2, or 3 for a RunError):
+    AgentxError
+      TraceError   a trace that cannot be used
+      ConfigError  an option or an input file to change (a bad URL, a folder holding a run); a ValueError too
+      ServerError  the server unreachable, not serving the model, failing calibration or a root warmup primer
+      RunError     a run that could not complete (a worker process died)
 """
 
+from agentx.errors import AgentxError, ConfigError, RunError, ServerError
 from agentx.replayer.engine import ReplayOptions, RunResult
 from agentx.replayer.records import RequestRecord, read_records
 from agentx.results.summary import Summary, summarize
@@ -64,6 +72,8 @@ from agentx.trace.validate import validate
 
 __all__ = [
     "Agent",
+    "AgentxError",
+    "ConfigError",
     "DecodeOptions",
     "DecodeResult",
     "EngineConfig",
@@ -79,7 +89,9 @@ __all__ = [
     "ReplayStream",
     "Request",
     "RequestRecord",
+    "RunError",
     "RunResult",
+    "ServerError",
     "Session",
     "SimServer",
     "Summary",

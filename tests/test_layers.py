@@ -1,6 +1,6 @@
 """The package's floors (README, "Layout"): every import points down, and no module imports itself in a cycle.
 
-trace, sim → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`.
+errors → trace, sim → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`.
 Imports inside functions count too: a lazy import is still a dependency. Imports for type checking only count for
 the floors, not for cycles: they never run.
 """
@@ -13,8 +13,20 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
-FLOORS = {"trace": 0, "sim": 0, "replayer": 1, "synth": 1, "spec": 1, "results": 2, "run": 3, "cli": 4, "": 5}
-"""Floor of each subpackage; "" is `agentx/__init__.py`, the public API."""
+FLOORS = {
+    "errors": -1,
+    "trace": 0,
+    "sim": 0,
+    "replayer": 1,
+    "synth": 1,
+    "spec": 1,
+    "results": 2,
+    "run": 3,
+    "cli": 4,
+    "": 5,
+}
+"""Floor of each subpackage; "errors" is `agentx/errors.py`, the error tree's roots that every floor raises, and
+"" is `agentx/__init__.py`, the public API."""
 
 
 def _module_name(path: Path) -> str:

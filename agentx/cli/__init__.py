@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from agentx.cli.common import Group
 from agentx.cli.replay import decode_command, export, replay
 from agentx.cli.report import report_command
 from agentx.cli.sim import sim
@@ -16,7 +17,7 @@ from agentx.cli.synth import synth
 from agentx.cli.trace import compare_command, convert, inspect, validate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="agentx")
 def main() -> None:
     """Replay agentic LLM workloads against OpenAI-compatible inference servers."""

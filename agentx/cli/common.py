@@ -1,4 +1,5 @@
-"""Shared by the commands: consoles, the one-paragraph error exit, trace-format options, running a coroutine."""
+"""Shared by the commands: consoles, the one-paragraph error exit and each agentx error's exit code, trace-format
+options, running a coroutine."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 
-from agentx.trace.errors import Finding
+from agentx.errors import AgentxError, ConfigError, RunError, ServerError
+from agentx.trace.errors import Finding, TraceError
 from agentx.trace.io import FORMATS
 from agentx.trace.validate import MAX_BLOCK_SIZE
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 3
-"""The run ran, but its results do not stand: the failure threshold cancelled it, every request failed, or the
-realized speculative acceptance disagrees with the forced one."""
+"""The run ran, but its results do not stand: the failure threshold cancelled it, every request failed, the
+realized speculative acceptance disagrees with the forced one, or it could not complete (a RunError)."""
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
 
@@ -41,6 +43,31 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)
+
+
+EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (
+    (TraceError, EXIT_BAD_INPUT),
+    (ConfigError, EXIT_BAD_INPUT),
+    (ServerError, EXIT_BAD_INPUT),
+    (RunError, EXIT_RUN_FAILED),
+)
+"""Each kind of agentx error and the exit code it ends a command with (README, "Exit codes")."""
+
+
+def exit_code(error: AgentxError) -> int:
+    """The exit code of `error`'s kind in EXIT_CODES; 2 for an AgentxError of no kind."""
+    return next((code for kind, code in EXIT_CODES if isinstance(error, kind)), EXIT_BAD_INPUT)
+
+
+class Group(click.Group):
+    """A click group that ends an agentx error escaping any of its commands as `fail(str(error), exit_code(error))`:
+    a command catches one only to say more than its message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AgentxError as error:
+            fail(str(error), exit_code(error))
 
 
 def print_findings(findings: list[Finding], limit: int) -> None:

@@ -45,7 +45,6 @@ from agentx.cli.options import (
     timeouts,
     url_option,
 )
-from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
 
 
@@ -135,7 +134,6 @@ def replay(
     from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
     from agentx.replayer.engine import ReplayOptions, WarmupFailed
     from agentx.replayer.run_folder import RUN_FILE
-    from agentx.replayer.workers import WorkerFailed
     from agentx.results.summary import summary_table
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
@@ -156,8 +154,6 @@ def replay(
         )
         body = parse_extra_body(extra_body)
         forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
-    except TraceError as exc:
-        fail(str(exc))
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     run_dir = out_dir or default_run_dir()
@@ -240,8 +236,6 @@ def replay(
             fail(f"{url}: {exc}")
         except CalibrationError as exc:
             fail(f"{url}: cannot calibrate chat prompts: {exc}")
-        except WorkerFailed as exc:
-            fail(str(exc))
         except ServerUnreachable as exc:
             fail(f"{url}: the server is unreachable ({exc})")
         except ModelNotServed as exc:

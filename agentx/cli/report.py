@@ -101,10 +101,9 @@ def report_command(
     interactivity target with $/M and the operating point, what serving costs per price tier, best TTFT and TPOT,
     peak throughput, every level. Reads run.json and records.arrow only, so any run directory works.
     """
-    from agentx.results.cost import TIERS, PriceError, load_price_table
+    from agentx.results.cost import TIERS, load_price_table
     from agentx.results.frontier import FrontierOptions
     from agentx.results.report import (
-        ReportError,
         ReportOptions,
         build_report,
         load_series,
@@ -142,7 +141,7 @@ def report_command(
             for i, d in enumerate(dirs)
         ]
         report = build_report(series, options, prices)
-    except (PriceError, ReportError, click.BadParameter) as exc:
+    except click.BadParameter as exc:
         fail(str(exc))
     if as_json:
         sys.stdout.write(report_json(report) + "\n")

@@ -38,7 +38,6 @@ from agentx.cli.options import (
     spec_options,
     timeouts,
 )
-from agentx.trace.errors import TraceError
 from agentx.trace.io import Format, load_trace
 
 if TYPE_CHECKING:
@@ -186,7 +185,7 @@ def sweep_command(
             )
         # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
         _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir, checking=True)
-    except (SweepError, TraceError, click.BadParameter, msgspec.DecodeError) as exc:
+    except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(str(exc))
     url, served = flags["url"], flags["served_models"]
     model = served[0] if served else None

@@ -12,7 +12,6 @@ from agentx.cli.common import (
     fail,
     stdout,
 )
-from agentx.trace.errors import TraceError
 from agentx.trace.io import load_trace, save_trace
 
 
@@ -80,7 +79,7 @@ def synth_from_logs(
     try:
         salt = read_salt(salt_file) if salt_file else None
         trace = from_logs(inputs, options, salt=salt)
-    except (TraceError, ValueError) as exc:
+    except ValueError as exc:
         fail(str(exc))
     errors = [finding for finding in validate_trace(trace) if finding.severity == "error"]
     if errors:  # a bug, not bad input: say so plainly
@@ -130,7 +129,7 @@ def synth_generate(
             count = sessions or 100
         trace = generate(model, sessions=count, seed=seed, scope="global" if scope == "global" else "session")
         save_trace(trace, out)
-    except (TraceError, ValueError) as exc:
+    except ValueError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"{out}: cannot write: {exc.strerror or exc}")

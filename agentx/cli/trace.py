@@ -69,8 +69,6 @@ def convert(
         trace = load_trace(source, format=input_format, block_size=block_size, findings=findings)
         print_findings(findings.warnings, 10)
         save_trace(trace, destination, format=output_format)
-    except TraceError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"{destination}: cannot write: {exc.strerror or exc}")
     size_mb = destination.stat().st_size / 1e6 if destination.is_file() else 0.0
@@ -106,10 +104,7 @@ def inspect(
     except ValueError as exc:
         fail(f"--cache-tokens: {exc}")
     findings = Findings()
-    try:
-        loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
-    except TraceError as exc:
-        fail(str(exc))
+    loaded = load_trace(trace, format=input_format, block_size=block_size, findings=findings)
     if findings.warnings:
         stderr.print(f"{len(findings.warnings):,} warning(s); `agentx validate {trace}` lists them", markup=False)
     stats = trace_stats(loaded, cache_tokens=capacities, causal=not non_causal)
@@ -128,10 +123,7 @@ def compare_command(trace_a: Path, trace_b: Path, as_json: bool) -> None:
     """How alike TRACE_A and TRACE_B are: KS distances, prefix-cache hit-rate curves, a verdict."""
     from agentx.synth.compare import compare
 
-    try:
-        fidelity = compare(load_trace(trace_a), load_trace(trace_b))
-    except TraceError as exc:
-        fail(str(exc))
+    fidelity = compare(load_trace(trace_a), load_trace(trace_b))
     if as_json:
         click.echo(msgspec.json.encode(fidelity).decode())
         return

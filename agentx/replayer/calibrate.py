@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from agentx.errors import ServerError
 from agentx.replayer.client import Client, ServerUnreachable
 
 HEAD: Final = "ok"
@@ -52,7 +53,7 @@ FALLBACK_WORDS: Final = tuple(_FALLBACK_TEXT.split())
 """Candidates when the server has no `/detokenize`: common words that most vocabularies hold whole."""
 
 
-class CalibrationError(Exception):
+class CalibrationError(ServerError):
     """The chat text cannot be calibrated against this server (no tokenizer endpoint, too few words)."""
 
 

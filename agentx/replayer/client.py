@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
+from agentx.errors import ServerError
 from agentx.replayer.http1 import (
     SPARE_CONNECTIONS,
     ConnectionClosedError,
@@ -66,11 +67,11 @@ WATCHDOG_PERIOD_MAX_S: Final = 1.0
 last read (a quarter of the idle timeout when that is shorter, so short timeouts stay meaningful)."""
 
 
-class ServerUnreachable(Exception):  # noqa: N818 (the name the engine and CLI use)
+class ServerUnreachable(ServerError):  # noqa: N818 (the name the engine and CLI use)
     """The server did not answer `GET /v1/models` with a 200 (refused, timed out, or an error status)."""
 
 
-class ModelNotServed(Exception):  # noqa: N818
+class ModelNotServed(ServerError):  # noqa: N818
     """The server answered, but does not list the requested model."""
 
 

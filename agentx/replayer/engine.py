@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentx.errors import ConfigError, ServerError
 from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
 from agentx.replayer.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replayer.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
@@ -281,7 +282,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     """What the run announced as it went (e.g. a warmup of many minutes), as logged."""
 
 
-class WarmupFailed(Exception):  # noqa: N818 (reads as a sentence: "warmup failed")
+class WarmupFailed(ServerError):  # noqa: N818 (reads as a sentence: "warmup failed")
     """A root agent's warmup primer failed: the run stops before profiling (docs/agentx.md §5)."""
 
 
@@ -560,7 +561,7 @@ def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
     return PreparedTrace(sessions, options.child_offset, (options.model, *options.models), _preparation(options))
 
 
-class NothingToReplay(ValueError):  # noqa: N818 (reads as what happened)
+class NothingToReplay(ConfigError):  # noqa: N818 (reads as what happened)
     """Every session of the trace was left out (`max_context_length`): there is nothing to replay."""
 
 

@@ -43,6 +43,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 
+from agentx.errors import ConfigError
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import join_index
@@ -101,7 +102,7 @@ class SessionPlan(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """Steps nobody in the root's chain waits for; a lane must still wait for them before recycling."""
 
 
-class PlanError(ValueError):
+class PlanError(ConfigError):
     """The session's steps do not form a DAG (cannot happen for a valid trace; a bug guard)."""
 
 

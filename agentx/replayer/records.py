@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from agentx.errors import ConfigError
+
 FORMAT_NAME: Final = "agentx-records"
 FORMAT_VERSION: Final = "1.6"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
@@ -45,7 +47,7 @@ ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overfl
 TimeoutKind = Literal["connect", "idle", "request"]
 
 
-class RecordsError(Exception):
+class RecordsError(ConfigError):
     """A records file that cannot be read (not ours, a newer major version, no complete schema)."""
 
 

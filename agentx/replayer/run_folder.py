@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
+from agentx.errors import ConfigError
+
 RECORDS_FILE: Final = "records.arrow"
 """The run's records (agentx.replayer.records), written as the run goes."""
 RUN_FILE: Final = "run.json"
 """Written into the run folder at the end of every run (interrupted ones too): options, run, summary."""
 
 
-class RunExists(ValueError):  # noqa: N818 (reads as what is wrong)
+class RunExists(ConfigError):  # noqa: N818 (reads as what is wrong)
     """The run folder already holds a run, and replacing it was not asked for (`overwrite`)."""
 
 

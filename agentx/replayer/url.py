@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from agentx.errors import ConfigError
 
-class BadURLError(ValueError):
+
+class BadURLError(ConfigError):
     """A server URL that cannot be used; the message names the URL (credentials scrubbed by the caller)."""
 
 

@@ -24,8 +24,7 @@ from typing import Final
 
 import msgspec
 
-from agentx.replayer.calibrate import CalibrationError
-from agentx.replayer.client import ModelNotServed, ServerUnreachable
+from agentx.errors import RunError, ServerError
 from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
 from agentx.replayer.records import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
@@ -35,7 +34,7 @@ WORKERS_DIR: Final = "workers"
 RESULT_FILE: Final = "result.pickle"
 
 
-class WorkerFailed(Exception):  # noqa: N818 (reads as a sentence: "worker failed")
+class WorkerFailed(RunError):  # noqa: N818 (reads as a sentence: "worker failed")
     """A worker process exited without leaving a result (it crashed, or the server probe failed)."""
 
 
@@ -57,7 +56,7 @@ def _work(
     try:
         with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
             outcome = runner.run(run_replay(trace, options))
-    except (ServerUnreachable, ModelNotServed, CalibrationError, ValueError) as exc:
+    except (ServerError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
     Path(result_path).write_bytes(pickle.dumps(outcome))
 

@@ -16,6 +16,8 @@ from typing import Final
 
 import msgspec
 
+from agentx.errors import ConfigError
+
 TIERS: Final = ("hyperscaler", "neocloud", "retail")
 GIVEN_TIER: Final = "given"
 """The tier name of a price given outright (`--price`)."""
@@ -49,7 +51,7 @@ class PriceTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     gpus: dict[str, GpuPrices] = {}
 
 
-class PriceError(ValueError):
+class PriceError(ConfigError):
     """A price file that cannot be read or does not have the table's shape."""
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
+from agentx.errors import ConfigError
 from agentx.replayer.records import read_records
 from agentx.results import export_jsonl, export_summary
 from agentx.results.export_jsonl import conversation_id
@@ -40,7 +41,7 @@ NOT_EXPORTED: Final[dict[str, str]] = {**export_jsonl.NOT_EXPORTED, **export_sum
 """Every key the reference writes that agentx leaves out (`"jsonl.metrics.http_req_sending"`, ...) → why."""
 
 
-class ExportError(Exception):
+class ExportError(ConfigError):
     """A run directory that cannot be exported (no records file, an unreadable run.json)."""
 
 

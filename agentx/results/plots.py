@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agentx.errors import ConfigError
 from agentx.replayer.records import read_records
 from agentx.replayer.run_folder import RECORDS_FILE
 from agentx.results.cost import usd_per_million_tokens
@@ -32,7 +33,7 @@ FORMATS: Final = ("png", "svg")
 _DPI = 120
 
 
-class PlotsUnavailableError(RuntimeError):
+class PlotsUnavailableError(ConfigError, RuntimeError):
     """matplotlib is not installed."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
+from agentx.errors import ConfigError
 from agentx.replayer.records import RecordsError, read_records, run_info
 from agentx.replayer.run_folder import RECORDS_FILE, RUN_FILE
 from agentx.results.cost import (
@@ -37,7 +38,7 @@ MISSING = "—"
 """How a value that does not exist (outside the front, no price) is shown."""
 
 
-class ReportError(ValueError):
+class ReportError(ConfigError):
     """A directory that is neither a run nor a sweep, or unreadable files; the message says which."""
 
 

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import msgspec
 
+from agentx.errors import ConfigError
 from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, prepare_trace
 from agentx.replayer.play import PreparedTrace
 from agentx.results.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
@@ -34,7 +35,7 @@ BEFORE_LEVEL_LOG: Final = "before_level.log"
 _OUTPUT_TAIL_CHARS = 2000
 
 
-class SweepError(ValueError):
+class SweepError(ConfigError):
     """Unusable sweep input (levels, settings file); the message says what to change."""
 
 

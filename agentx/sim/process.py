@@ -25,12 +25,13 @@ from typing import IO, Any
 
 import msgspec
 
+from agentx.errors import ServerError
 from agentx.sim.engine import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.options import SimOptions, cli_args
 
 
-class SimServerError(RuntimeError):
+class SimServerError(ServerError, RuntimeError):
     """The simulator did not start; the message holds its exit status and stderr."""
 
 

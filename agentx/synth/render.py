@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from agentx.errors import ConfigError
+
 MARK_SYSTEM = "<|system|>\n"
 MARK_TOOLS = "<|tools|>\n"
 MARK_USER = "<|user|>\n"
@@ -22,7 +24,7 @@ MARK_TOOL_CALL = "<|tool_call|>\n"
 MARK_THINKING = "<|thinking|>\n"
 
 
-class PromptError(ValueError):
+class PromptError(ConfigError):
     """A request body that cannot be rendered (the message says which part)."""
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 
+from agentx.errors import ConfigError
+
 STOP_REASONS = frozenset(
     {
         "end_turn",
@@ -27,7 +29,7 @@ STOP_REASONS = frozenset(
 """Stop reasons kept verbatim; anything else is written as "other" (it could carry text)."""
 
 
-class ResponseError(ValueError):
+class ResponseError(ConfigError):
     """A response that cannot be read (the message says why)."""
 
 

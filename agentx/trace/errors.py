@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from agentx.errors import AgentxError
+
 Severity = Literal["error", "warning"]
 
 
@@ -44,7 +46,7 @@ def _printable(name: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
-class TraceError(Exception):
+class TraceError(AgentxError):
     """A trace that cannot be used: the first error in one paragraph, with its location."""
 
     def __init__(self, findings: list[Finding]) -> None:
