@@ -180,6 +180,14 @@ def test_a_report_of_no_directory_exits_2(tmp_path: Path) -> None:
     assert isinstance(result.exception, SystemExit)
 
 
+def test_an_unreadable_records_file_is_one_paragraph_not_a_traceback(tmp_path: Path) -> None:
+    # A RecordsError was no ValueError before the tree: `agentx report` let it out as a traceback.
+    (tmp_path / "records.arrow").write_bytes(b"not arrow")
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "no readable Arrow stream schema" in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
 def test_a_worker_that_dies_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import agentx.run.replay
     from agentx.replayer.workers import WorkerFailed
