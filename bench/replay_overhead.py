@@ -455,7 +455,7 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
         )
         return await run_replay(trace, options, on_record=see_record)
 
-    # The collector's pauses, to tell them from other stalls (agentx leaves the collector on; this only watches).
+    # The collector's pauses, to tell them from other stalls (only watched: the bench changes nothing here).
     pauses: list[tuple[int, int, int]] = []
     gc_start = [0]
 
@@ -1212,8 +1212,11 @@ LOOPS = ("default", "uvloop")
 """`default`: asyncio.run's loop; `uvloop`: what the CLI runs when uvloop is installed (agentx.cli)."""
 
 
-FROZEN = "uvloop + gc.freeze()"
-"""Setup C's diagnostic column: uvloop, the bench calling `gc.freeze()` after building the trace (agentx does not)."""
+FROZEN = "uvloop + bench gc.freeze()"
+"""Setup C's diagnostic column: the uvloop run with the bench itself calling `gc.freeze()` after building the trace,
+before `run_replay`. A run with `quiet_gc` on (the CLI's setting; agentx.replayer.collector) freezes its set-up
+itself, so then this column repeats the uvloop one; with it off, it shows what the collector walking the trace's
+objects costs."""
 
 
 def _label(column: str) -> str:
@@ -1377,7 +1380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-gc-freeze-column",
         action="store_true",
-        help="setup C: skip the diagnostic uvloop run with gc.freeze() called by the bench before run_replay",
+        help="setup C: skip the diagnostic uvloop run in which the bench itself calls gc.freeze() before run_replay",
     )
     parser.add_argument(
         "--c-prompt",
