@@ -478,7 +478,8 @@ def test_inferencex_aggregation_equals_summary_on_any_records(records: list[Requ
 
 
 def _write_run(directory: Path, records: list[RequestRecord]) -> Path:
-    from agentx.replayer.records import RecordWriter, RunInfo
+    from agentx.replayer.record_writer import RecordWriter
+    from agentx.replayer.records import RunInfo
 
     directory.mkdir(parents=True, exist_ok=True)
     with RecordWriter(directory / "records.arrow", RunInfo(run_id="run-1", wall_epoch_ns=EPOCH_NS)) as writer:

@@ -20,21 +20,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import record_identity
 
+from agentx.replayer.record_writer import RecordWriter, write_jsonl
 from agentx.replayer.records import (
     MAX_ERROR_MESSAGE,
-    REDACTED,
     SCHEMA,
     RecordsError,
-    RecordWriter,
     RequestRecord,
     RunInfo,
     describe_layout,
     read_records,
-    redact,
     run_info,
     to_records,
-    write_jsonl,
 )
+from agentx.replayer.secrets import REDACTED, redact
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"concurrency": 4})
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -296,7 +294,8 @@ def test_a_full_buffer_flushes_at_once(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent(
     """
     import sys
-    from agentx.replayer.records import RecordWriter, RequestRecord, RunInfo
+    from agentx.replayer.record_writer import RecordWriter
+    from agentx.replayer.records import RequestRecord, RunInfo
 
     run = RunInfo(run_id="run-1", wall_epoch_ns=1, options={})
     writer = RecordWriter(sys.argv[1], run, flush_rows=7)

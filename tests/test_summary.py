@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 from strategies import record_identity
 
-from agentx.replayer.records import SCHEMA, RecordWriter, RequestRecord, RunInfo, read_records
+from agentx.replayer.record_writer import RecordWriter
+from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.results.summary import (
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,

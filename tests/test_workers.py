@@ -9,15 +9,8 @@ import msgspec
 import pytest
 
 from agentx.replayer.engine import ReplayOptions, run_replay
-from agentx.replayer.records import (
-    RecordWriter,
-    RequestRecord,
-    RunInfo,
-    merge_records,
-    read_records,
-    run_info,
-    to_records,
-)
+from agentx.replayer.record_writer import RecordWriter, merge_records
+from agentx.replayer.records import RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.replayer.workers import run_workers
 from agentx.sim.process import SimServer
 

@@ -39,7 +39,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     bearer token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
     from rich.markup import escape
 
-    from agentx.replayer.records import scrub
+    from agentx.replayer.secrets import scrub
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)

@@ -136,7 +136,7 @@ def server_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
     an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
     from agentx.cli.common import fail, stderr
-    from agentx.replayer.records import scrub
+    from agentx.replayer.secrets import scrub
     from agentx.replayer.url import BadURLError, base_url
 
     if value is None:

@@ -69,8 +69,10 @@ from agentx.replayer.plan import Step, join_due, session_order
 from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replayer.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
 from agentx.replayer.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
-from agentx.replayer.records import Phase, RecordWriter, RequestRecord, RunInfo, redact, secret_free_repr
+from agentx.replayer.record_writer import RecordWriter
+from agentx.replayer.records import Phase, RequestRecord, RunInfo
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.replayer.sessions import ReplaySessions
 from agentx.replayer.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
 from agentx.replayer.url import base_url as parse_base_url

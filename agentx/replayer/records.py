@@ -1,4 +1,4 @@
-"""Per-request latency records of a replay run, and the writer that streams them to disk as the run goes.
+"""Per-request latency records of a replay run: `RequestRecord`, the Arrow layout of a records file, reading one.
 
 One `RequestRecord` per request sent (warmup included, tagged by `phase`). Times are integer
 nanoseconds on the run's monotonic clock, as offsets from the run start; the run's wall-clock epoch
@@ -9,30 +9,28 @@ so every consumer gets the same definitions (docs/agentx.md §6).
 The file is an Arrow IPC **stream** (zstd buffers), not the IPC file format: the file format is only
 readable once its footer is written at close, while a stream is a sequence of self-delimiting
 messages, so after a crash (even SIGKILL) every record batch written before it reads back.
-`RecordWriter` buffers rows column-wise and writes a batch every `flush_rows` rows, once `flush_interval_s`
-(1 s by default) has passed, and whenever its owner calls `flush`: a replay does every 50 ms
-(agentx.replayer.engine, `FLUSH_EVERY_S`). `read_records` returns the complete batches and ignores a torn last one.
+`RecordWriter` (agentx.replayer.record_writer) buffers rows column-wise and writes a batch every `flush_rows`
+rows, once `flush_interval_s` (1 s by default) has passed, and whenever its owner calls `flush`: a replay does
+every 50 ms (agentx.replayer.engine, `FLUSH_EVERY_S`). `read_records` returns the complete batches and ignores a
+torn last one.
 The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
 
 Secrets cannot enter a record (it has no header or free-form options field; error messages are
-scrubbed of bearer tokens and key-like strings); the caller's run options pass through `redact`.
+scrubbed of bearer tokens and key-like strings); the caller's run options pass through `redact`
+(agentx.replayer.secrets).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import time
-from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from agentx.errors import ConfigError
+from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
 FORMAT_VERSION: Final = "1.6"
@@ -224,235 +222,16 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("itl_s", _FLOAT), "derived: (e2e − ttft)/(OSL − 1), OSL = server count else streamed; null if OSL < 2"),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
-_NAMES: Final = [field.name for field in SCHEMA]
+COLUMN_NAMES: Final = [field.name for field in SCHEMA]
+"""The columns in order: `RequestRecord`'s fields."""
 _FIELD_NAMES = [f.name for f in msgspec.structs.fields(RequestRecord)]
-assert _NAMES == _FIELD_NAMES, "COLUMNS must list RequestRecord's fields in order"  # the writer relies on it
+assert COLUMN_NAMES == _FIELD_NAMES, "COLUMNS must list RequestRecord's fields in order"  # the writer relies on it
 
 META_FORMAT = b"agentx.format"
 META_VERSION = b"agentx.version"
 META_RUN_ID = b"agentx.run_id"
 META_EPOCH = b"agentx.wall_epoch_ns"
 META_RUN = b"agentx.run"
-
-
-# ---------------------------------------------------------------------------------------------
-# secrets
-
-REDACTED: Final = "[redacted]"
-# A plural "tokens" key is a count (max_tokens, cached_tokens); a singular "token" is a credential.
-_SECRET_KEY = re.compile(
-    r"((api|access|private|secret|auth|signing)_?keys?|secrets?|passw(or)?ds?|token|auth|authorization|cookies?"
-    r"|credentials?)$",
-    re.IGNORECASE,
-)
-_HEADERS_KEY = re.compile(r"headers?$", re.IGNORECASE)
-_COUNT_KEY = re.compile(r"^(max|min|num)_", re.IGNORECASE)
-_SECRET_TEXT = re.compile(
-    r"(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"  # an Authorization value
-    r"|\b(?:sk|pk|rk|hf|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{8,}"  # common API key shapes
-    r"|(?<=://)[^/@\s:]+:[^/@\s]+(?=@)"  # user:password in a URL
-)
-
-
-def _secret_key(key: str) -> bool:
-    # "max_token" and friends are limits, not credentials.
-    normalized = key.replace("-", "_").lstrip("_")
-    return bool(_SECRET_KEY.search(normalized)) and not _COUNT_KEY.search(normalized)
-
-
-def scrub(text: str) -> str:
-    """`text` with bearer/basic credentials, API-key-shaped words and URL passwords replaced."""
-    return _SECRET_TEXT.sub(REDACTED, text)
-
-
-def secret_free_repr(struct: msgspec.Struct) -> str:
-    """`repr(struct)` with the fields that hold credentials (an API key, header values, a URL's password) shown as
-    `redact` stores them; every other field as its own repr."""
-    parts = []
-    for name in struct.__struct_fields__:
-        value = getattr(struct, name)
-        plain = msgspec.to_builtins({name: value}, enc_hook=str)
-        safe = redact(plain)
-        parts.append(f"{name}={value!r}" if safe == plain else f"{name}={safe[name]!r}")
-    return f"{type(struct).__name__}({', '.join(parts)})"
-
-
-def redact(options: Any) -> Any:
-    """A copy of `options` (nested dicts/lists) without credentials, safe to store in a records file.
-
-    Values under credential-like keys (`api_key`, `Authorization`, `*_token`, `password`, ...) and every
-    value under a `headers` key are replaced by `"[redacted]"` (header names are kept); CLI-style lists
-    (`["--api-key", "sk-…"]`, `"--api-key=…"`) lose the value after a credential flag; any remaining
-    string is `scrub`bed. The input is not modified.
-    """
-    if isinstance(options, Mapping):
-        result: dict[Any, Any] = {}
-        for key, value in options.items():
-            name = str(key)
-            if _secret_key(name):
-                result[key] = REDACTED
-            elif _HEADERS_KEY.search(name) and isinstance(value, Mapping):
-                result[key] = dict.fromkeys(value, REDACTED)
-            elif _HEADERS_KEY.search(name) and isinstance(value, list | tuple):
-                result[key] = [REDACTED for _ in value]
-            else:
-                result[key] = redact(value)
-        return result
-    if isinstance(options, list | tuple):
-        items: list[Any] = []
-        hide_next = False
-        for item in options:
-            if hide_next:
-                items.append(REDACTED)
-                hide_next = False
-                continue
-            if isinstance(item, str) and item.startswith("-"):
-                flag, eq, _ = item.partition("=")
-                if _secret_key(flag.lstrip("-")) or _HEADERS_KEY.search(flag) or flag == "-H":  # curl-style -H
-                    if eq:
-                        items.append(f"{flag}={REDACTED}")
-                    else:
-                        items.append(item)
-                        hide_next = True
-                    continue
-            items.append(redact(item))
-        return items
-    if isinstance(options, str):
-        return scrub(options)
-    return options
-
-
-# ---------------------------------------------------------------------------------------------
-# writing
-
-
-class RecordWriter:
-    """Streams records to an Arrow IPC stream file, a record batch at a time.
-
-    `append` only buffers (a list append per column) and writes a batch when `flush_rows` rows are
-    pending or `flush_interval_s` has passed since the last write; `maybe_flush` does the time check
-    alone, for an engine loop that may go quiet (call it at least once a second: there is no
-    background thread). `close` (or leaving the `with` block) writes the rest and the end-of-stream
-    marker. Batches reach the OS on every flush (no user-space buffering), so a killed process loses
-    at most the rows since the last flush; a machine crash may lose what the OS had not yet written.
-    A flush runs on the caller's thread and costs ~14 µs a row with 256 chunks (the chunk lists
-    dominate): `flush_rows` bounds that pause to ~15 ms even when more than 1,000 requests end a second.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        run: RunInfo,
-        *,
-        flush_interval_s: float = 1.0,
-        flush_rows: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = os.fspath(path)
-        self.run_id = run.run_id
-        self._interval = flush_interval_s
-        self._max_rows = flush_rows
-        self._clock = clock
-        self._columns: list[list[Any]] = [[] for _ in _NAMES]
-        self._pending = 0
-        self.rows_written = 0
-        metadata = {
-            META_FORMAT: FORMAT_NAME.encode(),
-            META_VERSION: FORMAT_VERSION.encode(),
-            META_RUN_ID: run.run_id.encode(),
-            META_EPOCH: str(run.wall_epoch_ns).encode(),
-            META_RUN: msgspec.json.encode(redact(run.options)),
-        }
-        self._schema = SCHEMA.with_metadata(metadata)
-        self._sink = pa.OSFile(self.path, "wb")
-        try:
-            self._writer: ipc.RecordBatchStreamWriter | None = ipc.new_stream(
-                self._sink, self._schema, options=ipc.IpcWriteOptions(compression="zstd")
-            )
-            # pyarrow writes the schema lazily with the first batch: an empty batch puts the run's
-            # metadata on disk now, so even a run killed before its first flush leaves a readable file.
-            self._writer.write_batch(_empty_batch(self._schema))
-        except BaseException:
-            self._sink.close()
-            raise
-        self._last_flush = clock()
-
-    def append(self, record: RequestRecord) -> None:
-        """Buffer one record; write a batch if one is due."""
-        if self._writer is None:
-            raise ValueError("append to a closed RecordWriter")
-        if record.run_id != self.run_id:
-            raise ValueError(f"record of run {record.run_id!r} appended to the file of run {self.run_id!r}")
-        for column, value in zip(self._columns, msgspec.structs.astuple(record), strict=True):
-            column.append(value)
-        self._pending += 1
-        if self._pending >= self._max_rows:
-            self.flush()
-        else:
-            self.maybe_flush()
-
-    def write_table(self, table: pa.Table) -> None:
-        """Write a table of whole records (this file's columns) after the pending rows."""
-        if self._writer is None:
-            raise ValueError("write to a closed RecordWriter")
-        self.flush()
-        if table.num_rows:
-            self._writer.write_table(table.select(_NAMES).cast(self._schema), max_chunksize=self._max_rows)
-            self.rows_written += table.num_rows
-
-    def maybe_flush(self) -> bool:
-        """Write the pending rows if `flush_interval_s` has passed since the last write; True if written."""
-        if self._pending and self._clock() - self._last_flush >= self._interval:
-            self.flush()
-            return True
-        return False
-
-    def flush(self) -> None:
-        """Write the pending rows as one record batch now."""
-        self._last_flush = self._clock()
-        if not self._pending or self._writer is None:
-            return
-        arrays = [pa.array(column, type=field.type) for column, field in zip(self._columns, SCHEMA, strict=True)]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
-        self.rows_written += self._pending
-        self._columns = [[] for _ in _NAMES]
-        self._pending = 0
-
-    def close(self) -> None:
-        """Write the pending rows and the end of the stream; idempotent."""
-        if self._writer is None:
-            return
-        try:
-            self.flush()
-            self._writer.close()
-        finally:
-            self._writer = None
-            self._sink.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], type=field.type) for field in schema], schema=schema)
-
-
-_JSON = msgspec.json.Encoder()
-
-
-def write_jsonl(records: Iterable[RequestRecord], path: str | os.PathLike[str]) -> int:
-    """Write records as JSON Lines (one object per record, the columns as keys); returns the count."""
-    count = 0
-    with open(os.fspath(path), "wb") as out:
-        for record in records:
-            out.write(_JSON.encode(record) + b"\n")
-            count += 1
-    return count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,51 +339,3 @@ def describe_layout() -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# merging (a `--workers` run writes one file per process)
-
-TIME_COLUMNS: Final = (
-    "scheduled_ns",
-    "queued_ns",
-    "sent_ns",
-    "response_ns",
-    "first_token_ns",
-    "last_token_ns",
-    "end_ns",
-)
-
-
-def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:
-    """Merge records files of one run into `out`, on the earliest file's clock; returns the rows written.
-
-    Each file's times are offsets from its own start; shifting them by the difference of the files'
-    wall-clock epochs puts them on one clock (epochs come from one system clock, so the error is its
-    read jitter, microseconds). The merged file keeps the earliest file's metadata. Rows are ordered
-    by `sent_ns`.
-    """
-    tables = [read_records(path) for path in paths]
-    if not tables:
-        raise ValueError("merge_records needs at least one file")
-    infos = [run_info(table) for table in tables]
-    if len({info.run_id for info in infos}) != 1:
-        raise RecordsError(f"files of different runs cannot be merged: {sorted({i.run_id for i in infos})}")
-    origin = min(infos, key=lambda info: info.wall_epoch_ns)
-    shifted = []
-    for table, info in zip(tables, infos, strict=True):
-        shift = info.wall_epoch_ns - origin.wall_epoch_ns
-        table = table.select(_NAMES).cast(SCHEMA)
-        for name in TIME_COLUMNS:
-            index = table.schema.get_field_index(name)
-            table = table.set_column(index, SCHEMA.field(name), pc.add(table.column(name), shift))
-        chunks = table.column("chunk_times_ns").combine_chunks()
-        moved = pa.ListArray.from_arrays(chunks.offsets, pc.add(chunks.flatten(), shift))
-        index = table.schema.get_field_index("chunk_times_ns")
-        table = table.set_column(index, SCHEMA.field("chunk_times_ns"), moved.cast(SCHEMA.field("chunk_times_ns").type))
-        shifted.append(table)
-    merged = pa.concat_tables(shifted).sort_by("sent_ns")
-    with RecordWriter(out, origin) as writer:
-        writer.write_table(merged)
-    rows: int = merged.num_rows
-    return rows

@@ -26,7 +26,7 @@ import msgspec
 
 from agentx.errors import RunError, ServerError
 from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
-from agentx.replayer.records import merge_records
+from agentx.replayer.record_writer import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.trace.io import Format, load_trace
 

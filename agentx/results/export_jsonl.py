@@ -58,7 +58,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from agentx.replayer.records import scrub
+from agentx.replayer.secrets import scrub
 from agentx.results.export_metrics import (
     FloatArray,
     IntArray,

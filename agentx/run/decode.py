@@ -23,7 +23,7 @@ from agentx.replayer.client import Client, Exchange
 from agentx.replayer.engine import COMPLETIONS_PATH
 from agentx.replayer.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replayer.prompts import TokenSpace, completions_body, filler
-from agentx.replayer.records import redact, secret_free_repr
+from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.results.acceptance import (
     DEFAULT_TOLERANCE,
     Acceptance,
