@@ -23,8 +23,7 @@ from llama import LlamaServer, model_path
 from agentx.replayer.engine import ReplayOptions
 from agentx.replayer.records import read_records, to_records
 from agentx.replayer.run_folder import RUN_FILE
-from agentx.results.acceptance import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS
-from agentx.results.summary import parse_counters
+from agentx.replayer.server_metrics import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS, parse_counters
 from agentx.run.replay import ReplayResult, replay
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace

@@ -16,15 +16,15 @@ from rich.console import Console
 from agentx.cli import main
 from agentx.replayer.engine import ReplayOptions, run_replay
 from agentx.replayer.records import read_records
+from agentx.replayer.server_metrics import METRIC_LABELS, parse_counters
+from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
 from agentx.results.acceptance import (
-    METRIC_LABELS,
-    METRIC_NAMES,
     acceptance,
     counter_acceptance,
     stream_acceptance,
     table_stream_acceptance,
 )
-from agentx.results.summary import parse_counters, summary_table
+from agentx.results.summary import summary_table
 from agentx.results.validity import ACCEPTANCE_MISMATCH, validity
 from agentx.run.replay import ReplayResult, replay
 from agentx.sim.process import SimServer

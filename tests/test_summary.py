@@ -18,17 +18,8 @@ from strategies import record_identity
 
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
-from agentx.results.summary import (
-    PREFIX_CACHE_HITS,
-    PREFIX_CACHE_QUERIES,
-    ServerMetrics,
-    Slowdown,
-    Summary,
-    parse_counters,
-    percentile,
-    summarize,
-    summary_table,
-)
+from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
+from agentx.results.summary import Slowdown, Summary, percentile, summarize, summary_table
 
 MS = 1_000_000
 S = 1_000_000_000

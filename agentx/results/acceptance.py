@@ -2,8 +2,8 @@
 
 AL (acceptance length) is the mean number of tokens one verification step emits, the bonus token included.
 
-**Server counters** (`/metrics` scraped as the profiling phase starts and after the run; counters are deltas
-over that window, gauges are their value after the run):
+**Server counters** (`/metrics` scraped as the profiling phase starts and after the run, read by
+agentx.replayer.server_metrics; counters are deltas over that window, gauges are their value after the run):
 
 - vLLM: `vllm:spec_decode_num_drafts` (steps), `..._num_draft_tokens`, `..._num_accepted_tokens` and
   `..._num_accepted_tokens_per_pos{position}`: AL = 1 + Δaccepted / Δdrafts, the rate at position i is
@@ -44,6 +44,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from agentx.replayer.server_metrics import (
+    ATOM_ACCEPTANCE_RATE,
+    ATOM_ACCEPTED,
+    ATOM_DRAFT_TOKENS,
+    ATOM_STEPS,
+    ATOM_TOKENS_PER_FORWARD,
+    LLAMACPP_ACCEPTED,
+    LLAMACPP_ACCEPTED_PER_POS,
+    LLAMACPP_DRAFT_TOKENS,
+    LLAMACPP_DRAFTS,
+    SGLANG_ACCEPT_LENGTH,
+    SGLANG_ACCEPT_RATE,
+    VLLM_ACCEPTED,
+    VLLM_ACCEPTED_PER_POS,
+    VLLM_DRAFT_TOKENS,
+    VLLM_DRAFTS,
+    counter_delta,
+    labelled,
+)
+
 BURST_GAP_SHARE: Final = 0.25
 """One-token events of a request closer than this share of its long gaps (the 95th percentile of its gaps:
 the time between steps, even at AL 8) are one step's burst; the events of one step leave back to back."""
@@ -52,54 +72,8 @@ ONE_TOKEN_SHARE: Final = 0.95
 DEFAULT_TOLERANCE: Final = 0.05
 """Largest |realized − forced| AL accepted as the forced one (absolute, tokens per step)."""
 
-VLLM_DRAFTS: Final = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_ACCEPTED_PER_POS: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-ATOM_DRAFT_TOKENS: Final = "atom:mtp_draft_tokens_total"
-ATOM_ACCEPTED: Final = "atom:mtp_accepted_tokens_total"
-ATOM_STEPS: Final = "atom:mtp_decode_steps_total"
-ATOM_TOKENS_PER_FORWARD: Final = "atom:mtp_average_tokens_per_forward"
-ATOM_ACCEPTANCE_RATE: Final = "atom:mtp_acceptance_rate"
-SGLANG_ACCEPT_LENGTH: Final = "sglang:spec_accept_length"
-SGLANG_ACCEPT_RATE: Final = "sglang:spec_accept_rate"
-LLAMACPP_DRAFTS: Final = "llamacpp:spec_decode_num_drafts_total"
-LLAMACPP_DRAFT_TOKENS: Final = "llamacpp:spec_decode_num_draft_tokens_total"
-LLAMACPP_ACCEPTED: Final = "llamacpp:spec_decode_num_accepted_tokens_total"
-LLAMACPP_ACCEPTED_PER_POS: Final = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
-
-METRIC_NAMES: Final = (
-    VLLM_DRAFTS,
-    VLLM_DRAFT_TOKENS,
-    VLLM_ACCEPTED,
-    VLLM_ACCEPTED_PER_POS,
-    ATOM_DRAFT_TOKENS,
-    ATOM_ACCEPTED,
-    ATOM_STEPS,
-    ATOM_TOKENS_PER_FORWARD,
-    ATOM_ACCEPTANCE_RATE,
-    SGLANG_ACCEPT_LENGTH,
-    SGLANG_ACCEPT_RATE,
-    LLAMACPP_DRAFTS,
-    LLAMACPP_DRAFT_TOKENS,
-    LLAMACPP_ACCEPTED,
-    LLAMACPP_ACCEPTED_PER_POS,
-)
-"""Every metric read, as exposed (counters with Prometheus' `_total`)."""
-METRIC_LABELS: Final = {
-    VLLM_ACCEPTED_PER_POS: "position",
-    LLAMACPP_ACCEPTED_PER_POS: "position",
-    ATOM_STEPS: "accepted_tokens",
-}
-"""Metrics kept per value of one label (see `labelled`), summed over their other labels."""
-
 Source = Literal["counters", "stream"]
 Engine = Literal["vllm", "atom", "sglang", "llamacpp"]
-
-
-def labelled(name: str, label: str, value: str) -> str:
-    """The key under which `parse_counters` stores one label value of a per-label metric."""
-    return f'{name}{{{label}="{value}"}}'
 
 
 class CounterAcceptance(msgspec.Struct, kw_only=True):
@@ -159,15 +133,9 @@ class Acceptance(msgspec.Struct, kw_only=True):
 # counters
 
 
-def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
-    if name not in before or name not in after:
-        return None
-    return max(after[name] - before[name], 0.0)  # a counter that went down was reset: count 0
-
-
 def _series_delta(before: Mapping[str, float], after: Mapping[str, float], key: str) -> float | None:
-    """`_delta` of one labelled series; a series absent before the run counts from 0 (Prometheus shows a label
-    value only once it has been counted, e.g. the first step that accepted that many drafts)."""
+    """`counter_delta` of one labelled series; a series absent before the run counts from 0 (Prometheus shows
+    a label value only once it has been counted, e.g. the first step that accepted that many drafts)."""
     if key not in after:
         return None
     return max(after[key] - before.get(key, 0.0), 0.0)
@@ -199,11 +167,11 @@ def _step_counters(
     """vLLM's counter set, which llama.cpp's server copies under its own prefix: verification steps, draft
     tokens, accepted tokens, and accepted tokens per (0-based) draft position."""
     drafts_name, draft_tokens_name, accepted_name, per_position_name = names
-    drafts = _delta(before, after, drafts_name)
+    drafts = counter_delta(before, after, drafts_name)
     if drafts is None:
         return None
-    draft_tokens = _delta(before, after, draft_tokens_name)
-    accepted = _delta(before, after, accepted_name)
+    draft_tokens = counter_delta(before, after, draft_tokens_name)
+    accepted = counter_delta(before, after, accepted_name)
     positions = sorted(_labels(after, per_position_name, "position"), key=lambda p: int(p) if p.isdigit() else 0)
     per_position: list[float] = []
     if drafts > 0:
@@ -225,8 +193,8 @@ def _step_counters(
 
 
 def _atom(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
-    accepted = _delta(before, after, ATOM_ACCEPTED)
-    draft_tokens = _delta(before, after, ATOM_DRAFT_TOKENS)
+    accepted = counter_delta(before, after, ATOM_ACCEPTED)
+    draft_tokens = counter_delta(before, after, ATOM_DRAFT_TOKENS)
     histogram: dict[int, float] = {}
     for value in _labels(after, ATOM_STEPS, "accepted_tokens"):
         count = _series_delta(before, after, labelled(ATOM_STEPS, "accepted_tokens", value))
@@ -276,7 +244,8 @@ def _sglang(after: Mapping[str, float]) -> CounterAcceptance | None:
 
 
 def counter_acceptance(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
-    """Acceptance from two `/metrics` scrapes (`parse_counters` with `METRIC_NAMES` and `METRIC_LABELS`);
+    """Acceptance from two `/metrics` scrapes (`parse_counters` with `SPEC_METRICS` and `METRIC_LABELS`,
+    agentx.replayer.server_metrics);
     None when the server exports none of the known metrics (or ran no speculative step)."""
     for found in (_vllm(before, after), _atom(before, after), _sglang(after), _llamacpp(before, after)):
         if found is not None and (found.steps is None or found.steps > 0):

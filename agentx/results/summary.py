@@ -20,8 +20,7 @@ optional columns that are absent yield `None` for the quantities that need them.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -31,6 +30,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from agentx.replayer.server_metrics import (
+    LLAMACPP_CACHED_TOKENS,
+    LLAMACPP_PROMPT_TOKENS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    ServerMetrics,
+)
 from agentx.results.acceptance import Acceptance, acceptance_table
 from agentx.results.validity import DISPATCH_LAG_MAX_P99_S, Validity
 
@@ -38,15 +44,6 @@ FloatArray = npt.NDArray[np.float64]
 
 PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
 """InferenceX reports p50…p95; p99 is ours."""
-
-PREFIX_CACHE_HITS: Final = "vllm:prefix_cache_hits_total"
-PREFIX_CACHE_QUERIES: Final = "vllm:prefix_cache_queries_total"
-LLAMACPP_PROMPT_TOKENS: Final = "llamacpp:prompt_tokens_total"
-"""llama.cpp's prompt tokens computed, cached ones excluded."""
-LLAMACPP_CACHED_TOKENS: Final = "llamacpp:prompt_tokens_cached_total"
-CACHE_METRICS: Final = (PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, LLAMACPP_PROMPT_TOKENS, LLAMACPP_CACHED_TOKENS)
-"""The prefix-cache counters read from `/metrics`: vLLM's hits and queries, or llama.cpp's cached and computed
-prompt tokens (hits over their sum)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,19 +116,6 @@ class Throughput(msgspec.Struct, kw_only=True):
     input_tps_per_gpu: float | None = None
     output_tps_per_gpu: float | None = None
     total_tps_per_gpu: float | None = None
-
-
-class ServerMetrics(msgspec.Struct, kw_only=True):
-    """Counter values scraped from the server's `/metrics` as profiling starts and after the run (name → value)."""
-
-    before: dict[str, float]
-    after: dict[str, float]
-
-    def delta(self, name: str) -> float | None:
-        """The counter's increase over the run; a counter that went down was reset, and counts 0 (as AIPerf)."""
-        if name not in self.before or name not in self.after:
-            return None
-        return max(self.after[name] - self.before[name], 0.0)
 
 
 class Cache(msgspec.Struct, kw_only=True):
@@ -600,45 +584,6 @@ def _rollups(table: pa.Table, kept: npt.NDArray[np.bool_]) -> Rollups:
         play_makespan_s=_stats(np.array([p.makespan_s for p in rollups], dtype=np.float64)),
         session_makespan_s=_stats(session_makespans),
     )
-
-
-def parse_counters(
-    text: str,
-    names: Sequence[str] = CACHE_METRICS,
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, float]:
-    """Counter values from a Prometheus `/metrics` text, summed over label sets (one series per engine).
-
-    A name in `labels` (name → label) is kept per value of that label instead, under the key
-    `name{label="value"}` (e.g. vLLM's accepted tokens per draft position), summed over its other labels.
-    """
-    wanted = set(names)
-    per_label = labels or {}
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, rest = line.partition(" ") if "{" not in line else line.rpartition("}")
-        name, _, label_text = head.partition("{")
-        if name not in wanted:
-            continue
-        fields = rest.split()
-        try:
-            value = float(fields[0])
-        except (IndexError, ValueError):
-            continue
-        key = name
-        if name in per_label:
-            label = per_label[name]
-            found = next((v for k, v in _LABEL.findall(label_text) if k == label), None)
-            if found is None:
-                continue
-            key = f'{name}{{{label}="{found}"}}'
-        values[key] = values.get(key, 0.0) + value
-    return values
-
-
-_LABEL: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 # ---------------------------------------------------------------------------------------------

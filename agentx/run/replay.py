@@ -22,16 +22,17 @@ from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, RunResult, o
 from agentx.replayer.play import PreparedTrace
 from agentx.replayer.records import RequestRecord, read_records
 from agentx.replayer.run_folder import RUN_FILE
-from agentx.replayer.workers import run_workers
-from agentx.results.acceptance import METRIC_LABELS, METRIC_NAMES, run_acceptance
-from agentx.results.folders import RunFile
-from agentx.results.summary import (
+from agentx.replayer.server_metrics import (
     CACHE_METRICS,
+    METRIC_LABELS,
     ServerMetrics,
-    Summary,
     parse_counters,
-    summarize,
 )
+from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
+from agentx.replayer.workers import run_workers
+from agentx.results.acceptance import run_acceptance
+from agentx.results.folders import RunFile
+from agentx.results.summary import Summary, summarize
 from agentx.results.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
