@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from agentx.cli import main
+from agentx.cli.summary_tables import summary_table
 from agentx.replayer.engine import ReplayOptions, run_replay
 from agentx.replayer.records import read_records
 from agentx.replayer.server_metrics import METRIC_LABELS, parse_counters
@@ -24,7 +25,6 @@ from agentx.results.acceptance import (
     stream_acceptance,
     table_stream_acceptance,
 )
-from agentx.results.summary import summary_table
 from agentx.results.validity import ACCEPTANCE_MISMATCH, validity
 from agentx.run.replay import ReplayResult, replay
 from agentx.sim.process import SimServer

@@ -134,3 +134,19 @@ def test_no_import_cycle() -> None:
 )
 def test_the_cycle_finder_finds_cycles(graph: dict[str, set[str]], cyclic: bool) -> None:
     assert (_cycle(graph) is not None) is cyclic
+
+
+def _imports_package(path: Path, package: str) -> bool:
+    """Whether `path` imports `package` (or a module of it), at any depth of its code."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == package for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == package:
+            return True
+    return False
+
+
+def test_only_the_cli_draws_for_the_terminal() -> None:
+    """rich is the terminal's: results/ and the floors below compute, cli/ presents (README, "Layout")."""
+    drawing = [_module_name(path) for path in sorted(PACKAGE.rglob("*.py")) if _imports_package(path, "rich")]
+    assert [module for module in drawing if _package(module) != "cli"] == []

@@ -17,8 +17,9 @@ from rich.console import Console
 from test_sweep import run_small_sweep
 
 from agentx.cli import main
+from agentx.cli.report_tables import MISSING, report_markdown, report_tables
 from agentx.replayer.run_folder import RUN_FILE
-from agentx.results.report import MISSING, ReportOptions, build_report, load_series, report_markdown, report_tables
+from agentx.results.report import ReportOptions, build_report, load_series
 
 SIM = f"agentx-sim {package_version('agentx')}"
 """How the simulator's runs name their engine."""

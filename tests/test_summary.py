@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from rich.console import Console
 from strategies import record_identity
 
+from agentx.cli.summary_tables import summary_table
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
-from agentx.results.summary import Slowdown, Summary, percentile, summarize, summary_table
+from agentx.results.summary import Slowdown, Summary, percentile, summarize
 
 MS = 1_000_000
 S = 1_000_000_000

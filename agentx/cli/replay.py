@@ -129,12 +129,12 @@ def replay(
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130).
     """
+    from agentx.cli.summary_tables import summary_table
     from agentx.cli.tables import ReplayProgress, planned_requests
     from agentx.replayer.calibrate import CalibrationError
     from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
     from agentx.replayer.engine import ReplayOptions, WarmupFailed
     from agentx.replayer.run_folder import RUN_FILE
-    from agentx.results.summary import summary_table
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 

@@ -101,16 +101,10 @@ def report_command(
     interactivity target with $/M and the operating point, what serving costs per price tier, best TTFT and TPOT,
     peak throughput, every level. Reads run.json and records.arrow only, so any run directory works.
     """
+    from agentx.cli.report_tables import report_markdown, report_tables
     from agentx.results.cost import TIERS, load_price_table
     from agentx.results.frontier import FrontierOptions
-    from agentx.results.report import (
-        ReportOptions,
-        build_report,
-        load_series,
-        report_json,
-        report_markdown,
-        report_tables,
-    )
+    from agentx.results.report import ReportOptions, build_report, load_series, report_json
 
     if as_json and markdown:
         fail("pass --json or --markdown, not both: each prints the whole report")

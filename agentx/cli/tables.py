@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agentx.results.acceptance import acceptance_table
+from agentx.cli.summary_tables import acceptance_table
 from agentx.trace.stats import Distribution, TraceStats
 
 if TYPE_CHECKING:

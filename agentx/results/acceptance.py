@@ -42,7 +42,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from rich.table import Table
 
 from agentx.replayer.server_metrics import (
     ATOM_ACCEPTANCE_RATE,
@@ -424,45 +423,3 @@ def run_acceptance(
     )
     stream = table_stream_acceptance(records, stream_interval=stream_interval, group_bursts=speculates)
     return acceptance(counters=counters, stream=stream, forced_al=forced_al, spec_k=spec_k, tolerance=tolerance)
-
-
-# ---------------------------------------------------------------------------------------------
-# terminal table
-
-
-def _number(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def acceptance_table(result: Acceptance) -> Table:
-    """The acceptance as a rich table; a mismatch is in its title, in red."""
-    if result.mismatch:
-        title = "[bold red]speculative acceptance: MISMATCH — " + "; ".join(result.mismatch_reasons) + "[/]"
-    else:
-        title = "speculative acceptance"
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
-    forced = "none" if result.forced_al is None else f"{result.forced_al:g}"
-    k = "–" if result.spec_k is None else str(result.spec_k)
-    table.add_row("forced AL · K · tolerance", f"{forced} · {k} · ±{result.tolerance:g}")
-    source = f" ({result.realized_source})" if result.realized_source else ""
-    table.add_row("realized AL", _number(result.realized_al) + source)
-    c = result.counters
-    if c is not None:
-        window = "Δ over the run" if c.window == "run" else "server gauge"
-        table.add_row(f"counters ({c.engine}, {window}) AL", _number(c.acceptance_length))
-        table.add_row("draft acceptance rate", _number(c.draft_acceptance_rate))
-        if c.per_position_rates:
-            table.add_row("acceptance by position", " ".join(f"{rate:.2f}" for rate in c.per_position_rates))
-        if c.draft_tokens_per_step is not None:
-            table.add_row("draft tokens per step (K)", _number(c.draft_tokens_per_step, 2))
-    s = result.stream
-    if s is not None:
-        table.add_row(
-            f"stream tokens/step (interval {s.stream_interval}"
-            + (", steps told apart by gaps" if s.grouped_by_gap else "")
-            + ")",
-            f"{s.tokens_per_step:.3f} over {s.chunks:,} chunks of {s.requests:,} requests",
-        )
-    return table

@@ -1,0 +1,194 @@
+"""A report (agentx.results.report) as tables: rich for the terminal, Markdown for `agentx report --markdown`.
+
+Both come from one list of (title, header, rows) of text (`report_sections`), so they always agree.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from agentx.results.cost import Cost
+from agentx.results.report import Report, SeriesReport, TargetRow
+
+MISSING = "—"
+"""How a value that does not exist (outside the front, no price) is shown."""
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"${value:,.3f}" if value < 10 else f"${value:,.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 1000:,.1f}"
+
+
+def _at(between: tuple[str, str] | None) -> str:
+    if between is None:
+        return MISSING
+    return between[0] if between[0] == between[1] else f"{between[0]}–{between[1]}"
+
+
+def _name(s: SeriesReport) -> str:
+    parts = [s.label] + [part for part in (s.engine, s.model) if part] + ([s.gpu_sku.upper()] if s.gpu_sku else [])
+    return " · ".join(parts)
+
+
+def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Each table as (title, header, rows) of text: the one source of the rich and the Markdown forms."""
+    stat, basis = report.statistic, report.basis
+    sections: list[tuple[str, list[str], list[list[str]]]] = []
+    header = ["tok/s/user"]
+    for s in report.series:
+        header += [f"{_name(s)}: tok/s/GPU", f"$/M ({report.tier})", "at"]
+    rows = []
+    for i, target in enumerate(report.series[0].targets if report.series else []):
+        row = [_n(target.target_tps, 0)]
+        for s in report.series:
+            t = s.targets[i]
+            row += [_n(_basis(t, basis)), _usd(_basis_cost(t.cost, basis)), _at(t.between)]
+        rows.append(row)
+    sections.append((f"throughput at every interactivity target ({basis} tokens, {stat} ITL)", header, rows))
+
+    header = (
+        ["tier", "$/GPU/hr"]
+        + [f"{s.label}: $/M total" for s in report.series]
+        + [f"{s.label}: $/M output" for s in report.series]
+        + ["source"]
+    )
+    tiers: list[str] = []
+    for s in report.series:
+        tiers += [c.tier for c in s.costs_at_target if c.tier not in tiers]
+    rows = []
+    for tier in tiers:
+        found = [next((c for c in s.costs_at_target if c.tier == tier), None) for s in report.series]
+        first = next((c for c in found if c is not None), None)
+        price = first.usd_per_gpu_hour if first else None
+        source = ", ".join(part for part in (first.what, first.date) if part) if first else ""
+        rows.append(
+            [tier, _usd(price)]
+            + [_usd(c.total_usd_per_m if c else None) for c in found]
+            + [_usd(c.output_usd_per_m if c else None) for c in found]
+            + [source]
+        )
+    sections.append((f"what serving actually costs at {report.target_tps:g} tok/s/user", header, rows))
+
+    header = [
+        "series",
+        "best TTFT p50 (ms)",
+        "at",
+        "best TPOT p50 (ms)",
+        "at",
+        "peak tok/s/GPU",
+        "at",
+        "peak output tok/s/GPU",
+        "at",
+    ]
+    rows = []
+    for s in report.series:
+        rows.append(
+            [
+                _name(s) + ("" if s.gpus_known else " (GPUs unknown: per server)"),
+                _ms(s.best_ttft_s.value if s.best_ttft_s else None),
+                s.best_ttft_s.label if s.best_ttft_s else MISSING,
+                _ms(s.best_tpot_s.value if s.best_tpot_s else None),
+                s.best_tpot_s.label if s.best_tpot_s else MISSING,
+                _n(s.peak_total_tps_per_gpu.value if s.peak_total_tps_per_gpu else None),
+                s.peak_total_tps_per_gpu.label if s.peak_total_tps_per_gpu else MISSING,
+                _n(s.peak_output_tps_per_gpu.value if s.peak_output_tps_per_gpu else None),
+                s.peak_output_tps_per_gpu.label if s.peak_output_tps_per_gpu else MISSING,
+            ]
+        )
+    sections.append(("best latency and peak throughput across levels", header, rows))
+
+    for s in report.series:
+        header = [
+            "level",
+            "status",
+            "requests",
+            f"tok/s/user ({stat})",
+            "tok/s/GPU total",
+            "output",
+            "input",
+            "TTFT p50 (ms)",
+            "TPOT p50 (ms)",
+            "front",
+        ]
+        rows = [
+            [
+                r.label,
+                r.status,
+                f"{r.requests:,}",
+                _n(r.interactivity_tps),
+                _n(r.total_tps_per_gpu),
+                _n(r.output_tps_per_gpu),
+                _n(r.input_tps_per_gpu),
+                _ms(r.ttft_p50_s),
+                _ms(r.tpot_p50_s),
+                "✓" if r.on_front else "",
+            ]
+            for r in s.levels
+        ]
+        sections.append((f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header, rows))
+        errors = [[r.label, r.error] for r in s.levels if r.error is not None]
+        if errors:
+            sections.append((f"failed levels of {s.label}", ["level", "error"], errors))
+        if s.energy_at_target is not None:
+            e = s.energy_at_target
+            sections.append(
+                (
+                    f"energy of {s.label} at {report.target_tps:g} tok/s/user ({e.kw_per_gpu:g} kW per GPU)",
+                    ["J/token", "J/output token", "tok/s per MW", "output tok/s per MW"],
+                    [
+                        [
+                            _n(e.joules_per_token, 3),
+                            _n(e.joules_per_output_token, 3),
+                            _n(e.total_tps_per_mw, 0),
+                            _n(e.output_tps_per_mw, 0),
+                        ]
+                    ],
+                )
+            )
+    return sections
+
+
+def _basis(target: TargetRow, basis: str) -> float | None:
+    if basis == "output":
+        return target.output_tps_per_gpu
+    return target.input_tps_per_gpu if basis == "input" else target.total_tps_per_gpu
+
+
+def _basis_cost(found: Cost | None, basis: str) -> float | None:
+    if found is None:
+        return None
+    if basis == "output":
+        return found.output_usd_per_m
+    return found.input_usd_per_m if basis == "input" else found.total_usd_per_m
+
+
+def report_tables(report: Report) -> list[Table]:
+    """The report as rich tables."""
+    tables = []
+    for title, header, rows in report_sections(report):
+        table = Table(title=title, title_justify="left")
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def report_markdown(report: Report) -> str:
+    """The report as Markdown tables."""
+    lines: list[str] = []
+    for title, header, rows in report_sections(report):
+        lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        lines.append("")
+    return "\n".join(lines)
