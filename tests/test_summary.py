@@ -1,4 +1,4 @@
-"""The run summary (agentx/results/summary.py) against hand-computed InferenceX aggregates."""
+"""The run summary (agentx/results/summary.py and the modules it uses) against hand-computed InferenceX aggregates."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from agentx.cli.summary_tables import summary_table
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
-from agentx.results.summary import Slowdown, Summary, percentile, summarize
+from agentx.results.stats import percentile
+from agentx.results.summary import summarize
+from agentx.results.summary_model import Slowdown, Summary
 
 MS = 1_000_000
 S = 1_000_000_000

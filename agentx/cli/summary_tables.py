@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from agentx.results.acceptance import Acceptance
-from agentx.results.summary import Summary
+from agentx.results.summary_model import Summary
 from agentx.results.validity import DISPATCH_LAG_MAX_P99_S
 
 

@@ -41,7 +41,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentx.replayer.server_metrics import (
     ATOM_ACCEPTANCE_RATE,
@@ -62,6 +61,7 @@ from agentx.replayer.server_metrics import (
     counter_delta,
     labelled,
 )
+from agentx.results.columns import equals, flat_lists
 
 BURST_GAP_SHARE: Final = 0.25
 """One-token events of a request closer than this share of its long gaps (the 95th percentile of its gaps:
@@ -286,13 +286,6 @@ def _stream(
     )
 
 
-def _mask(table: pa.Table, name: str, value: object, *, missing: bool) -> npt.NDArray[np.bool_]:
-    if name not in table.schema.names:
-        return np.full(table.num_rows, missing, dtype=bool)
-    mask = pc.fill_null(pc.equal(table.column(name), value), False)
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-
-
 def table_stream_acceptance(
     records: pa.Table, *, stream_interval: int = 1, group_bursts: bool = False
 ) -> StreamAcceptance | None:
@@ -302,32 +295,23 @@ def table_stream_acceptance(
     size otherwise. (Without speculation, events are steps: gaps would only mislead, e.g. reads merged.)"""
     if records.num_rows == 0 or "chunk_tokens" not in records.schema.names:
         return None
-    kept = ~_mask(records, "phase", "warmup", missing=False) & _mask(records, "status", "ok", missing=True)
-    estimated = _mask(records, "tokens_estimated", True, missing=False)
+    kept = ~equals(records, "phase", "warmup", missing=False) & equals(records, "status", "ok", missing=True)
+    estimated = equals(records, "tokens_estimated", True, missing=False)
     rows = records.filter(pa.array(kept & ~estimated))
     if not rows.num_rows:
         return None
-    tokens, offsets = _flat_lists(rows.column("chunk_tokens"))
+    tokens, offsets = flat_lists(rows.column("chunk_tokens"))
     found = _middles(tokens, offsets, stream_interval, int((kept & estimated).sum()))
     if found is None or not group_bursts or "chunk_times_ns" not in rows.schema.names:
         return found
     if found.tokens_per_chunk.get(1, 0) < ONE_TOKEN_SHARE * found.chunks:
         return found
-    times, _ = _flat_lists(rows.column("chunk_times_ns"))
+    times, _ = flat_lists(rows.column("chunk_times_ns"))
     step_tokens, step_offsets = _steps_by_gap(tokens, times, offsets)
     grouped = _middles(step_tokens, step_offsets, stream_interval, found.estimated_requests)
     if grouped is not None:
         grouped.grouped_by_gap = True
     return grouped
-
-
-def _flat_lists(column: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """A list column's values, flat, and the offsets of each row's list into them."""
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(column), 0).to_numpy(), dtype=np.int64)
-    values = np.asarray(pc.list_flatten(column).to_numpy(), dtype=np.int64)
-    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return values, offsets
 
 
 def _middles(

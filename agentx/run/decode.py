@@ -31,7 +31,7 @@ from agentx.results.acceptance import (
     counter_acceptance,
     stream_acceptance,
 )
-from agentx.results.summary import percentile
+from agentx.results.stats import percentile
 from agentx.run.replay import scrape_counters
 
 _log = logging.getLogger(__name__)

@@ -1,0 +1,88 @@
+"""Statistics over a population, with the InferenceX conventions.
+
+Percentiles use linear interpolation at `k = (n − 1)·p/100` (`percentile`); std is the population standard
+deviation. Latency statistics drop non-finite and ≤ 0 values first (`positive`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
+"""InferenceX reports p50…p95; p99 is ours."""
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """One quantity over a population; `None` replaces a `Stats` whose population is empty."""
+
+    count: int
+    mean: float
+    p50: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+    """Population standard deviation (`statistics.pstdev`)."""
+    min: float
+    max: float
+
+
+def percentiles_sorted(data: FloatArray, ps: Sequence[float]) -> list[float]:
+    """The `ps` percentiles of `data`, sorted ascending and not empty (see `percentile`)."""
+    # InferenceX: k = (n−1)p/100, f = floor(k), v[f] + (k−f)(v[f+1] − v[f]); at the top f+1 is past the end.
+    n = data.size
+    result: list[float] = []
+    for p in ps:
+        k = (n - 1) * p / 100.0
+        f = math.floor(k)
+        c = min(f + 1, n - 1)
+        result.append(float(data[f] + (k - f) * (data[c] - data[f])))
+    return result
+
+
+def percentile(values: Sequence[float] | FloatArray, p: float) -> float:
+    """The `p`-th percentile (0 ≤ p ≤ 100) by linear interpolation, exactly as InferenceX computes it.
+
+    Sort, `k = (n − 1)·p/100`, `f = ⌊k⌋`, value `v[f] + (k − f)(v[f+1] − v[f])`. Raises `ValueError` on an
+    empty input or `p` outside [0, 100].
+    """
+    if not 0.0 <= p <= 100.0:
+        raise ValueError(f"percentile {p} outside [0, 100]")
+    data = np.sort(np.asarray(values, dtype=np.float64))
+    if data.size == 0:
+        raise ValueError("percentile of no values")
+    return percentiles_sorted(data, [p])[0]
+
+
+def stats(values: FloatArray) -> Stats | None:
+    """`Stats` of `values` (taken as they are: filter first); None when there are none."""
+    if values.size == 0:
+        return None
+    data = np.sort(values)
+    p50, p75, p90, p95, p99 = percentiles_sorted(data, PERCENTILES)
+    return Stats(
+        count=int(data.size),
+        mean=float(data.mean()),
+        p50=p50,
+        p75=p75,
+        p90=p90,
+        p95=p95,
+        p99=p99,
+        std=float(data.std()),  # ddof=0: pstdev
+        min=float(data[0]),
+        max=float(data[-1]),
+    )
+
+
+def positive(values: FloatArray) -> FloatArray:
+    """The finite values > 0: InferenceX drops the others before every latency statistic."""
+    return values[np.isfinite(values) & (values > 0)]

@@ -1,0 +1,150 @@
+"""The summary of a run, as structs: what `summarize` (agentx.results.summary) computes and run.json holds.
+
+Every figure that needs a population or an optional column is `None` when the run has none (see the fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentx.results.acceptance import Acceptance
+from agentx.results.stats import Stats
+from agentx.results.validity import Validity
+
+
+class Interactivity(msgspec.Struct, kw_only=True):
+    """Tokens/s per user: 1/ITL at each ITL statistic (so `p90` is 1/(p90 ITL)), std of per-request 1/ITL."""
+
+    mean: float
+    p50: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    rows: int
+    """Every record in the table, warmup included."""
+    kept: int
+    """Profiling requests without error: the population of the latency and throughput metrics."""
+    profiling: int
+    errors: int
+    """Profiling requests that failed, cancellations excluded."""
+    errors_by_kind: dict[str, int]
+    cancelled: int
+    """Profiling requests cancelled (run end or Ctrl-C); not counted in `errors`."""
+    warmup_excluded: int
+    """Warmup-phase records (any status), left out of every metric."""
+
+
+class Latency(msgspec.Struct, kw_only=True):
+    ttft_s: Stats | None
+    e2e_s: Stats | None
+    itl_s: Stats | None
+    interactivity_tps: Interactivity | None
+    chunk_itl_s: Stats | None
+    """Gaps between consecutive content chunks of a request (zero gaps kept: chunks read together)."""
+    chunk_tokens: Stats | None
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    duration_s: float
+    """Max end − min sent over the kept records."""
+    input_tokens: int
+    output_tokens: int
+    input_tps: float
+    output_tps: float
+    total_tps: float
+    requests_per_s: float
+    num_gpus: int | None = None
+    input_tps_per_gpu: float | None = None
+    output_tps_per_gpu: float | None = None
+    total_tps_per_gpu: float | None = None
+
+
+class Cache(msgspec.Struct, kw_only=True):
+    usage_hit_rate: float | None
+    """Σ cached tokens / Σ ISL over the kept requests whose usage reported cached tokens."""
+    usage_cached_tokens: int
+    usage_reported_requests: int
+    server_hit_rate: float | None
+    """Δ`prefix_cache_hits` / Δ`prefix_cache_queries` of the server (vLLM), when metrics were given."""
+    theoretical_hit_rate: float | None
+    """Σ hit blocks / Σ blocks of the trace's infinite causal cache, over kept requests that carry them."""
+
+
+class DispatchLag(msgspec.Struct, kw_only=True):
+    """How late the client sent requests (sent − scheduled) over the profiling phase: the client's fidelity."""
+
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+class LoopLag(msgspec.Struct, kw_only=True):
+    """How late the client's event loop woke a 100 ms timer (`RunResult.loop_lag_s`): its fidelity."""
+
+    samples: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+class Slowdown(msgspec.Struct, kw_only=True):
+    """The replay's server times over the trace's recorded ones (> 1: slower than recorded); None when unknown."""
+
+    requests: Stats | None = None
+    """Per kept request with a recorded api_time > 0: (end − sent) / `api_time_recorded_s`."""
+    sessions: Stats | None = None
+    """Per (play, session): Σ observed / Σ recorded over those requests."""
+    plays: Stats | None = None
+    """Per play (one session tree): Σ observed / Σ recorded over those requests."""
+    ttft: Stats | None = None
+    """Per kept request with a recorded TTFT > 0: `ttft_s` / `ttft_recorded_s`."""
+
+
+class PlayRollup(msgspec.Struct, kw_only=True):
+    """One play (one replay of a session tree); times over all its records, warmup and errors included."""
+
+    play: int
+    lane: int
+    root_session_id: str
+    sessions: int
+    requests: int
+    errors: int
+    makespan_s: float
+    """Last end − first sent of the play's requests."""
+    slowdown: float | None = None
+    """Σ (end − sent) / Σ recorded api_time over the play's kept requests with a recorded api_time > 0."""
+
+
+class Rollups(msgspec.Struct, kw_only=True):
+    plays: list[PlayRollup]
+    play_makespan_s: Stats | None
+    session_makespan_s: Stats | None
+    """Per (play, session): last end − first sent of that session's requests."""
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    run_id: str | None
+    counts: Counts
+    latency: Latency
+    throughput: Throughput | None
+    cache: Cache
+    dispatch_lag: DispatchLag | None
+    loop_lag: LoopLag | None = None
+    """Event-loop lag samples of the run, when the caller passed them (`summarize(..., loop_lag_s=...)`)."""
+    rollups: Rollups
+    slowdown: Slowdown = msgspec.field(default_factory=Slowdown)
+    stream_usage: str | None = None
+    """What the run's request bodies asked for in `stream_options` ("continuous", "final", "none"), when known."""
+    calibration: dict[str, Any] | None = None
+    """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
+    validity: Validity | None = None
+    """Whether the run is a valid AgentX submission, and why not (agentx.results.validity), when known."""
+    acceptance: Acceptance | None = None
+    """Forced and realized speculative acceptance (agentx.results.acceptance), when forced or seen on the server."""
