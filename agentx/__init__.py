@@ -10,7 +10,11 @@ Traces:
 and the model they use: Trace, Session, Agent, Request; TraceError for unusable input.
 
 Replaying:
-    await replay(trace, ReplayOptions(url=..., model=..., out_dir=..., concurrency=N)) -> ReplayResult
+    await replay(trace, ReplayOptions(server=Server(url=..., model=...), out_dir=..., load=AgentxLoad(concurrency=N)))
+        -> ReplayResult
+The options are parts: Server, Connection, the load (AgentxLoad, ClosedLoad, TraceLoad, RateLoad), Scenario,
+Speculative, Runtime (`Runtime(quiet_gc=True, fast_thread_switch=True)` lets the run change process-wide settings,
+as the CLI does; off for a library caller).
     replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
     stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
@@ -25,7 +29,7 @@ Per-level settings (forced AL/K, extra body) as `SweepOptions.level_settings = {
 `agentx report OUT` turns a sweep into the frontier, $/M and plots (docs/results.md).
 
 Decode-only speed (tokens/s per user with prefill excluded, beside the realized speculative acceptance):
-    await decode(DecodeOptions(url=..., model=..., isl_tokens=1, osl_tokens=1000, repetitions=5)) -> DecodeResult
+    await decode(DecodeOptions(server=Server(url=..., model=...), osl_tokens=1000, repetitions=5)) -> DecodeResult
     decode_sync(options) for code without an event loop.
 
 Results:
@@ -50,10 +54,23 @@ Errors: one tree, each message one paragraph naming the place (the command line 
 """
 
 from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-from agentx.replayer.engine import ReplayOptions, RunResult
+from agentx.replayer.engine import RunResult
+from agentx.replayer.options import (
+    AgentxLoad,
+    ClosedLoad,
+    Connection,
+    DecodeOptions,
+    RateLoad,
+    ReplayOptions,
+    Runtime,
+    Scenario,
+    Server,
+    Speculative,
+    TraceLoad,
+)
 from agentx.replayer.records import RequestRecord, read_records
 from agentx.results.summary import Summary, summarize
-from agentx.run.decode import DecodeOptions, DecodeResult, decode, decode_sync
+from agentx.run.decode import DecodeResult, decode, decode_sync
 from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
 from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
 from agentx.sim.engine import EngineConfig
@@ -73,7 +90,10 @@ from agentx.trace.validate import validate
 __all__ = [
     "Agent",
     "AgentxError",
+    "AgentxLoad",
+    "ClosedLoad",
     "ConfigError",
+    "Connection",
     "DecodeOptions",
     "DecodeResult",
     "EngineConfig",
@@ -84,6 +104,7 @@ __all__ = [
     "FromLogsOptions",
     "LevelSettings",
     "Provenance",
+    "RateLoad",
     "ReplayOptions",
     "ReplayResult",
     "ReplayStream",
@@ -91,14 +112,19 @@ __all__ = [
     "RequestRecord",
     "RunError",
     "RunResult",
+    "Runtime",
+    "Scenario",
+    "Server",
     "ServerError",
     "Session",
     "SimServer",
+    "Speculative",
     "Summary",
     "SweepOptions",
     "SweepResult",
     "Trace",
     "TraceError",
+    "TraceLoad",
     "TraceStats",
     "compare",
     "decode",

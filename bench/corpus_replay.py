@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import _corpus  # a sibling script, not a package
 
 from agentx.replayer import engine
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
@@ -44,13 +45,11 @@ def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop
     try:
         with SimServer(time_scale=scale, block_size=trace.block_size) as sim, tempfile.TemporaryDirectory() as out:
             options = ReplayOptions(
-                url=sim.url,
-                model=sim.model,
-                out_dir=out,
-                concurrency=lanes,
-                duration_s=duration_s,
-                delay_scale=scale,
-                grace_s=1.0,
+                server=Server(url=sim.url, model=sim.model),
+                out_dir=Path(out),
+                load=AgentxLoad(concurrency=lanes),
+                scenario=Scenario(duration_s=duration_s, delay_scale=scale),
+                runtime=Runtime(grace_s=1.0),
             )
             result = asyncio.run(run_replay(trace, options))
             records = [r for r in to_records(read_records(result.records_path)) if r.phase == "profiling"]

@@ -47,6 +47,8 @@ from typing import Any, cast
 
 import msgspec
 
+from agentx.replayer.options import ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise, _priority, _rss_mb
@@ -242,7 +244,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
     imported_ns = time.perf_counter_ns()
     import pyarrow.compute as pc
 
-    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.engine import run_replay
     from agentx.replayer.records import read_records, run_info
     from agentx.trace.model import Agent, Request, Session, Trace
 
@@ -284,15 +286,11 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
         loop.call_later(warmup_s, snapshot, "a")
         loop.call_later(duration_s, snapshot, "b")
         options = ReplayOptions(
-            mode="closed",
-            url=f"http://{HOST}:{spec['port']}",
-            model=MODEL,
+            server=Server(url=f"http://{HOST}:{spec['port']}", model=MODEL),
             out_dir=spec["out_dir"],
-            concurrency=setup.streams,
-            duration_s=duration_s,
-            grace_s=setup.e2e_s * 3 + 5,
-            delay_scale=0.0,
-            ramp_s=setup.ramp_s,
+            load=ClosedLoad(concurrency=setup.streams, ramp_s=setup.ramp_s),
+            scenario=Scenario(duration_s=duration_s, delay_scale=0.0),
+            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5),
         )
         return await run_replay(trace, options, on_record=see_record)
 
@@ -405,7 +403,7 @@ BLOCK_C = 16
 
 
 def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
-    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.engine import run_replay
     from agentx.replayer.records import read_records, run_info
     from agentx.trace.model import Agent, Request, Session, Trace
 
@@ -443,15 +441,11 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
 
     async def main() -> Any:
         options = ReplayOptions(
-            mode="rate",
-            rate=setup.rate,
-            burstiness=1.0,
-            seed=spec["seed"],
-            sessions=setup.requests,
-            url=f"http://{HOST}:{spec['port']}",
-            model=MODEL,
+            server=Server(url=f"http://{HOST}:{spec['port']}", model=MODEL),
             out_dir=spec["out_dir"],
-            grace_s=setup.e2e_s * 3 + 5,
+            load=RateLoad(rate=setup.rate, burstiness=1.0),
+            scenario=Scenario(seed=spec["seed"], sessions=setup.requests),
+            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5),
         )
         return await run_replay(trace, options, on_record=see_record)
 

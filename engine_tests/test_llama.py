@@ -16,11 +16,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from llama import LlamaServer, model_path
 
-from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server, Speculative
 from agentx.replayer.records import read_records, to_records
 from agentx.replayer.run_folder import RUN_FILE
 from agentx.replayer.server_metrics import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS, parse_counters
@@ -81,9 +82,23 @@ def tiny_trace(sessions: int = 2, turns: int = 4, out: int = 6) -> Trace:
     return Trace(sessions=built, block_size=BLOCK)
 
 
-def _replay(server: LlamaServer, out_dir: Path, trace: Trace, **fields: object) -> ReplayResult:
-    settings: dict[str, object] = {"mode": "closed", "delay_scale": 0.0, "concurrency": 1, **fields}
-    options = ReplayOptions(url=server.url, model=server.model, out_dir=out_dir, **settings)  # type: ignore[arg-type]
+def _replay(
+    server: LlamaServer,
+    out_dir: Path,
+    trace: Trace,
+    *,
+    concurrency: int = 1,
+    api: Literal["completions", "chat"] = "completions",
+    seed: int = 0,
+    speculative: Speculative | None = None,
+) -> ReplayResult:
+    options = ReplayOptions(
+        server=Server(url=server.url, model=server.model, api=api),
+        out_dir=out_dir,
+        load=ClosedLoad(concurrency=concurrency),
+        scenario=Scenario(delay_scale=0.0, seed=seed),
+        speculative=speculative or Speculative(),
+    )
     return asyncio.run(replay(trace, options))
 
 
@@ -140,7 +155,7 @@ def test_prefix_reuse_is_real(llama: LlamaServer, tmp_path: Path) -> None:
 def test_synthetic_acceptance_is_measured_both_ways(llama_spec: LlamaServer, tmp_path: Path) -> None:
     trace = tiny_trace(sessions=2, turns=4, out=48)
     before = _scrape(llama_spec)
-    result = _replay(llama_spec, tmp_path, trace, spec_al=SPEC_AL, spec_k=SPEC_K, spec_al_tolerance=0.25)
+    result = _replay(llama_spec, tmp_path, trace, speculative=Speculative(al=SPEC_AL, k=SPEC_K, al_tolerance=0.25))
     after = _scrape(llama_spec)
     assert result.run.errors == 0
     found = result.summary.acceptance

@@ -56,15 +56,12 @@ def main() -> None:
             parser.error("--model is required with --url")
         out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agentx-")))
         options = agentx.ReplayOptions(
-            # Every turn from the start of each session; the default mode, "agentx", resumes each lane
-            # mid-session at its t* after a warmup, as the AgentX benchmark does.
-            mode="closed",
-            url=url,
-            model=model,
+            server=agentx.Server(url=url, model=model),
             out_dir=out,
-            concurrency=args.concurrency,
-            sessions=args.sessions,
-            delay_scale=args.delay_scale,
+            # Every turn from the start of each session; the default load, AgentxLoad, resumes each lane
+            # mid-session at its t* after a warmup, as the AgentX benchmark does.
+            load=agentx.ClosedLoad(concurrency=args.concurrency),
+            scenario=agentx.Scenario(sessions=args.sessions, delay_scale=args.delay_scale),
         )
         result = asyncio.run(run(trace, options))
     if result is None:

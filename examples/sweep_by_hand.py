@@ -45,15 +45,12 @@ def main() -> None:
                     server.enter_context(sim)
                     url, model = sim.url, sim.model
                 options = agentx.ReplayOptions(
-                    # Every turn from the start of each session; the default mode, "agentx", resumes each lane
-                    # mid-session at its t* after a warmup, as the AgentX benchmark does.
-                    mode="closed",
-                    url=url,
-                    model=model,
+                    server=agentx.Server(url=url, model=model),
                     out_dir=out / f"c{level}",
-                    concurrency=level,
-                    sessions=args.sessions,
-                    delay_scale=args.delay_scale,
+                    # Every turn from the start of each session; the default load, AgentxLoad, resumes each lane
+                    # mid-session at its t* after a warmup, as the AgentX benchmark does.
+                    load=agentx.ClosedLoad(concurrency=level),
+                    scenario=agentx.Scenario(sessions=args.sessions, delay_scale=args.delay_scale),
                 )
                 summary = agentx.replay_sync(trace, options).summary
             output_tps = summary.throughput.output_tps if summary.throughput else 0.0

@@ -11,11 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from flat import replay_options
 from rich.console import Console
 
 from agentx.cli import main
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.options import Speculative
 from agentx.replayer.records import read_records
 from agentx.replayer.server_metrics import METRIC_LABELS, parse_counters
 from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
@@ -59,7 +60,7 @@ def _trace(requests: int = 6, out_tokens: int = 700) -> Trace:
 
 def _replay(sim: SimServer, out_dir: Path, trace: Trace | None = None, **fields: object) -> ReplayResult:
     settings: dict[str, object] = {"mode": "closed", "delay_scale": 0.0, "concurrency": 2, **fields}
-    options = ReplayOptions(url=sim.url, model=sim.model, out_dir=out_dir, **settings)  # type: ignore[arg-type]
+    options = replay_options(url=sim.url, model=sim.model, out_dir=out_dir, **settings)
     return asyncio.run(replay(trace or _trace(), options))
 
 
@@ -289,9 +290,12 @@ def test_one_token_bursts_are_grouped_into_steps_by_arrival_gap() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--spec-al", "5", "--spec-k", "3"], "--spec-al 5.0 is outside [1, K+1] = [1, 4] for --spec-k 3"),
-        (["--spec-al", "0.5"], "--spec-al must be at least 1, got 0.5"),
-        (["--spec-k", "0"], "--spec-k must be at least 1"),
+        (["--spec-al", "5", "--spec-k", "3"], "must be [1, K+1] = [1, 4] for K=3, got 5.0"),
+        (
+            ["--spec-al", "0.5"],
+            "--spec-al/--spec-k: the acceptance length (bonus token included) must be at least 1, got 0.5",
+        ),
+        (["--spec-k", "0"], "'--spec-k': 0 is not in the range x>=1"),
         (["--spec-golden", "kimi-k3"], "--spec-golden needs --spec-k K"),
         (["--spec-golden", "no-such-model", "--spec-k", "3"], "no golden AL for model 'no-such-model'"),
         (["--spec-golden", "kimi-k3", "--spec-al", "3", "--spec-k", "3"], "not both"),
@@ -327,6 +331,5 @@ def test_spec_golden_resolves_the_published_al(tmp_path: Path) -> None:
 
 
 def test_replay_options_refuse_an_al_outside_its_range(tmp_path: Path) -> None:
-    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, spec_al=4.5, spec_k=3)
-    with pytest.raises(ValueError, match=r"spec_al .* must be \[1, K\+1\] = \[1, 4\] for K=3, got 4.5"):
-        asyncio.run(run_replay(_trace(), options))
+    with pytest.raises(ValueError, match=r"must be \[1, K\+1\] = \[1, 4\] for K=3, got 4.5"):
+        Speculative(al=4.5, k=3)  # refused as it is made, before any run

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from flat import replay_options
 
-from agentx.replayer.engine import ReplayOptions, RunResult, WarmupFailed, run_replay
+from agentx.replayer.engine import RunResult, WarmupFailed, run_replay
+from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, to_records
 from agentx.replayer.tstar import snapshot, t_star
@@ -58,19 +60,21 @@ def _run(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestR
 def _options(sim: SimServer, out_dir: Path, **fields: object) -> ReplayOptions:
     base: dict[str, object] = {"delay_scale": 0.02, "grace_s": 5.0, "seed": 3}
     base.update(fields)
-    return ReplayOptions(url=sim.url, model=sim.model, out_dir=out_dir, **base)  # type: ignore[arg-type]
+    return replay_options(url=sim.url, model=sim.model, out_dir=out_dir, **base)
 
 
 def test_warmup_primes_the_turn_before_t_star_and_every_lane_resumes_together(sim: SimServer, tmp_path: Path) -> None:
     trace = Trace(sessions=[_chain(f"s{i}", 12, base=1000 * i) for i in range(3)], block_size=BLOCK)
     options = _options(sim, tmp_path, concurrency=3, sessions=3)
+    assert isinstance(options.load, AgentxLoad)
+    window = options.load.tstar_window
     result, records = _run(trace, options)
     warmup = [r for r in records if r.phase == "warmup"]
     profiling = [r for r in records if r.phase == "profiling"]
     assert result.warmup_requests == len(warmup) == 3
     for lane, session in enumerate(trace.sessions):
         plan = plan_session(session)
-        at = t_star(3, session.session_id, lane, plan, options.tstar_window)
+        at = t_star(3, session.session_id, lane, plan, window)
         state = snapshot(plan, at)
         (primer,) = state.primers
         (first,) = state.first_live
@@ -86,11 +90,11 @@ def test_warmup_primes_the_turn_before_t_star_and_every_lane_resumes_together(si
     leads = {}
     for lane, session in enumerate(trace.sessions):
         plan = plan_session(session)
-        (lead,) = snapshot(plan, t_star(3, session.session_id, lane, plan, options.tstar_window)).primers.values()
+        (lead,) = snapshot(plan, t_star(3, session.session_id, lane, plan, window)).primers.values()
         leads[session.session_id] = lead
     start = min(r.scheduled_ns for r in warmup)
     for record in warmup:
-        expected_ns = (max(leads.values()) - leads[record.session_id]) * options.delay_scale * 1e9
+        expected_ns = (max(leads.values()) - leads[record.session_id]) * options.scenario.delay_scale * 1e9
         assert record.scheduled_ns - start == pytest.approx(expected_ns, abs=2e6)
     # The summary leaves the warmup out of every figure.
     summary = summarize(read_records(result.records_path))
@@ -147,7 +151,10 @@ def test_a_failed_root_primer_stops_the_run_before_profiling(tmp_path: Path) -> 
     with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
         trace = Trace(sessions=[_chain("big", 12)], block_size=BLOCK)  # later turns exceed 200 tokens
         options = ReplayOptions(
-            url=small.url, model=small.model, out_dir=tmp_path, sessions=1, tstar_window=(0.9, 0.9), delay_scale=0
+            server=Server(url=small.url, model=small.model),
+            out_dir=tmp_path,
+            load=AgentxLoad(tstar_window=(0.9, 0.9)),
+            scenario=Scenario(sessions=1, delay_scale=0),
         )
         with pytest.raises(WarmupFailed, match="warmup primer"):
             asyncio.run(run_replay(trace, options))
@@ -159,7 +166,10 @@ def test_a_context_overflow_ends_the_session_and_a_generic_error_does_not(tmp_pa
     with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
         trace = Trace(sessions=[_chain("grows", 10)], block_size=BLOCK)
         options = ReplayOptions(
-            url=small.url, model=small.model, out_dir=tmp_path, mode="closed", sessions=1, delay_scale=0
+            server=Server(url=small.url, model=small.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(),
+            scenario=Scenario(sessions=1, delay_scale=0),
         )
         result, records = _run(trace, options)
     overflows = [r for r in records if r.error_kind == "context_overflow"]
@@ -172,13 +182,10 @@ def test_generic_errors_never_end_a_session(tmp_path: Path) -> None:
     with SimServer(time_scale=0.01, block_size=BLOCK, faults=FaultConfig(error_500_rate=0.5, seed=1)) as flaky:
         trace = Trace(sessions=[_chain("flaky", 10)], block_size=BLOCK)
         options = ReplayOptions(
-            url=flaky.url,
-            model=flaky.model,
+            server=Server(url=flaky.url, model=flaky.model, stream_usage="final"),
             out_dir=tmp_path,
-            mode="closed",
-            sessions=1,
-            delay_scale=0,
-            stream_usage="final",
+            load=ClosedLoad(),
+            scenario=Scenario(sessions=1, delay_scale=0),
         )
         result, records = _run(trace, options)
     assert sorted(r.turn for r in records) == list(range(10))  # every turn sent, failed ones included
@@ -189,14 +196,10 @@ def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
     with SimServer(time_scale=0.001, block_size=BLOCK, faults=FaultConfig(error_500_rate=1.0)) as failing:
         trace = Trace(sessions=[_chain(f"f{i}", 5, base=100 * i) for i in range(20)], block_size=BLOCK)
         options = ReplayOptions(
-            url=failing.url,
-            model=failing.model,
+            server=Server(url=failing.url, model=failing.model, stream_usage="final"),
             out_dir=tmp_path,
-            mode="closed",
-            concurrency=2,
-            delay_scale=0,
-            failed_request_threshold=0.1,
-            stream_usage="final",
+            load=ClosedLoad(concurrency=2),
+            scenario=Scenario(delay_scale=0, failed_request_threshold=0.1),
         )
         result, records = _run(trace, options)
     assert result.cancel_reason == "failure_threshold"
@@ -208,12 +211,14 @@ def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_pat
     from agentx.replayer.locks import locks_broken
     from agentx.run.replay import replay
 
-    faithful = ReplayOptions(url="u", model="m", out_dir=tmp_path, duration_s=1800.0)
+    faithful = ReplayOptions(server=Server(url="u", model="m"), out_dir=tmp_path, scenario=Scenario(duration_s=1800.0))
     assert locks_broken(faithful) == []
-    assert locks_broken(msgspec.structs.replace(faithful, mode="closed")) == [
+    assert locks_broken(msgspec.structs.replace(faithful, load=ClosedLoad())) == [
         "mode 'closed' is not the agentx scenario"
     ]
-    assert len(locks_broken(msgspec.structs.replace(faithful, duration_s=60.0, delay_scale=0.5))) == 2
+    assert (
+        len(locks_broken(msgspec.structs.replace(faithful, scenario=Scenario(duration_s=60.0, delay_scale=0.5)))) == 2
+    )
     trace = Trace(sessions=[_chain("v", 6)], block_size=BLOCK)
     result = asyncio.run(replay(trace, _options(sim, tmp_path / "run", sessions=1)))
     validity = result.summary.validity
@@ -289,13 +294,10 @@ def test_the_weka_sample_replays_in_agentx_mode_without_client_errors(
         trace.sessions.extend(load_trace(path).sessions)
     with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
         options = ReplayOptions(
-            url=server.url,
-            model=server.model,
+            server=Server(url=server.url, model=server.model),
             out_dir=tmp_path,
-            concurrency=len(trace.sessions),
-            delay_scale=0.0002,
-            warmup_requests_per_lane=2,
-            tree_idle_cap_s=300.0,
+            load=AgentxLoad(concurrency=len(trace.sessions), warmup_requests_per_lane=2),
+            scenario=Scenario(delay_scale=0.0002, tree_idle_cap_s=300.0),
         )
         result, records = _run(trace, options)
     assert result.errors == 0 and result.cancel_reason is None

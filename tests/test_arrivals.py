@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentx.replayer.arrivals import rate_arrivals, recorded_start_s, trace_arrivals
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import RateLoad, ReplayOptions, Scenario, Server, TraceLoad
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
@@ -52,7 +53,9 @@ def test_trace_mode_replays_the_mooncake_sample_at_its_timestamps(tmp_path: Path
     expected = dict(trace_arrivals(trace, speedup=20.0))
     with SimServer(time_scale=0.001, block_size=trace.block_size) as sim:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path, mode="trace", speedup=20.0, stream_usage="final"
+            server=Server(url=sim.url, model=sim.model, stream_usage="final"),
+            out_dir=tmp_path,
+            load=TraceLoad(speedup=20.0),
         )
         result = asyncio.run(run_replay(trace, options))
     records = to_records(read_records(result.records_path))
@@ -76,7 +79,10 @@ def test_rate_mode_starts_sessions_at_the_asked_rate(tmp_path: Path) -> None:
     trace = Trace(sessions=[_single(f"s{i}", 0.0) for i in range(5)], block_size=16)
     with SimServer(time_scale=0.001, block_size=16) as sim:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path, mode="rate", rate=200.0, sessions=80, seed=4
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=RateLoad(rate=200.0),
+            scenario=Scenario(sessions=80, seed=4),
         )
         result = asyncio.run(run_replay(trace, options))
     records = sorted(to_records(read_records(result.records_path)), key=lambda r: r.scheduled_ns)
@@ -87,7 +93,8 @@ def test_rate_mode_starts_sessions_at_the_asked_rate(tmp_path: Path) -> None:
         assert (record.scheduled_ns - first) / 1e9 == pytest.approx(offset, abs=1e-3)
 
 
-def test_rate_mode_needs_a_rate(tmp_path: Path) -> None:
-    options = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=tmp_path, mode="rate")
-    with pytest.raises(ValueError, match="positive rate"):
+def test_rate_mode_needs_a_positive_rate(tmp_path: Path) -> None:
+    load = RateLoad(rate=0.0)
+    options = ReplayOptions(server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=load)
+    with pytest.raises(ValueError, match=r"> 0(\.0)? - at `\$\.load\.rate`"):
         asyncio.run(run_replay(Trace(sessions=[], block_size=16), options))

@@ -29,7 +29,8 @@ from agentx.replayer.calibrate import (
 from agentx.replayer.chat import ChatRenderer
 from agentx.replayer.client import Client
 from agentx.replayer.conversation import Segment
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import get_tokenizer
@@ -198,13 +199,10 @@ def test_a_local_tokenizer_file_calibrates_like_the_server(tmp_path: Path) -> No
         trace.sessions = trace.sessions[:2]
         trace.block_size = 16
         options = ReplayOptions(
-            mode="closed",
-            url=sim.url,
-            model=sim.model,
+            server=Server(url=sim.url, model=sim.model, api="chat", tokenizer=str(path)),
             out_dir=tmp_path / "run",
-            api="chat",
-            tokenizer=str(path),
-            delay_scale=0,
+            load=ClosedLoad(),
+            scenario=Scenario(delay_scale=0),
         )
         result = asyncio.run(run_replay(trace, options))
     assert result.calibration is not None and result.calibration["source"] == "tokenizer.json"

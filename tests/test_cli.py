@@ -319,12 +319,12 @@ def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
         (["--ramp", "-1"], "Invalid value for '--ramp'"),
         (["--stream-usage", "sometimes"], "Invalid value for '--stream-usage'"),
         (["--seed", "-1"], "Invalid value for '--seed'"),
-        (["--delay-scale", "nan"], "delay_scale must be a finite number, got nan"),
-        (["--delay-scale", "inf"], "delay_scale must be a finite number, got inf"),
-        (["--duration", "nan"], "duration_s must be a finite number, got nan"),
-        (["--request-timeout", "0"], "--request-timeout wants positive seconds, got '0'"),
-        (["--idle-timeout", "nan"], "--idle-timeout wants positive seconds, got 'nan'"),
-        (["--idle-timeout", "soon"], "--idle-timeout wants seconds or 'off', got 'soon'"),
+        (["--delay-scale", "nan"], "'--delay-scale': 'nan' is not a finite number"),
+        (["--delay-scale", "inf"], "'--delay-scale': 'inf' is not a finite number"),
+        (["--duration", "nan"], "'--duration': 'nan' is not a finite number"),
+        (["--request-timeout", "0"], "'--request-timeout' / '--request-timeout-seconds': 0.0 is not in the range x>0"),
+        (["--idle-timeout", "nan"], "'--idle-timeout': 'nan' is not a finite number"),
+        (["--idle-timeout", "soon"], "'--idle-timeout': 'soon' is not a number or 'off'"),
     ],
 )
 def test_replay_flag_mistakes_are_one_clear_error(
@@ -355,8 +355,8 @@ DEEP_BODY = '{"a":' * 5000 + "1" + "}" * 5000
         (["--extra-body", "{"], "--extra-body is not valid JSON (Input data was truncated)"),
         (["--extra-body", "[1]"], "--extra-body must be a JSON object, got list"),
         (["--extra-body", DEEP_BODY], "--extra-body is nested too deeply to be a request body"),
-        (["--request-timeout", "0"], "--request-timeout wants positive seconds, got '0'"),
-        (["--idle-timeout", "-1"], "--idle-timeout wants positive seconds, got '-1'"),
+        (["--request-timeout", "0"], "'--request-timeout' / '--request-timeout-seconds': 0.0 is not in the range x>0"),
+        (["--idle-timeout", "-1"], "'--idle-timeout': -1.0 is not in the range x>0"),
     ],
 )
 @pytest.mark.parametrize("command", ["replay", "sweep", "decode"])

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from agentx.cli import main
 from agentx.replayer.client import ServerUnreachable
-from agentx.run.decode import DecodeOptions, decode_sync
+from agentx.replayer.options import Connection, DecodeOptions, Server, Speculative
+from agentx.run.decode import decode_sync
 from agentx.sim.process import SimServer
 
 TIME_SCALE = 0.1
@@ -43,7 +44,13 @@ def sim() -> Iterator[SimServer]:
 
 def test_decode_recovers_the_configured_speed_and_al(sim: SimServer) -> None:
     result = decode_sync(
-        DecodeOptions(url=sim.url, model=sim.model, isl_tokens=1, osl_tokens=1000, repetitions=5, spec_al=3.0, spec_k=3)
+        DecodeOptions(
+            server=Server(url=sim.url, model=sim.model),
+            isl_tokens=1,
+            osl_tokens=1000,
+            repetitions=5,
+            speculative=Speculative(al=3.0, k=3),
+        )
     )
     assert result.failed == 0 and len(result.samples) == 5
     assert result.decode_tps is not None and result.decode_tps.count == 5
@@ -60,7 +67,9 @@ def test_decode_recovers_the_configured_speed_and_al(sim: SimServer) -> None:
 
 def test_prefill_is_excluded(sim: SimServer) -> None:
     """A long prompt adds a long prefill (TTFT) but leaves the decode speed where it was."""
-    result = decode_sync(DecodeOptions(url=sim.url, model=sim.model, isl_tokens=20_000, osl_tokens=600, repetitions=2))
+    result = decode_sync(
+        DecodeOptions(server=Server(url=sim.url, model=sim.model), isl_tokens=20_000, osl_tokens=600, repetitions=2)
+    )
     assert result.decode_tps is not None
     assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3), rel=0.02)
     ttft = [s.ttft_s for s in result.samples if s.ttft_s is not None]
@@ -68,13 +77,20 @@ def test_prefill_is_excluded(sim: SimServer) -> None:
 
 
 def test_concurrent_users_share_the_step(sim: SimServer) -> None:
-    result = decode_sync(DecodeOptions(url=sim.url, model=sim.model, osl_tokens=600, concurrency=2, repetitions=2))
+    result = decode_sync(
+        DecodeOptions(server=Server(url=sim.url, model=sim.model), osl_tokens=600, concurrency=2, repetitions=2)
+    )
     assert result.decode_tps is not None and result.decode_tps.count == 4
     assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3, batch=2), rel=0.02)
 
 
 def test_the_request_timeout_applies_to_decode(sim: SimServer) -> None:
-    options = DecodeOptions(url=sim.url, model=sim.model, osl_tokens=3000, repetitions=1, request_timeout_s=0.05)
+    options = DecodeOptions(
+        server=Server(url=sim.url, model=sim.model),
+        osl_tokens=3000,
+        repetitions=1,
+        connection=Connection(request_timeout_s=0.05),
+    )
     result = decode_sync(options)
     assert result.failed == len(result.samples) == 1
     assert "request timeout" in (result.samples[0].error or "")
@@ -82,7 +98,9 @@ def test_the_request_timeout_applies_to_decode(sim: SimServer) -> None:
 
 def test_decode_at_al_6() -> None:
     with _sim(6.0, 7) as server:
-        result = decode_sync(DecodeOptions(url=server.url, model=server.model, osl_tokens=1201, repetitions=2))
+        result = decode_sync(
+            DecodeOptions(server=Server(url=server.url, model=server.model), osl_tokens=1201, repetitions=2)
+        )
     assert result.decode_tps is not None
     assert result.decode_tps.p50 == pytest.approx(_expected_tps(6.0, 7), rel=0.02)
     assert result.acceptance.realized_al == pytest.approx(6.0, abs=0.05)
@@ -125,13 +143,13 @@ def test_cli_decode_errors_are_one_clear_paragraph() -> None:
     assert unreachable.exit_code == 2 and "unreachable" in unreachable.output
     assert "Traceback" not in unreachable.output
     too_high = CliRunner().invoke(main, ["decode", "--url", "http://127.0.0.1:9", "--spec-al", "9", "--spec-k", "7"])
-    assert too_high.exit_code == 2 and "outside [1, K+1] = [1, 8]" in too_high.output
+    assert too_high.exit_code == 2 and "[1, K+1] = [1, 8] for K=7" in too_high.output
     short = CliRunner().invoke(main, ["decode", "--url", "http://127.0.0.1:9", "--osl", "1"])
     assert short.exit_code == 2 and "Traceback" not in short.output
 
 
 def test_api_errors_before_any_request() -> None:
-    with pytest.raises(ValueError, match="osl_tokens must be at least 2"):
-        decode_sync(DecodeOptions(url="http://127.0.0.1:9", model="m", osl_tokens=1))
+    with pytest.raises(ValueError, match=r">= 2 - at `\$\.osl_tokens`"):
+        decode_sync(DecodeOptions(server=Server(url="http://127.0.0.1:9", model="m"), osl_tokens=1))
     with pytest.raises(ServerUnreachable):
-        decode_sync(DecodeOptions(url="http://127.0.0.1:9", model="m"))
+        decode_sync(DecodeOptions(server=Server(url="http://127.0.0.1:9", model="m")))

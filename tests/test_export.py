@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
-from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.replayer.records import read_records as read_records_file
 from agentx.replayer.run_folder import RUN_FILE
@@ -177,16 +177,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     with SimServer(time_scale=0.01, block_size=BLOCK, faults=faults) as sim:
         options = ReplayOptions(
-            mode="closed",
-            url=sim.url,
-            model=sim.model,
+            server=Server(
+                url=sim.url,
+                model=sim.model,
+                stream_usage="continuous",
+                headers=(("X-Secret-Header", "do-not-export"),),
+                api_key="sk-doNotExport123456",
+            ),
             out_dir=out,
-            concurrency=2,
-            delay_scale=0.01,
-            grace_s=5.0,
-            stream_usage="continuous",
-            headers=(("X-Secret-Header", "do-not-export"),),
-            api_key="sk-doNotExport123456",
+            load=ClosedLoad(concurrency=2),
+            scenario=Scenario(delay_scale=0.01),
+            runtime=Runtime(grace_s=5.0),
         )
         result = replay_sync(_trace(), options)
     assert result.run.requests == _trace().request_count
@@ -815,7 +816,11 @@ def agentx_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 threads[0].start()
 
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=out, concurrency=2, delay_scale=0.01, grace_s=5.0, sessions=4
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=out,
+            load=AgentxLoad(concurrency=2),
+            scenario=Scenario(delay_scale=0.01, sessions=4),
+            runtime=Runtime(grace_s=5.0),
         )
         asyncio.run(replay(_trace(), options, on_record=on_record))
         for thread in threads:

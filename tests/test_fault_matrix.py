@@ -32,7 +32,8 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.engine import RunResult, run_replay
+from agentx.replayer.options import ClosedLoad, Connection, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import RecordsError, RequestRecord, read_records, run_info, to_records
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -156,14 +157,12 @@ def _replay(sim: SimServer, out_dir: Path, case: Case) -> Outcome:
             sim.set_faults(msgspec.structs.replace(case.faults, refuse_connections_s=case.refuse_s))
 
     options = ReplayOptions(
-        url=sim.url,
-        model=sim.model,
+        server=Server(url=sim.url, model=sim.model),
         out_dir=out_dir,
-        mode="closed",
-        concurrency=CONCURRENCY,
-        delay_scale=case.delay_scale,
-        grace_s=5.0,
-        idle_timeout_s=case.idle_timeout_s,
+        load=ClosedLoad(concurrency=CONCURRENCY),
+        scenario=Scenario(delay_scale=case.delay_scale),
+        connection=Connection(idle_timeout_s=case.idle_timeout_s),
+        runtime=Runtime(grace_s=5.0),
     )
     result = asyncio.run(run_replay(_trace(case.sessions), options, on_profiling=on_profiling))
     # /metrics is refused too while the window lasts.

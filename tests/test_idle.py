@@ -7,8 +7,9 @@ import itertools
 import time
 from pathlib import Path
 
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.idle import IdleCaps
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -138,7 +139,10 @@ def test_a_replay_skips_idle_gaps_but_never_a_join(tmp_path: Path) -> None:
     trace = Trace(sessions=[Session(session_id="gaps", root=root)], block_size=16)
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path, mode="closed", system_idle_cap_s=0.05, sessions=1
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(),
+            scenario=Scenario(system_idle_cap_s=0.05, sessions=1),
         )
         result = asyncio.run(run_replay(trace, options))
     records = sorted(to_records(read_records(result.records_path)), key=lambda r: r.sent_ns)

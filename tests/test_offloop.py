@@ -13,14 +13,16 @@ import msgspec
 import pytest
 
 from agentx.replayer import engine as engine_module
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.offloop import SWITCH_INTERVAL_S, OffLoop
+from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
 
-def test_work_runs_on_a_worker_thread_with_a_short_switch_interval() -> None:
+@pytest.mark.parametrize("fast_switch", [False, True])
+def test_work_runs_on_a_worker_thread_and_only_an_owner_shortens_the_switch_interval(fast_switch: bool) -> None:
     before = sys.getswitchinterval()
     seen: list[tuple[str, float]] = []
 
@@ -29,7 +31,7 @@ def test_work_runs_on_a_worker_thread_with_a_short_switch_interval() -> None:
         return value * 2
 
     async def main() -> tuple[int, int]:
-        off_loop = OffLoop()
+        off_loop = OffLoop(fast_switch=fast_switch)
         try:
             return await off_loop.run("plan", work, 2), await off_loop.run("body", work, 5)
         finally:
@@ -37,7 +39,8 @@ def test_work_runs_on_a_worker_thread_with_a_short_switch_interval() -> None:
 
     assert asyncio.run(main()) == (4, 10)
     assert [name.split("_")[0] for name, _ in seen] == ["agentx-plan", "agentx-body"]
-    assert all(interval == SWITCH_INTERVAL_S for _, interval in seen)
+    # The interval is process-wide: a library caller's stays as it was, the CLI's is short while work runs.
+    assert all(interval == (SWITCH_INTERVAL_S if fast_switch else before) for _, interval in seen)
     assert sys.getswitchinterval() == before  # set back once nothing runs
 
 
@@ -75,7 +78,11 @@ def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> d
 
     monkeypatch.setattr(engine_module._Runner, "_build", recording_build)
     options = ReplayOptions(
-        url=sim.url, model=sim.model, out_dir=out_dir, concurrency=1, delay_scale=0.0, seed=7, run_id="same"
+        server=Server(url=sim.url, model=sim.model),
+        out_dir=out_dir,
+        load=AgentxLoad(concurrency=1),
+        scenario=Scenario(delay_scale=0.0, seed=7),
+        runtime=Runtime(run_id="same"),
     )
     result = asyncio.run(run_replay(_trace(), options))
     records = to_records(read_records(result.records_path))

@@ -13,6 +13,7 @@ from aiohttp import web
 from loopback import serve
 
 from agentx.replayer.client import Client
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream_usage
 from agentx.sim.process import SimServer
 
@@ -121,7 +122,7 @@ def test_one_transient_failure_does_not_settle_the_usage(first: int | str) -> No
 
 
 def test_a_replay_says_when_it_assumed_the_stream_usage(tmp_path: Path) -> None:
-    from agentx.replayer.engine import ReplayOptions, run_replay
+    from agentx.replayer.engine import run_replay
     from agentx.replayer.records import read_records, run_info
     from agentx.sim.faults import FaultConfig
     from agentx.trace.model import Agent, Request, Session, Trace
@@ -129,7 +130,12 @@ def test_a_replay_says_when_it_assumed_the_stream_usage(tmp_path: Path) -> None:
     request = Request(t=0, model="m", in_tokens=8, out_tokens=2, hash_ids_added=(0,))
     trace = Trace(sessions=[Session(session_id="s", root=Agent(requests=[request]))], block_size=16)
     with SimServer(time_scale=0.01, faults=FaultConfig(error_503_rate=1.0)) as sim:
-        options = ReplayOptions(mode="closed", url=sim.url, model=sim.model, out_dir=tmp_path, delay_scale=0.0)
+        options = ReplayOptions(
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(),
+            scenario=Scenario(delay_scale=0.0),
+        )
         result = asyncio.run(run_replay(trace, options))
     notice = f"stream usage: the stream-usage probe failed {PROBE_ATTEMPTS} times (HTTP 503); assuming 'final'"
     assert result.stream_usage == "final" and result.notices == [notice]

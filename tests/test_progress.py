@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flat import replay_options
 from rich.console import Console
 from strategies import record_identity
 
 from agentx.cli.tables import ReplayProgress, planned_requests
-from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.options import ReplayOptions
 from agentx.replayer.plan import session_order
 from agentx.replayer.records import RequestRecord
 from agentx.trace.io import load_trace
@@ -106,7 +107,7 @@ def test_planned_requests_follow_the_engines_session_order(tmp_path: Path) -> No
     trace = load_trace(SAMPLE)
 
     def options(**kwargs: Any) -> ReplayOptions:
-        return ReplayOptions(url="http://x", model="m", out_dir=tmp_path, **kwargs)
+        return replay_options(url="http://x", model="m", out_dir=tmp_path, **kwargs)
 
     assert planned_requests(trace, options()) == trace.request_count  # one pass
     assert planned_requests(trace, options(sessions=3)) == sum(s.request_count for s in trace.sessions[:3])

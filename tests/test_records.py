@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import record_identity
 
+from agentx.replayer.options import DecodeOptions, ReplayOptions, Scenario, Server
 from agentx.replayer.record_writer import RecordWriter, write_jsonl
 from agentx.replayer.records import (
     MAX_ERROR_MESSAGE,
@@ -447,17 +448,20 @@ def test_layout_doc_names_every_column() -> None:
 
 
 def test_options_reprs_show_no_secret() -> None:
-    from agentx.replayer.engine import ReplayOptions
-    from agentx.run.decode import DecodeOptions
-
     url = "http://someone:pa55word-9@127.0.0.1:8000"
     headers = (("Authorization", "Bearer tok-123456789"), ("X-Team", "team-value-42"))
     for options in (
-        ReplayOptions(url=url, model="m", out_dir="run", api_key="sk-abcdef123456", headers=headers, seed=7),
-        DecodeOptions(url=url, model="m", api_key="sk-abcdef123456", headers=headers, seed=7),
+        ReplayOptions(
+            server=Server(url=url, model="m", api_key="sk-abcdef123456", headers=headers),
+            out_dir=Path("run"),
+            scenario=Scenario(seed=7),
+        ),
+        DecodeOptions(server=Server(url=url, model="m", api_key="sk-abcdef123456", headers=headers), seed=7),
     ):
         shown = repr(options)
         for secret in ("pa55word-9", "tok-123456789", "team-value-42", "sk-abcdef123456"):
             assert secret not in shown and secret not in str(options)
-        assert shown.startswith(f"{type(options).__name__}(url='http://[redacted]@127.0.0.1:8000', model='m'")
+        assert shown.startswith(
+            f"{type(options).__name__}(server=Server(url='http://[redacted]@127.0.0.1:8000', model='m'"
+        )
         assert "seed=7" in shown and "api_key='[redacted]'" in shown

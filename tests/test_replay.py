@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flat import replay_options
 
 from agentx.replayer.client import ModelNotServed
-from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.engine import RunResult, run_replay
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, run_info, to_records
 from agentx.sim.process import SimServer
@@ -78,7 +80,7 @@ def _trace(*sessions: Session) -> Trace:
 def _options(server: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptions:
     fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": 5.0}
     fields.update(kwargs)
-    return ReplayOptions(mode="closed", url=server.url, model=server.model, out_dir=out_dir, **fields)  # type: ignore[arg-type]
+    return replay_options(mode="closed", url=server.url, model=server.model, out_dir=out_dir, **fields)
 
 
 def _replay(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestRecord]]:
@@ -198,7 +200,7 @@ def test_request_and_idle_timeouts_fail_requests_with_their_kind(tmp_path: Path)
 @pytest.mark.parametrize("name", ["request_timeout_s", "idle_timeout_s", "connect_timeout_s"])
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan")])
 def test_timeouts_must_be_positive(sim: SimServer, tmp_path: Path, name: str, value: float) -> None:
-    with pytest.raises(ValueError, match=f"{name} must be positive"):
+    with pytest.raises(ValueError, match=rf"> 0(\.0)? - at `\$\.connection\.{name}`"):
         asyncio.run(run_replay(_trace(_flat_session("a", 1)), _options(sim, tmp_path / "out", **{name: value})))
     assert not (tmp_path / "out").exists()
 
@@ -255,7 +257,9 @@ def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, 
 
 
 def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:
-    options = ReplayOptions(mode="closed", url=sim.url, model="no-such-model", out_dir=tmp_path / "out")
+    options = ReplayOptions(
+        server=Server(url=sim.url, model="no-such-model"), out_dir=tmp_path / "out", load=ClosedLoad()
+    )
     with pytest.raises(ModelNotServed):
         asyncio.run(run_replay(_trace(_flat_session("a", 1)), options))
     assert not (tmp_path / "out").exists()
@@ -354,12 +358,10 @@ def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
         try:
             trace = _trace(_flat_session("a", 3), _flat_session("b", 2))
             options = ReplayOptions(
-                mode="closed",
-                url=f"http://127.0.0.1:{port}",
-                model="m",
+                server=Server(url=f"http://127.0.0.1:{port}", model="m", stream_usage="final"),
                 out_dir=tmp_path,
-                delay_scale=0,
-                stream_usage="final",
+                load=ClosedLoad(),
+                scenario=Scenario(delay_scale=0),
             )
             await run_replay(trace, options)
         finally:

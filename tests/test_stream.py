@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flat import replay_options
 
 import agentx
 from agentx.replayer.client import ServerUnreachable
@@ -32,7 +33,7 @@ def sim(trace: agentx.Trace) -> Iterator[agentx.SimServer]:
 def _options(sim: agentx.SimServer, out_dir: Path, **kwargs: object) -> agentx.ReplayOptions:
     fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": 5.0, "concurrency": 2}
     fields.update(kwargs)
-    return agentx.ReplayOptions(mode="closed", url=sim.url, model=sim.model, out_dir=out_dir, **fields)  # type: ignore[arg-type]
+    return replay_options(mode="closed", url=sim.url, model=sim.model, out_dir=out_dir, **fields)
 
 
 def _keys(records: list[agentx.RequestRecord]) -> list[tuple[int, str, str, int]]:
@@ -120,7 +121,11 @@ def test_an_unreachable_server_raises_from_the_iteration(trace: agentx.Trace, tm
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = agentx.ReplayOptions(mode="closed", url=f"http://127.0.0.1:{port}", model="m", out_dir=tmp_path / "run")
+    options = agentx.ReplayOptions(
+        server=agentx.Server(url=f"http://127.0.0.1:{port}", model="m"),
+        out_dir=tmp_path / "run",
+        load=agentx.ClosedLoad(),
+    )
 
     async def main() -> None:
         async for _ in agentx.stream_replay(trace, options):

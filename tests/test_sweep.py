@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import agentx
 from agentx.cli import main
-from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, Speculative
 from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.folders import SWEEP_FILE
 from agentx.results.frontier import point
@@ -63,7 +63,11 @@ def small_trace(sessions: int = 6, turns: int = 4, out_tokens: int = 40) -> Trac
 
 def base_options(sim: SimServer, out_dir: Path) -> ReplayOptions:
     return ReplayOptions(
-        url=sim.url, model=sim.model, out_dir=out_dir, mode="closed", delay_scale=0.0, duration_s=1.2, grace_s=5.0
+        server=Server(url=sim.url, model=sim.model),
+        out_dir=out_dir,
+        load=ClosedLoad(),
+        scenario=Scenario(delay_scale=0.0, duration_s=1.2),
+        runtime=Runtime(grace_s=5.0),
     )
 
 
@@ -134,7 +138,9 @@ def test_resume_skips_finished_levels_and_reruns_the_rest(swept: SweepResult, si
         before_level=f"echo {{concurrency}} {{spec_al}} {{spec_k}} >> {log}",
         level_settings={2: LevelSettings(spec_al=1.0, spec_k=1, extra_body={"top_k": 1})},
     )
-    base = msgspec.structs.replace(base_options(sim, out), extra_body={"temperature": 0.0, "top_k": 50})
+    base = base_options(sim, out)
+    server = msgspec.structs.replace(base.server, extra_body={"temperature": 0.0, "top_k": 50})
+    base = msgspec.structs.replace(base, server=server)
     result = sweep_sync(small_trace(), base, options)
     assert [level.entry.status for level in result.levels] == ["skipped", "ok", "ok"]
     assert result.levels[0].summary is not None  # read back from the kept run.json
@@ -175,14 +181,16 @@ def test_the_library_refuses_to_sweep_over_a_sweep_unless_told(swept: SweepResul
     shutil.copytree(swept.out_dir, out)
     kept = (out / "c1" / "records.arrow").read_bytes()
     options = SweepOptions(concurrency=(1,), out_dir=out)
-    base = ReplayOptions(url="http://127.0.0.1:9", model="m", out_dir=out)
+    base = ReplayOptions(server=Server(url="http://127.0.0.1:9", model="m"), out_dir=out)
     with pytest.raises(SweepError, match=r"already holds a sweep \(c1/records.arrow, c2/records.arrow, c4/records"):
         sweep_sync(small_trace(), base, options)
     assert (out / "c1" / "records.arrow").read_bytes() == kept
 
 
 def test_before_level_substitution_quotes_values_and_leaves_other_braces() -> None:
-    base = ReplayOptions(url="http://x", model="m", out_dir="o", spec_al=2.5, spec_k=3)
+    base = ReplayOptions(
+        server=Server(url="http://x", model="m"), out_dir=Path("o"), speculative=Speculative(al=2.5, k=3)
+    )
     command = before_level_command(
         "restart --al {spec_al} --k {spec_k} -c {concurrency} '{x}'", 8, LevelSettings(), base
     )
@@ -218,7 +226,7 @@ def test_level_settings_and_levels_parse_or_say_what_is_wrong(tmp_path: Path) ->
         (["--concurrency", "1", "--gpu-sku", "tpu9"], "--gpu-sku 'tpu9' is not one of"),
         (["--concurrency", "1", "--level-settings", "missing.json"], "cannot read the level settings"),
         (["--concurrency", "1", "--extra-body", "[1]"], "--extra-body must be a JSON object"),
-        (["--concurrency", "1", "--spec-al", "9", "--spec-k", "1"], "outside [1, K+1]"),
+        (["--concurrency", "1", "--spec-al", "9", "--spec-k", "1"], "[1, K+1] = [1, 2] for K=1"),
     ],
 )
 def test_sweep_mistakes_exit_2_with_one_paragraph(tmp_path: Path, args: list[str], message: str) -> None:
@@ -253,7 +261,8 @@ def test_the_trace_is_prepared_once_for_every_level(
 
     monkeypatch.setattr(sessions_module, "split_flattened_agents", counting_split)
     trace = small_trace(sessions=3, turns=2, out_tokens=4)
-    base = msgspec.structs.replace(base_options(sim, tmp_path), duration_s=None)  # one pass: every session
+    base = base_options(sim, tmp_path)
+    base = msgspec.structs.replace(base, scenario=msgspec.structs.replace(base.scenario, duration_s=None))  # one pass
     result = sweep_sync(trace, base, SweepOptions(concurrency=(1, 3), out_dir=tmp_path / "out"))
     assert [level.entry.status for level in result.levels] == ["ok", "ok"]
     for level in result.levels:
@@ -266,7 +275,7 @@ def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim
 
     base = base_options(sim, tmp_path)
     prepared = prepare_trace(small_trace(sessions=1), base)
-    other = msgspec.structs.replace(base, max_context_length=10_000)
+    other = msgspec.structs.replace(base, scenario=msgspec.structs.replace(base.scenario, max_context_length=10_000))
     with pytest.raises(ValueError, match="prepared trace was made for other options"):
         asyncio.run(run_replay(prepared, other))
 

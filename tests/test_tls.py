@@ -52,8 +52,9 @@ def https_sim(certificates: Certificates) -> Iterator[SimServer]:
 
 @pytest.fixture(scope="module")
 def locked_sim() -> Iterator[SimServer]:
-    """Plain http, but every path except /health wants `Authorization: Bearer KEY`."""
-    with SimServer(time_scale=0.01, seed=6, api_key=KEY) as server:
+    """Plain http, but every path except /health wants `Authorization: Bearer KEY`; it speculates, so that its
+    /metrics have acceptance counters too."""
+    with SimServer(time_scale=0.01, seed=6, spec_k=2, acceptance_length=2.5, api_key=KEY) as server:
         yield server
 
 
@@ -151,6 +152,26 @@ def test_a_bundle_of_another_ca_trusts_only_that_ca(https_sim: SimServer, certif
     assert isinstance(calls.models, str) and "certificate" in calls.models
 
 
+def test_the_cli_says_in_one_line_that_the_certificate_was_refused(https_sim: SimServer, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from agentx.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    request = {"t": 0.0, "type": "n", "model": "m", "in": 200, "out": 4, "hash_ids": [0, 1, 2], "api_time": 1.0}
+    trace.write_text(
+        msgspec.json.encode(
+            {"id": "a", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "requests": [request]}
+        ).decode()
+    )
+    args = ["replay", str(trace), "--url", https_sim.url, "--model", https_sim.model, "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "TLS certificate was not accepted" in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
 def test_tls_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="only used when certificates are verified"):
         TLSSettings(verify=False, ca_bundle="ca.pem")
@@ -246,3 +267,49 @@ def test_a_urls_user_and_password_authenticate_every_call(tmp_path: Path) -> Non
     assert models == ["m"] and exchange.ok and metrics is not None
     expected = "Basic " + base64.b64encode(b"someone:s3cret@pw").decode()
     assert seen == [expected, expected, expected]
+
+
+def _session_trace(path: Path) -> Path:
+    """One session of three turns, each extending the previous one's prefix (so the prefix cache hits)."""
+    turns = [
+        {"t": 0.0, "type": "n", "model": "m", "in": 200, "out": 8, "hash_ids": [0, 1, 2], "api_time": 0.5},
+        {"t": 1.0, "type": "n", "model": "m", "in": 400, "out": 8, "hash_ids": [0, 1, 2, 3, 4, 5], "api_time": 0.5},
+        {"t": 2.0, "type": "n", "model": "m", "in": 600, "out": 8, "hash_ids": list(range(9)), "api_time": 0.5},
+    ]
+    path.write_text(
+        msgspec.json.encode(
+            {"id": "a", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "requests": turns}
+        ).decode()
+    )
+    return path
+
+
+def test_a_replay_behind_authentication_scrapes_the_counters_with_its_key(
+    locked_sim: SimServer, tmp_path: Path
+) -> None:
+    """The /metrics scrapes around a run carry the run's credentials: the server-side cache hit rate and the
+    counters' acceptance reach the summary (they silently dropped out before)."""
+    from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
+    from agentx.run.replay import replay
+    from agentx.trace.io import load_trace
+
+    trace = load_trace(_session_trace(tmp_path / "trace.jsonl"))
+    server = Server(url=locked_sim.url, model=locked_sim.model, api_key=KEY)
+    options = ReplayOptions(
+        server=server, out_dir=tmp_path / "run", load=ClosedLoad(), scenario=Scenario(delay_scale=0.01)
+    )
+    result = asyncio.run(replay(trace, options))
+    assert result.run.errors == 0 and result.run.requests == 3
+    assert result.summary.cache.server_hit_rate is not None and result.summary.cache.server_hit_rate > 0
+    assert result.summary.acceptance is not None and result.summary.acceptance.counters is not None
+    assert KEY not in (tmp_path / "run" / "run.json").read_text()
+
+
+def test_decode_behind_authentication_scrapes_the_counters_with_its_key(locked_sim: SimServer) -> None:
+    from agentx.replayer.options import DecodeOptions, Server
+    from agentx.run.decode import decode
+
+    server = Server(url=locked_sim.url, model=locked_sim.model, api_key=KEY)
+    result = asyncio.run(decode(DecodeOptions(server=server, isl_tokens=8, osl_tokens=32, repetitions=1)))
+    assert result.failed == 0
+    assert result.acceptance.counters is not None and result.acceptance.realized_source == "counters"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.play import file_order_models, model_map
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
@@ -39,13 +40,10 @@ def test_the_output_cap_binds_the_root_but_never_a_subagent(tmp_path: Path) -> N
     trace = Trace(sessions=[_session()], block_size=16)
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
-            url=sim.url,
-            model=sim.model,
+            server=Server(url=sim.url, model=sim.model),
             out_dir=tmp_path,
-            mode="closed",
-            max_output_tokens=4,
-            delay_scale=0,
-            split_flattened_agents=False,  # its root's turns share no ids: they would be split into chains
+            load=ClosedLoad(),
+            scenario=Scenario(max_output_tokens=4, delay_scale=0, split_flattened_agents=False),
         )
         result = asyncio.run(run_replay(trace, options))
     records = to_records(read_records(result.records_path))
@@ -59,7 +57,10 @@ def test_sessions_over_the_context_limit_are_dropped_whole(tmp_path: Path) -> No
     trace = Trace(sessions=[small, large], block_size=16)
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path, mode="closed", max_context_length=100, delay_scale=0
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(),
+            scenario=Scenario(max_context_length=100, delay_scale=0),
         )
         result = asyncio.run(run_replay(trace, options))
     records = to_records(read_records(result.records_path))
@@ -70,7 +71,7 @@ def test_an_unserved_extra_model_is_refused_before_the_run(tmp_path: Path) -> No
     from agentx.replayer.client import ModelNotServed
 
     with SimServer(time_scale=0.01) as sim:
-        options = ReplayOptions(url=sim.url, model=sim.model, models=("nope",), out_dir=tmp_path / "x")
+        options = ReplayOptions(server=Server(url=sim.url, model=sim.model, models=("nope",)), out_dir=tmp_path / "x")
         with pytest.raises(ModelNotServed, match="nope"):
             asyncio.run(run_replay(Trace(sessions=[_session()], block_size=16), options))
     assert not (tmp_path / "x").exists()
@@ -79,7 +80,12 @@ def test_an_unserved_extra_model_is_refused_before_the_run(tmp_path: Path) -> No
 def test_flattened_agents_are_replayed_as_their_own_agents(weka_sample_files: list[Path], tmp_path: Path) -> None:
     trace = load_trace(next(p for p in weka_sample_files if p.stem == "trace_0014"))
     with SimServer(time_scale=0.0005, block_size=trace.block_size) as sim:
-        options = ReplayOptions(url=sim.url, model=sim.model, out_dir=tmp_path, mode="closed", delay_scale=0.0002)
+        options = ReplayOptions(
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(),
+            scenario=Scenario(delay_scale=0.0002),
+        )
         result = asyncio.run(run_replay(trace, options))
     records = to_records(read_records(result.records_path))
     assert result.flattened_chains >= 1 and result.errors == 0

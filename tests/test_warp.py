@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.records import read_records, to_records
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -74,21 +76,17 @@ def test_a_session_tree_is_warped_as_one_with_durations_kept() -> None:
 
 
 @pytest.mark.parametrize("mode", ["warp", "runtime"])
-def test_a_replay_with_the_load_time_cap(tmp_path: Path, mode: str) -> None:
+def test_a_replay_with_the_load_time_cap(tmp_path: Path, mode: Literal["runtime", "warp"]) -> None:
     """A 100 s recorded gap under a 0.3 s cap: `warp` cuts the recorded start-to-start gap to 0.3 s (the end-to-
     start delay becomes 0.3 − api_time); `runtime` waits the cap after the tree went idle."""
     root = Agent(requests=[_req(0.0, api_time=0.1), _req(100.0)])
     trace = Trace(sessions=[Session(session_id="gap", root=root)], block_size=16)
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
-            url=sim.url,
-            model=sim.model,
+            server=Server(url=sim.url, model=sim.model),
             out_dir=tmp_path,
-            mode="closed",
-            sessions=1,
-            system_idle_cap_s=None,
-            tree_idle_cap_s=0.3,
-            tree_idle_cap_mode=mode,  # type: ignore[arg-type]
+            load=ClosedLoad(),
+            scenario=Scenario(sessions=1, system_idle_cap_s=None, tree_idle_cap_s=0.3, tree_idle_cap_mode=mode),
         )
         result = asyncio.run(run_replay(trace, options))
     first, second = sorted(to_records(read_records(result.records_path)), key=lambda r: r.sent_ns)

@@ -8,7 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentx.replayer.engine import ReplayOptions, run_replay
+from agentx.replayer.engine import run_replay
+from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.record_writer import RecordWriter, merge_records
 from agentx.replayer.records import RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.replayer.workers import run_workers
@@ -26,13 +27,10 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
 
     with SimServer(time_scale=0.002) as sim:
         base = ReplayOptions(
-            mode="closed",
-            url=sim.url,
-            model=sim.model,
+            server=Server(url=sim.url, model=sim.model),
             out_dir=tmp_path / "one",
-            concurrency=4,
-            sessions=6,
-            delay_scale=0.001,
+            load=ClosedLoad(concurrency=4),
+            scenario=Scenario(sessions=6, delay_scale=0.001),
         )
         single = asyncio.run(run_replay(load_trace(SAMPLE), base))
         sharded = run_workers(SAMPLE, msgspec.structs.replace(base, out_dir=tmp_path / "two"), workers=2)
@@ -54,7 +52,10 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
 def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
     with SimServer(time_scale=0.002) as sim:
         options = ReplayOptions(
-            url=sim.url, model=sim.model, out_dir=tmp_path, concurrency=4, sessions=4, delay_scale=0.001
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=AgentxLoad(concurrency=4),
+            scenario=Scenario(sessions=4, delay_scale=0.001),
         )
         result = run_workers(SAMPLE, options, workers=2)
     assert [entry["lane"] for entry in result.tstar] == [0, 1, 2, 3]
@@ -63,7 +64,9 @@ def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
 
 
 def test_more_workers_than_lanes_is_refused(tmp_path: Path) -> None:
-    options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    options = ReplayOptions(
+        server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=ClosedLoad(concurrency=2)
+    )
     with pytest.raises(ValueError, match="exceeds --concurrency"):
         run_workers(SAMPLE, options, workers=3)
 
@@ -119,7 +122,9 @@ def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
 def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Path) -> None:
     from agentx.replayer.client import ServerUnreachable
 
-    options = ReplayOptions(mode="closed", url="http://127.0.0.1:9", model="m", out_dir=tmp_path, concurrency=2)
+    options = ReplayOptions(
+        server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=ClosedLoad(concurrency=2)
+    )
     with pytest.raises(ServerUnreachable, match=r"127\.0\.0\.1:9"):
         run_workers(SAMPLE, options, workers=2)
 

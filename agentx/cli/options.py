@@ -1,93 +1,30 @@
-"""The options `replay`, `sweep` and `decode` share: the replay flags and forced speculative acceptance."""
+"""The flags `replay`, `sweep` and `decode` share, derived from the option parts (agentx.cli.flags), and the
+values that need parsing: headers, the extra body, chain rules, the t* window, the API key and the URL."""
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 import msgspec
 
+from agentx.cli.flags import Command, Parser, convert_part, flags_set, part_flags, part_values
+from agentx.replayer.options import (
+    LOADS,
+    Connection,
+    Load,
+    ReplayOptions,
+    Runtime,
+    Scenario,
+    Server,
+    Speculative,
+)
+
 if TYPE_CHECKING:
     from agentx.trace.chains import ChainRules
-
-
-class Forced(msgspec.Struct, frozen=True):
-    """A forced acceptance length and K from the command line (either may be absent)."""
-
-    al: float | None = None
-    k: int | None = None
-
-    def sim_fields(self) -> dict[str, Any]:
-        """SimServer keywords realizing it on the built-in simulator (nothing when no AL and K are forced)."""
-        if self.al is None or self.k is None:
-            return {}
-        return {"spec_k": self.k, "acceptance_length": self.al}
-
-
-def spec_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of a forced speculative acceptance (agentx.spec), shared by `replay` and `decode`."""
-    decorators = [
-        click.option(
-            "--spec-al",
-            type=float,
-            metavar="AL",
-            help="The acceptance length the server is forced to (tokens per step, bonus included, in [1, K+1]); "
-            "checked against the realized one.",
-        ),
-        click.option("--spec-k", type=int, metavar="K", help="Draft tokens per step the server runs with."),
-        click.option(
-            "--spec-golden",
-            metavar="MODEL",
-            help="Take --spec-al from MODEL's published golden curve at --spec-k (`agentx spec golden`).",
-        ),
-        click.option(
-            "--spec-thinking/--no-spec-thinking", default=True, show_default=True, help="--spec-golden: which curve."
-        ),
-        click.option(
-            "--spec-tolerance",
-            type=click.FloatRange(min=0, min_open=True),
-            default=0.05,
-            show_default=True,
-            help="Largest |realized − forced| AL accepted (absolute).",
-        ),
-        click.option(
-            "--stream-interval",
-            type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Decode steps the server merges into one streamed chunk (its --stream-interval).",
-        ),
-    ]
-    for decorator in reversed(decorators):
-        command = decorator(command)
-    return command
-
-
-def forced_acceptance(al: float | None, k: int | None, golden_model: str | None, thinking: bool) -> Forced:
-    """The forced AL and K from `--spec-al`/`--spec-k`/`--spec-golden`; click.BadParameter saying what is wrong."""
-    from agentx.spec.golden import golden_al
-
-    if golden_model is not None:
-        if al is not None:
-            raise click.BadParameter("pass --spec-al AL or --spec-golden MODEL, not both")
-        if k is None:
-            raise click.BadParameter("--spec-golden needs --spec-k K: a golden AL is published per K")
-        try:
-            al = golden_al(golden_model, k, thinking).acceptance_length
-        except ValueError as exc:
-            raise click.BadParameter(f"--spec-golden: {exc}") from None
-    if k is not None and k < 1:
-        raise click.BadParameter(f"--spec-k must be at least 1 (draft tokens per step), got {k}")
-    why = "the acceptance length counts the bonus token, so a step emits between 1 and K+1 tokens"
-    if al is not None and k is not None and not (math.isfinite(al) and 1.0 <= al <= k + 1):
-        raise click.BadParameter(f"--spec-al {al} is outside [1, K+1] = [1, {k + 1}] for --spec-k {k}: {why}")
-    if al is not None and not (math.isfinite(al) and al >= 1.0):
-        raise click.BadParameter(f"--spec-al must be at least 1, got {al}: {why}")
-    return Forced(al=al, k=k)
 
 
 def parse_header(value: str) -> tuple[str, str]:
@@ -150,253 +87,8 @@ def server_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return url
 
 
-url_option = click.option(
-    "--url",
-    callback=server_url,
-    metavar="URL",
-    help="Server base URL (host:port means http://host:port); without it, the built-in simulator is started on a "
-    "free port.",
-)
-
-
-request_timeout_option = click.option(
-    "--request-timeout",
-    "--request-timeout-seconds",
-    "request_timeout",
-    default="off",
-    show_default=True,
-    metavar="S|off",
-    help="A request still running after S seconds fails as a timeout (kind: request).",
-)
-idle_timeout_option = click.option(
-    "--idle-timeout",
-    "idle_timeout",
-    default="300",
-    show_default=True,
-    metavar="S|off",
-    help="A request that receives no byte for S seconds fails as a timeout (kind: idle).",
-)
-
-
-def timeouts(request_timeout: str, idle_timeout: str) -> tuple[float | None, float | None]:
-    """`--request-timeout` and `--idle-timeout` in seconds (None: off); click.BadParameter when not positive."""
-    return (
-        seconds_or_off("--request-timeout", request_timeout, positive=True),
-        seconds_or_off("--idle-timeout", idle_timeout, positive=True),
-    )
-
-
-def replay_flags(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of a replay shared by `replay` and `sweep` (all but concurrency, output, GPUs and workers)."""
-    decorators = [
-        url_option,
-        click.option(
-            "--model",
-            "served_models",
-            multiple=True,
-            help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct "
-            "recorded model, main model first, to the (i mod n)-th --model.",
-        ),
-        click.option(
-            "--max-context-length",
-            type=click.IntRange(min=1),
-            metavar="TOKENS",
-            help="Drop sessions whose peak in+out exceeds this, whole.",
-        ),
-        click.option(
-            "--max-output-tokens",
-            type=click.IntRange(min=1),
-            metavar="TOKENS",
-            help="Cap the output of the root's turns (subagent turns are never capped).",
-        ),
-        click.option(
-            "--chain-rule",
-            "chain_rules",
-            multiple=True,
-            metavar="NAME=VALUE",
-            help="A flattened-agent detection threshold (agentx.trace.chains.ChainRules field), "
-            "e.g. aux_isl_floor=8192.",
-        ),
-        click.option(
-            "--context-overflow-substring",
-            "overflow_substrings",
-            multiple=True,
-            metavar="TEXT",
-            help="An error answer whose text holds this is a context overflow (repeatable; replaces the defaults).",
-        ),
-        click.option(
-            "--split-flattened-agents/--no-split-flattened-agents",
-            default=True,
-            show_default=True,
-            help=(
-                "Split agents recorded flattened into their parent's requests into agents of their own "
-                "(docs/agentx.md §3b)."
-            ),
-        ),
-        click.option(
-            "--duration",
-            "duration_s",
-            type=click.FloatRange(min=0, min_open=True),
-            metavar="SECONDS",
-            help="Run this long.",
-        ),
-        click.option("--sessions", type=click.IntRange(min=1), help="Stop after this many session trees."),
-        click.option(
-            "--grace", "grace_s", default=30.0, show_default=True, help="In-flight allowance after the end, s."
-        ),
-        request_timeout_option,
-        idle_timeout_option,
-        click.option(
-            "--session-order",
-            type=click.Choice(("sequential", "shuffle", "random")),
-            default="sequential",
-            show_default=True,
-        ),
-        click.option(
-            "--seed",
-            default=0,
-            show_default=True,
-            type=click.IntRange(min=0),
-            help="Seed of session order and prompt content.",
-        ),
-        click.option("--delay-scale", default=1.0, show_default=True, help="Multiply every recorded delay (0: none)."),
-        click.option(
-            "--ramp",
-            "ramp_s",
-            default=0.0,
-            show_default=True,
-            type=click.FloatRange(min=0),
-            metavar="SECONDS",
-            help="Spread the lanes' first trees over this many seconds.",
-        ),
-        click.option(
-            "--api",
-            type=click.Choice(("completions", "chat")),
-            default="completions",
-            show_default=True,
-            help="completions: token-id prompts (exact); chat: messages of calibrated text.",
-        ),
-        click.option(
-            "--stream-usage",
-            type=click.Choice(("auto", "continuous", "final", "none")),
-            default="auto",
-            show_default=True,
-            help="Usage to ask for in stream_options (auto: probe the server).",
-        ),
-        click.option(
-            "--tokenizer",
-            type=click.Path(path_type=Path),
-            metavar="PATH",
-            help="With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
-        ),
-        click.option(
-            "--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key."
-        ),
-        click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable)."),
-        click.option(
-            "--affinity-header",
-            "affinity_headers",
-            multiple=True,
-            type=click.Choice(("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"), case_sensitive=False),
-            help="Also send the session play's correlation id in this header (repeatable), for router affinity.",
-        ),
-        click.option("--extra-body", help="JSON object merged into every request body."),
-        click.option(
-            "--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s)."
-        ),
-        click.option(
-            "--mode",
-            type=click.Choice(("agentx", "closed", "trace", "rate")),
-            default="agentx",
-            show_default=True,
-            help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
-            "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
-        ),
-        click.option(
-            "--speedup",
-            default=1.0,
-            show_default=True,
-            type=click.FloatRange(min=0, min_open=True),
-            help="trace: time ÷.",
-        ),
-        click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="rate: session arrivals per second."),
-        click.option(
-            "--burstiness",
-            default=1.0,
-            show_default=True,
-            type=click.FloatRange(min=0, min_open=True),
-            help="rate: gamma shape of the gaps (1: Poisson).",
-        ),
-        click.option(
-            "--tstar-window",
-            default="0.25,0.75",
-            show_default=True,
-            metavar="LOW,HIGH",
-            help="agentx: where in each session's span a lane's t* falls.",
-        ),
-        click.option(
-            "--warmup",
-            type=click.Choice(("spread", "burst")),
-            default="spread",
-            show_default=True,
-            help="agentx: primer timing.",
-        ),
-        click.option(
-            "--warmup-requests-per-lane",
-            default=0,
-            show_default=True,
-            type=click.IntRange(min=0),
-            help="agentx: cache-pressure requests per lane after the primers (InferenceX: 10).",
-        ),
-        click.option(
-            "--warmup-max-tokens",
-            default="1",
-            show_default=True,
-            metavar="N|recorded",
-            help="agentx: output tokens of a warmup primer.",
-        ),
-        click.option(
-            "--cache-bust",
-            type=click.Choice(("marker", "salt", "off")),
-            default="marker",
-            show_default=True,
-            help="agentx: a per-tree marker in every prompt, or as cache_salt, or none.",
-        ),
-        click.option(
-            "--system-idle-cap",
-            "system_idle_cap",
-            default="10",
-            show_default=True,
-            metavar="SECONDS|off",
-            help="When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
-        ),
-        click.option(
-            "--tree-idle-cap",
-            type=click.FloatRange(min=0),
-            metavar="SECONDS",
-            help="The same per session tree (InferenceX: 300); also caps warmup leads.",
-        ),
-        click.option(
-            "--tree-idle-cap-mode",
-            type=click.Choice(["runtime", "warp"]),
-            default="warp",
-            show_default=True,
-            help="warp: cut each tree's recorded idle gaps before the run (the reference, AIPerf 0.13.0); "
-            "runtime: act on the live schedule when a tree goes idle (as InferenceX describes a newer one).",
-        ),
-        click.option(
-            "--failed-request-threshold",
-            type=click.FloatRange(0, 1),
-            metavar="FRACTION",
-            help="Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
-        ),
-    ]
-    for decorator in reversed(decorators):
-        command = decorator(command)
-    return command
-
-
 def parse_window(text: str) -> tuple[float, float]:
+    """`--tstar-window LOW,HIGH` as two fractions; click.BadParameter otherwise."""
     try:
         low, high = (float(part) for part in text.split(","))
     except ValueError:
@@ -426,20 +118,168 @@ def parse_chain_rules(pairs: tuple[str, ...]) -> ChainRules:
         raise click.BadParameter(f"--chain-rule: {exc}") from None
 
 
-def seconds_or_off(flag: str, text: str, *, positive: bool = False) -> float | None:
-    """`text` as finite seconds (`positive`: above zero, else at least zero), or None for "off"."""
-    if text == "off":
-        return None
+def golden_acceptance(speculative: dict[str, Any], golden_model: str | None, thinking: bool) -> dict[str, Any]:
+    """`--spec-golden MODEL`: the speculative values with `al` from MODEL's published curve at `--spec-k`."""
+    from agentx.spec.golden import golden_al
+
+    if golden_model is None:
+        return speculative
+    if speculative.get("al") is not None:
+        raise click.BadParameter("pass --spec-al AL or --spec-golden MODEL, not both")
+    k = speculative.get("k")
+    if k is None:
+        raise click.BadParameter("--spec-golden needs --spec-k K: a golden AL is published per K")
     try:
-        value = float(text)
-    except ValueError:
-        raise click.BadParameter(f"{flag} wants seconds or 'off', got {text!r}") from None
-    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
-        raise click.BadParameter(f"{flag} wants {'positive' if positive else 'non-negative'} seconds, got {text!r}")
-    return value
+        al = golden_al(golden_model, k, thinking).acceptance_length
+    except ValueError as exc:
+        raise click.BadParameter(f"--spec-golden: {exc}") from None
+    return {**speculative, "al": al}
 
 
-def positive_int(flag: str, text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise click.BadParameter(f"{flag} wants a positive integer or 'recorded', got {text!r}")
-    return int(text)
+def sim_fields(speculative: Speculative) -> dict[str, Any]:
+    """SimServer keywords realizing a forced acceptance on the built-in simulator (none unless AL and K are set)."""
+    if speculative.al is None or speculative.k is None:
+        return {}
+    return {"spec_k": speculative.k, "acceptance_length": speculative.al}
+
+
+PARSERS: dict[str, Parser] = {
+    "headers": lambda flag, raw: tuple(parse_header(text) for text in raw),
+    "extra_body": lambda flag, raw: parse_extra_body(raw),
+    "chain_rules": lambda flag, raw: parse_chain_rules(raw),
+    "tstar_window": lambda flag, raw: parse_window(raw),
+}
+"""The fields whose flags are text to parse (agentx.cli.flags)."""
+URL_HELP: Final = (
+    "Server base URL (host:port means http://host:port); without it, the built-in simulator is started on a free port."
+)
+URL_OVERRIDES: Final = {"callback": server_url, "help": URL_HELP}
+SERVER_SKIP: Final = frozenset({"model"})
+"""`--model` is repeatable on the command line (the served models), and the API key comes from the environment."""
+DECODE_SERVER_SKIP: Final = SERVER_SKIP | {"tokenizer", "affinity_headers"}
+"""`decode` sends no trace: no chat calibration, no session affinity."""
+
+
+def _stack(*decorators: Callable[[Command], Command]) -> Callable[[Command], Command]:
+    def apply(command: Command) -> Command:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def server_flags(skip: frozenset[str] = SERVER_SKIP) -> Callable[[Command], Command]:
+    """`Server`'s flags, `--model` (repeatable) and `--api-key-env`; with `Connection`'s."""
+    return _stack(
+        part_flags(
+            "server", (Server,), PARSERS, skip=skip, overrides={"url": {"callback": server_url, "help": URL_HELP}}
+        ),
+        click.option(
+            "--model",
+            "served_models",
+            multiple=True,
+            help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct "
+            "recorded model, main model first, to the (i mod n)-th --model.",
+        ),
+        click.option(
+            "--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key."
+        ),
+        part_flags("connection", (Connection,)),
+    )
+
+
+speculative_flags = _stack(
+    part_flags("speculative", (Speculative,)),
+    click.option(
+        "--spec-golden",
+        metavar="MODEL",
+        help="Take --spec-al from MODEL's published golden curve at --spec-k (`agentx spec golden`).",
+    ),
+    click.option(
+        "--spec-thinking/--no-spec-thinking", default=True, show_default=True, help="--spec-golden: which curve."
+    ),
+)
+"""`Speculative`'s flags and `--spec-golden`, shared by `replay`, `sweep` and `decode`."""
+
+
+def replay_flags(*, sweep: bool = False) -> Callable[[Command], Command]:
+    """The flags of a replay's options, shared by `replay` and `sweep` (a sweep sets the concurrency per level)."""
+    return _stack(
+        server_flags(),
+        click.option(
+            "--mode",
+            type=click.Choice([load.mode for load in LOADS]),
+            default="agentx",
+            show_default=True,
+            help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
+            "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
+        ),
+        part_flags("load", LOADS, PARSERS, skip=frozenset({"concurrency"}) if sweep else frozenset()),
+        part_flags("scenario", (Scenario,), PARSERS),
+        part_flags("runtime", (Runtime,)),
+        speculative_flags,
+        click.option(
+            "--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s)."
+        ),
+    )
+
+
+def speculative_part(flags: Mapping[str, Any]) -> Speculative:
+    """The `Speculative` part from the flags (`--spec-golden` looked up); click.BadParameter when it is not one."""
+    values = golden_acceptance(
+        part_values("speculative", Speculative, flags), flags["spec_golden"], flags["spec_thinking"]
+    )
+    result: Speculative = convert_part(Speculative, values, "--spec-al/--spec-k")
+    return result
+
+
+def server_part(flags: Mapping[str, Any], url: str, models: tuple[str, ...], *, say: bool = True) -> Server:
+    """The `Server` part: the flags, the URL and served models as resolved, the key from `--api-key-env`."""
+    values = part_values("server", Server, flags, PARSERS)
+    values.update(url=url, model=models[0], models=models[1:])
+    values["api_key"] = api_key(flags["api_key_env"], values.get("headers", ()), say=say)
+    result: Server = convert_part(Server, values, "--url/--header")
+    return result
+
+
+def load_part(flags: Mapping[str, Any], *, concurrency: int | None = None) -> Load:
+    """The load of `--mode`, from its flags; a flag of another mode is refused rather than ignored."""
+    ctx = click.get_current_context()
+    kind = next(load for load in LOADS if load.mode == flags["mode"])
+    values = part_values("load", kind, flags, PARSERS)
+    if concurrency is not None:
+        values["concurrency"] = concurrency
+    for name in sorted(flags_set(ctx, "load", flags) - set(kind.__struct_fields__)):
+        users = [load.mode for load in LOADS if name in load.__struct_fields__]
+        flag = "--" + name.removesuffix("_s").replace("_", "-")
+        raise click.BadParameter(f"{flag} applies to --mode {' or '.join(users)}, not {kind.mode}")
+    result: Load = convert_part(kind, values, "--mode " + kind.mode)
+    return result
+
+
+def replay_options(
+    flags: Mapping[str, Any],
+    *,
+    server: Server,
+    out_dir: Path,
+    overwrite: bool,
+    speculative: Speculative,
+    concurrency: int | None = None,
+) -> ReplayOptions:
+    """The ReplayOptions of `replay` and of every level of `sweep`, from the derived flags."""
+    return ReplayOptions(
+        server=server,
+        out_dir=out_dir,
+        overwrite=overwrite,
+        load=load_part(flags, concurrency=concurrency),
+        scenario=convert_part(Scenario, part_values("scenario", Scenario, flags, PARSERS), "scenario flags"),
+        connection=convert_part(Connection, part_values("connection", Connection, flags), "timeouts"),
+        speculative=speculative,
+        runtime=convert_part(Runtime, {**part_values("runtime", Runtime, flags), **CLI_RUNTIME}, "--grace"),
+    )
+
+
+CLI_RUNTIME: Final = {"quiet_gc": True, "fast_thread_switch": True}
+"""The CLI owns its process, so it takes the garbage collector's timing and the thread switch interval for the run
+(README, "Embedding": a library caller opts in)."""

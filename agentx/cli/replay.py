@@ -7,7 +7,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -29,29 +29,24 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
+from agentx.cli.flags import convert_part, part_flags, part_values
 from agentx.cli.options import (
-    api_key,
-    forced_acceptance,
-    idle_timeout_option,
-    parse_chain_rules,
-    parse_extra_body,
-    parse_header,
-    parse_window,
-    positive_int,
+    DECODE_SERVER_SKIP,
     replay_flags,
-    request_timeout_option,
-    seconds_or_off,
-    spec_options,
-    timeouts,
-    url_option,
+    replay_options,
+    server_flags,
+    server_part,
+    sim_fields,
+    speculative_flags,
+    speculative_part,
 )
+from agentx.replayer.options import Connection, DecodeOptions
 from agentx.trace.io import Format, load_trace
 
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@replay_flags
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Lanes (session trees).")
+@replay_flags()
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>-<random>)."
 )
@@ -64,63 +59,21 @@ from agentx.trace.io import Format, load_trace
     type=click.IntRange(min=1),
     help="Shard the lanes over this many processes (when one core cannot keep up; no live progress).",
 )
-@spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @format_option
 @block_size_option
 def replay(
     trace: Path,
-    url: str | None,
     served_models: tuple[str, ...],
-    max_context_length: int | None,
-    max_output_tokens: int | None,
-    chain_rules: tuple[str, ...],
-    overflow_substrings: tuple[str, ...],
-    split_flattened_agents: bool,
-    concurrency: int,
-    duration_s: float | None,
-    sessions: int | None,
-    grace_s: float,
-    request_timeout: str,
-    idle_timeout: str,
-    session_order: str,
-    seed: int,
-    delay_scale: float,
-    ramp_s: float,
-    api: str,
-    stream_usage: str,
-    tokenizer: Path | None,
     out_dir: Path | None,
     overwrite: bool,
-    api_key_env: str,
-    headers: tuple[str, ...],
-    affinity_headers: tuple[str, ...],
-    extra_body: str | None,
     gpus: int | None,
-    sim_time_scale: float,
-    mode: str,
-    speedup: float,
-    rate: float | None,
-    burstiness: float,
-    tstar_window: str,
-    warmup: str,
-    warmup_requests_per_lane: int,
-    warmup_max_tokens: str,
-    cache_bust: str,
-    failed_request_threshold: float | None,
-    system_idle_cap: str,
-    tree_idle_cap: float | None,
-    tree_idle_cap_mode: str,
     workers: int,
-    spec_al: float | None,
-    spec_k: int | None,
-    spec_golden: str | None,
-    spec_thinking: bool,
-    spec_tolerance: float,
-    stream_interval: int,
+    sim_time_scale: float,
     as_json: bool,
     input_format: Format | None,
     block_size: int | None,
+    **flags: Any,
 ) -> None:
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
@@ -132,92 +85,52 @@ def replay(
     from agentx.cli.summary_tables import summary_table
     from agentx.cli.tables import ReplayProgress, planned_requests
     from agentx.replayer.calibrate import CalibrationError
-    from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, ModelNotServed, ServerUnreachable
-    from agentx.replayer.engine import ReplayOptions, WarmupFailed
+    from agentx.replayer.client import ModelNotServed, ServerUnreachable
+    from agentx.replayer.engine import WarmupFailed
     from agentx.replayer.run_folder import RUN_FILE
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 
-    if tokenizer is not None and api != "chat":
+    tokenizer = flags["server__tokenizer"]
+    if tokenizer is not None and flags["server__api"] != "chat":
         fail("--tokenizer calibrates chat prompts; it needs --api chat (completions prompts are token ids already)")
-    if tokenizer is not None and not tokenizer.is_file():
+    if tokenizer is not None and not Path(tokenizer).is_file():
         fail(f"--tokenizer {tokenizer}: no such file")
     try:
         loaded = load_trace(trace, format=input_format, block_size=block_size)
-        parsed_headers = tuple(parse_header(h) for h in headers)
-        window = parse_window(tstar_window)
-        system_cap = seconds_or_off("--system-idle-cap", system_idle_cap)
-        request_timeout_s, idle_timeout_s = timeouts(request_timeout, idle_timeout)
-        rules = parse_chain_rules(chain_rules)
-        primer_tokens = (
-            None if warmup_max_tokens == "recorded" else positive_int("--warmup-max-tokens", warmup_max_tokens)
+        speculative = speculative_part(flags)
+        run_dir = out_dir or default_run_dir()
+        options = replay_options(  # every flag checked before the simulator starts
+            flags,
+            server=server_part(flags, "http://checking", served_models or ("checking",), say=False),
+            out_dir=run_dir,
+            overwrite=overwrite,
+            speculative=speculative,
         )
-        body = parse_extra_body(extra_body)
-        forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
-    except (click.BadParameter, msgspec.DecodeError) as exc:
-        fail(str(exc))
-    run_dir = out_dir or default_run_dir()
+    except click.BadParameter as exc:
+        fail(exc.format_message())
     if not overwrite:
         refuse_existing_run(run_dir)
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
             stack,
-            url,
+            flags["server__url"],
             model,
             "replaying against",
             time_scale=sim_time_scale,
             block_size=loaded.block_size,
-            **forced.sim_fields(),
+            **sim_fields(speculative),
         )
-        options = ReplayOptions(
-            url=url,
-            model=model,
-            models=served_models[1:],
-            max_context_length=max_context_length,
-            max_output_tokens=max_output_tokens,
-            split_flattened_agents=split_flattened_agents,
-            chain_rules=rules,
-            context_overflow_substrings=overflow_substrings or CONTEXT_OVERFLOW_SUBSTRINGS,
-            out_dir=run_dir,
-            overwrite=overwrite,
-            concurrency=concurrency,
-            duration_s=duration_s,
-            sessions=sessions,
-            grace_s=grace_s,
-            request_timeout_s=request_timeout_s,
-            idle_timeout_s=idle_timeout_s,
-            session_order=session_order,  # type: ignore[arg-type]
-            seed=seed,
-            delay_scale=delay_scale,
-            ramp_s=ramp_s,
-            api=api,  # type: ignore[arg-type]
-            stream_usage=stream_usage,  # type: ignore[arg-type]
-            tokenizer=None if tokenizer is None else str(tokenizer),
-            api_key=api_key(api_key_env, parsed_headers),
-            headers=parsed_headers,
-            affinity_headers=affinity_headers,
-            extra_body=body,
-            mode=mode,  # type: ignore[arg-type]
-            speedup=speedup,
-            rate=rate,
-            burstiness=burstiness,
-            tstar_window=window,
-            warmup=warmup,  # type: ignore[arg-type]
-            warmup_max_tokens=primer_tokens,
-            warmup_requests_per_lane=warmup_requests_per_lane,
-            cache_bust=cache_bust,  # type: ignore[arg-type]
-            failed_request_threshold=failed_request_threshold,
-            system_idle_cap_s=system_cap,
-            tree_idle_cap_s=tree_idle_cap,
-            tree_idle_cap_mode=tree_idle_cap_mode,  # type: ignore[arg-type]
-            spec_al=forced.al,
-            spec_k=forced.k,
-            spec_al_tolerance=spec_tolerance,
-            stream_interval=stream_interval,
-        )
+        try:
+            server = server_part(flags, url, (model, *served_models[1:]))
+        except click.BadParameter as exc:
+            fail(exc.format_message())
+        options = msgspec.structs.replace(options, server=server)
         progress = ReplayProgress(
-            console=None if as_json else stderr, duration_s=duration_s, planned=planned_requests(loaded, options)
+            console=None if as_json else stderr,
+            duration_s=options.scenario.duration_s,
+            planned=planned_requests(loaded, options),
         )
         try:
             if workers > 1:
@@ -261,7 +174,7 @@ def replay(
         stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
     if result.run.interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    failure = run_failure(result.summary, result.run.cancel_reason, failed_request_threshold)
+    failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
 
@@ -284,61 +197,12 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
 
 
 @click.command("decode")
-@url_option
-@click.option("--model", help="Served model (default: the server's only one).")
-@click.option("--isl", "isl_tokens", default=1, show_default=True, type=click.IntRange(min=1), help="Prompt tokens.")
-@click.option(
-    "--osl", "osl_tokens", default=1000, show_default=True, type=click.IntRange(min=2), help="Output tokens, forced."
-)
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1), help="Users at once.")
-@click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1), help="Waves of requests.")
-@click.option(
-    "--api",
-    type=click.Choice(("completions", "chat")),
-    default="completions",
-    show_default=True,
-    help="completions: token-id prompts (exact ISL); chat: a message of ISL words (approximate).",
-)
-@click.option(
-    "--stream-usage",
-    type=click.Choice(("auto", "continuous", "final", "none")),
-    default="auto",
-    show_default=True,
-    help="Usage to ask for in stream_options (auto: probe the server).",
-)
-@click.option("--seed", default=0, show_default=True, help="Seed of the prompts.")
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key.")
-@click.option("--header", "headers", multiple=True, help="Extra request header NAME:VALUE (repeatable).")
-@click.option("--extra-body", help="JSON object merged into every request body.")
+@server_flags(DECODE_SERVER_SKIP)
+@part_flags("decode", (DecodeOptions,))
+@speculative_flags
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
-@request_timeout_option
-@idle_timeout_option
-@spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def decode_command(
-    url: str | None,
-    model: str | None,
-    isl_tokens: int,
-    osl_tokens: int,
-    concurrency: int,
-    repetitions: int,
-    api: str,
-    stream_usage: str,
-    seed: int,
-    api_key_env: str,
-    headers: tuple[str, ...],
-    extra_body: str | None,
-    sim_time_scale: float,
-    request_timeout: str,
-    idle_timeout: str,
-    spec_al: float | None,
-    spec_k: int | None,
-    spec_golden: str | None,
-    spec_thinking: bool,
-    spec_tolerance: float,
-    stream_interval: int,
-    as_json: bool,
-) -> None:
+def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_json: bool, **flags: Any) -> None:
     """Measure decode-only speed: tokens/s per user with prefill excluded, p50/p90, beside the realized AL.
 
     Each of --repetitions waves sends --concurrency streamed requests of --isl prompt tokens forcing --osl output
@@ -347,36 +211,28 @@ def decode_command(
     """
     from agentx.cli.tables import decode_tables
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
-    from agentx.run.decode import DecodeOptions, decode_sync
+    from agentx.run.decode import decode_sync
 
+    if len(served_models) > 1:
+        fail("decode measures one model: pass --model once")
     try:
-        forced = forced_acceptance(spec_al, spec_k, spec_golden, spec_thinking)
-        parsed_headers = tuple(parse_header(h) for h in headers)
-        body = parse_extra_body(extra_body)
-        request_timeout_s, idle_timeout_s = timeouts(request_timeout, idle_timeout)
-    except (click.BadParameter, msgspec.DecodeError) as exc:
-        fail(str(exc))
+        speculative = speculative_part(flags)
+        connection = convert_part(Connection, part_values("connection", Connection, flags), "timeouts")
+        measure = part_values("decode", DecodeOptions, flags)
+        server_part(flags, "http://127.0.0.1", ("checking",), say=False)  # header and body flags, before a simulator
+    except click.BadParameter as exc:
+        fail(exc.format_message())
     with contextlib.ExitStack() as stack:
-        url, model = server_and_model(stack, url, model, "measuring", time_scale=sim_time_scale, **forced.sim_fields())
+        url, model = server_and_model(
+            stack,
+            flags["server__url"],
+            next(iter(served_models), None),
+            "measuring",
+            time_scale=sim_time_scale,
+            **sim_fields(speculative),
+        )
         options = DecodeOptions(
-            url=url,
-            model=model,
-            isl_tokens=isl_tokens,
-            osl_tokens=osl_tokens,
-            concurrency=concurrency,
-            repetitions=repetitions,
-            api=api,  # type: ignore[arg-type]
-            stream_usage=stream_usage,  # type: ignore[arg-type]
-            seed=seed,
-            api_key=api_key(api_key_env, parsed_headers),
-            headers=parsed_headers,
-            extra_body=body,
-            request_timeout_s=request_timeout_s,
-            idle_timeout_s=idle_timeout_s,
-            spec_al=forced.al,
-            spec_k=forced.k,
-            spec_al_tolerance=spec_tolerance,
-            stream_interval=stream_interval,
+            server=server_part(flags, url, (model,)), connection=connection, speculative=speculative, **measure
         )
         try:
             result = decode_sync(options)

@@ -24,92 +24,18 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.cli.options import (
-    Forced,
-    api_key,
-    forced_acceptance,
-    parse_chain_rules,
-    parse_extra_body,
-    parse_header,
-    parse_window,
-    positive_int,
-    replay_flags,
-    seconds_or_off,
-    spec_options,
-    timeouts,
-)
+from agentx.cli.options import replay_flags, replay_options, server_part, sim_fields, speculative_part
 from agentx.trace.io import Format, load_trace
 
 if TYPE_CHECKING:
-    from agentx.replayer.engine import ReplayOptions
+    from agentx.replayer.options import Speculative
     from agentx.run.sweep import LevelResult, LevelSettings
     from agentx.sim.process import SimServer
-    from agentx.trace.model import Trace
-
-
-def _sweep_base_options(
-    loaded: Trace, flags: dict[str, Any], url: str, model: str, out_dir: Path, *, checking: bool = False
-) -> ReplayOptions:
-    """The ReplayOptions every level of a sweep shares, from the `replay_flags` and `spec_options` values;
-    `checking`: only to find bad flags early (notes are said on the real call)."""
-    from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS
-    from agentx.replayer.engine import ReplayOptions
-
-    body = parse_extra_body(flags["extra_body"])
-    request_timeout_s, idle_timeout_s = timeouts(flags["request_timeout"], flags["idle_timeout"])
-    headers = tuple(parse_header(h) for h in flags["headers"])
-    primer = flags["warmup_max_tokens"]
-    forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
-    tokenizer = flags["tokenizer"]
-    return ReplayOptions(
-        url=url,
-        model=model,
-        models=flags["served_models"][1:],
-        max_context_length=flags["max_context_length"],
-        max_output_tokens=flags["max_output_tokens"],
-        split_flattened_agents=flags["split_flattened_agents"],
-        chain_rules=parse_chain_rules(flags["chain_rules"]),
-        context_overflow_substrings=flags["overflow_substrings"] or CONTEXT_OVERFLOW_SUBSTRINGS,
-        out_dir=out_dir,
-        duration_s=flags["duration_s"],
-        sessions=flags["sessions"],
-        grace_s=flags["grace_s"],
-        request_timeout_s=request_timeout_s,
-        idle_timeout_s=idle_timeout_s,
-        session_order=flags["session_order"],
-        seed=flags["seed"],
-        delay_scale=flags["delay_scale"],
-        ramp_s=flags["ramp_s"],
-        api=flags["api"],
-        stream_usage=flags["stream_usage"],
-        tokenizer=None if tokenizer is None else str(tokenizer),
-        api_key=api_key(flags["api_key_env"], headers, say=not checking),
-        headers=headers,
-        affinity_headers=flags["affinity_headers"],
-        extra_body=body,
-        mode=flags["mode"],
-        speedup=flags["speedup"],
-        rate=flags["rate"],
-        burstiness=flags["burstiness"],
-        tstar_window=parse_window(flags["tstar_window"]),
-        warmup=flags["warmup"],
-        warmup_max_tokens=None if primer == "recorded" else positive_int("--warmup-max-tokens", primer),
-        warmup_requests_per_lane=flags["warmup_requests_per_lane"],
-        cache_bust=flags["cache_bust"],
-        failed_request_threshold=flags["failed_request_threshold"],
-        system_idle_cap_s=seconds_or_off("--system-idle-cap", flags["system_idle_cap"]),
-        tree_idle_cap_s=flags["tree_idle_cap"],
-        tree_idle_cap_mode=flags["tree_idle_cap_mode"],
-        spec_al=forced.al,
-        spec_k=forced.k,
-        spec_al_tolerance=flags["spec_tolerance"],
-        stream_interval=flags["stream_interval"],
-    )
 
 
 @click.command("sweep")
 @click.argument("trace", type=click.Path(path_type=Path))
-@replay_flags
+@replay_flags(sweep=True)
 @click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
@@ -136,12 +62,13 @@ def _sweep_base_options(
     metavar="FILE",
     help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
 )
-@spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
 @format_option
 @block_size_option
 def sweep_command(
     trace: Path,
+    served_models: tuple[str, ...],
+    sim_time_scale: float,
     levels: str,
     out_dir: Path,
     gpus: int | None,
@@ -183,17 +110,20 @@ def sweep_command(
                 f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
                 "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
             )
+        forced = speculative_part(flags)
         # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
-        _sweep_base_options(loaded, flags, "http://127.0.0.1", "model", out_dir, checking=True)
+        placeholder = server_part(flags, "http://127.0.0.1", served_models or ("model",), say=False)
+        base = replay_options(
+            flags, server=placeholder, out_dir=out_dir, overwrite=True, speculative=forced, concurrency=1
+        )
     except (click.BadParameter, msgspec.DecodeError) as exc:
-        fail(str(exc))
-    url, served = flags["url"], flags["served_models"]
-    model = served[0] if served else None
-    forced = forced_acceptance(flags["spec_al"], flags["spec_k"], flags["spec_golden"], flags["spec_thinking"])
+        fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
+    url = flags["server__url"]
+    model = served_models[0] if served_models else None
     level_server: Callable[[int, LevelSettings], str] | None = None
     with contextlib.ExitStack() as stack:
         if url is None:
-            sims = stack.enter_context(_LevelSims(flags["sim_time_scale"], loaded.block_size, forced))
+            sims = stack.enter_context(_LevelSims(sim_time_scale, loaded.block_size, forced))
             try:
                 sim = sims.start(forced)
             except SimServerError as exc:
@@ -204,7 +134,10 @@ def sweep_command(
                 level_server = sims.url_for
         if model is None:
             model = only_model(url)
-        base = _sweep_base_options(loaded, flags, url, model, out_dir)
+        try:
+            base = msgspec.structs.replace(base, server=server_part(flags, url, (model, *served_models[1:])))
+        except click.BadParameter as exc:
+            fail(exc.format_message())
         options = SweepOptions(
             concurrency=concurrency,
             out_dir=out_dir,
@@ -224,7 +157,7 @@ def sweep_command(
         def start(position: int, count: int, level: int) -> None:
             nonlocal progress
             stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
-            progress = ReplayProgress(console=console, duration_s=base.duration_s)
+            progress = ReplayProgress(console=console, duration_s=base.scenario.duration_s)
             progress.start()
 
         def done(result: LevelResult) -> None:
@@ -283,25 +216,26 @@ class _LevelSims:
     """The built-in simulator of a sweep without --url, restarted with a level's forced acceptance when it differs
     from the running one's (what --before-level does for a real server)."""
 
-    def __init__(self, time_scale: float, block_size: int, forced: Forced) -> None:
+    def __init__(self, time_scale: float, block_size: int, forced: Speculative) -> None:
         self.time_scale = time_scale
         self.block_size = block_size
         self.forced = forced
         self.sim: SimServer | None = None
-        self.running: Forced | None = None
+        self.running: Speculative | None = None
 
-    def start(self, forced: Forced) -> SimServer:
+    def start(self, forced: Speculative) -> SimServer:
         from agentx.sim.process import SimServer
 
         self.close()
-        self.sim = SimServer(time_scale=self.time_scale, block_size=self.block_size, **forced.sim_fields()).start()
+        self.sim = SimServer(time_scale=self.time_scale, block_size=self.block_size, **sim_fields(forced)).start()
         self.running = forced
         return self.sim
 
     def url_for(self, concurrency: int, settings: LevelSettings) -> str:
-        wanted = Forced(
-            settings.spec_al if settings.spec_al is not None else self.forced.al,
-            settings.spec_k if settings.spec_k is not None else self.forced.k,
+        wanted = msgspec.structs.replace(
+            self.forced,
+            al=settings.spec_al if settings.spec_al is not None else self.forced.al,
+            k=settings.spec_k if settings.spec_k is not None else self.forced.k,
         )
         if self.sim is None or wanted != self.running:
             stderr.print(f"  restarting the simulator for c{concurrency}: AL {wanted.al}, K {wanted.k}", markup=False)

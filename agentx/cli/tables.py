@@ -20,7 +20,7 @@ from agentx.cli.summary_tables import acceptance_table
 from agentx.trace.stats import Distribution, TraceStats
 
 if TYPE_CHECKING:
-    from agentx.replayer.engine import ReplayOptions
+    from agentx.replayer.options import ReplayOptions
     from agentx.replayer.records import RequestRecord
     from agentx.run.decode import DecodeResult
     from agentx.trace.model import Trace
@@ -99,12 +99,12 @@ def planned_requests(trace: Trace, options: ReplayOptions) -> int | None:
     """
     from agentx.replayer.plan import session_order
 
-    if options.sessions is None and options.duration_s is not None:
+    if options.scenario.sessions is None and options.scenario.duration_s is not None:
         return None
-    trees = options.sessions if options.sessions is not None else len(trace.sessions)
+    trees = options.scenario.sessions if options.scenario.sessions is not None else len(trace.sessions)
     if trace.request_count == 0:
         return 0
-    order = session_order(len(trace.sessions), options.session_order, options.seed)
+    order = session_order(len(trace.sessions), options.scenario.session_order, options.scenario.seed)
     return sum(trace.sessions[i].request_count for i in itertools.islice(order, trees))
 
 

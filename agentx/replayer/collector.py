@@ -44,7 +44,10 @@ QUIET_SPAN_NS: Final = 2_000_000
 
 @contextlib.contextmanager
 def quiet_gc(enabled: bool) -> Iterator[None]:
-    """Collect and freeze the heap and turn automatic collection off for the block (restored after)."""
+    """Collect and freeze the heap and turn automatic collection off for the block (restored after).
+
+    Process-wide, and `gc.unfreeze()` at the end also unfreezes what the host had frozen: only for a process the
+    run owns (the CLI, or a caller that asks with `Runtime.quiet_gc`)."""
     if not enabled:
         yield
         return

@@ -48,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -56,15 +56,25 @@ from agentx.errors import ConfigError, ServerError
 from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
 from agentx.replayer.calibrate import ChatCalibration, LocalCounter, ServerCounter, TokenCounter, calibrate
 from agentx.replayer.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
-from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client, Exchange, ModelNotServed
+from agentx.replayer.client import Client, Exchange, ModelNotServed
 from agentx.replayer.clock import DispatchClock
 from agentx.replayer.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new, quiet_gc
+from agentx.replayer.connect import server_client
 from agentx.replayer.conversation import ChatTurn, Conversation
-from agentx.replayer.http1 import check_header
 from agentx.replayer.identity import ServerIdentity, identify_server
 from agentx.replayer.idle import IdleCaps
 from agentx.replayer.locks import locks_broken
 from agentx.replayer.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
+from agentx.replayer.options import (
+    AgentxLoad,
+    LaneLoad,
+    RateLoad,
+    ReplayOptions,
+    TraceLoad,
+    checked,
+    flat_options,
+    lanes,
+)
 from agentx.replayer.plan import Step, join_due, session_order
 from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replayer.probe import STREAM_OPTIONS, UsageProbe, detect_stream_usage
@@ -72,17 +82,10 @@ from agentx.replayer.prompts import BlockTokens, TokenSpace, completions_body, f
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase, RequestRecord, RunInfo
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
-from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.replayer.sessions import ReplaySessions
-from agentx.replayer.tstar import DEFAULT_WINDOW, Snapshot, snapshot, t_star
-from agentx.replayer.url import base_url as parse_base_url
-from agentx.trace.chains import DEFAULT_RULES, ChainRules
+from agentx.replayer.tstar import Snapshot, snapshot, t_star
 from agentx.trace.model import Trace
 
-SessionOrder = Literal["sequential", "shuffle", "random"]
-
-AFFINITY_HEADERS = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
-"""Headers a router may key session affinity on; `ReplayOptions.affinity_headers` picks among them."""
 FLUSH_EVERY_S = 0.05
 """Records reach disk this often, in small batches (a flush holds the loop ~0.1 ms + ~10 µs a row), each
 written in a gap between due requests (`QUIET_SPAN_NS`), so at most 0.1 s after they ended."""
@@ -102,139 +105,6 @@ WARMUP_NOTICE_S = 120.0
 _log = logging.getLogger(__name__)
 MARKER_TOKENS = 8
 """Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
-
-
-class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
-    url: str
-    """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."""
-    model: str
-    """The served model requests name (the first of the §2f mapping: a session's main model maps to it)."""
-    models: tuple[str, ...] = ()
-    """More served models for the §2f mapping: a session's i-th distinct recorded model (main model first)
-    maps to `(model, *models)[i % n]`."""
-    max_context_length: int | None = None
-    """Sessions whose peak `in + out` (any agent, output uncapped) exceeds this are dropped before the run (§4f)."""
-    max_output_tokens: int | None = None
-    """Caps `out` of the root's and flat chains' turns; subagent turns are never capped (§2d)."""
-    chain_rules: ChainRules = DEFAULT_RULES
-    """The thresholds of flattened-agent detection (agentx.trace.chains.ChainRules, the reference's defaults)."""
-    context_overflow_substrings: tuple[str, ...] = CONTEXT_OVERFLOW_SUBSTRINGS
-    """An error answer (any HTTP status, or an in-stream error event) whose text holds one of these (case-insensitive)
-    is a context overflow (§5); () disables."""
-    split_flattened_agents: bool = True
-    """Split agents recorded flattened into their parent's request list into their own agents first
-    (agentx.trace.chains, §3b; on in the reference)."""
-    out_dir: Path | str
-    """Where records.arrow (and run metadata) are written."""
-    overwrite: bool = False
-    """Replace a run already in `out_dir`; without it, a folder holding records.arrow is refused (RunExists)."""
-    api: Literal["completions", "chat"] = "completions"
-    """`completions`: token-id prompts (exact by construction); `chat`: message arrays of calibrated text."""
-    concurrency: int = 1
-    """Lanes: each runs one whole session tree at a time (background subagents included)."""
-    duration_s: float | None = None
-    """Stop starting new requests after this long; None: until `sessions` trees are done."""
-    sessions: int | None = None
-    """Stop after this many session trees have been started (None with no duration: one pass)."""
-    grace_s: float = 30.0
-    """After the deadline, in-flight requests may finish within this; then they are cancelled."""
-    request_timeout_s: float | None = None
-    """A request still running this long after it was handed to the client fails as a timeout of kind
-    "request"; None: no limit."""
-    idle_timeout_s: float | None = 300.0
-    """A request that receives no byte for this long fails as a timeout of kind "idle"; None: no limit."""
-    connect_timeout_s: float = 10.0
-    """Opening a connection that takes longer fails the request as a timeout of kind "connect"."""
-    session_order: SessionOrder = "sequential"
-    seed: int = 0
-    child_offset: Literal["branch_start", "anchor_end"] = "branch_start"
-    api_key: str | None = msgspec.field(default=None)
-    """Bearer token; never written to records, logs or reports."""
-    headers: tuple[tuple[str, str], ...] = ()
-    extra_body: dict[str, object] | None = None
-    token_low: int = 1000
-    token_high: int = 30000
-    """Token ids of synthetic prompts are drawn from [token_low, token_high)."""
-    max_connections: int | None = None
-    """Connection pool size (default: 2 × concurrency; unbounded in the open-loop modes)."""
-    delay_scale: float = 1.0
-    """Multiplies every planned delay (think times, subagent offsets): 1.0 replays the recorded timing,
-    0.01 runs a trace's idle gaps 100x faster (tests, demos, a simulator with a fast `time_scale`), 0 sends
-    each request as soon as its dependencies complete. Joins and anchors are always honoured."""
-    affinity_headers: tuple[str, ...] = ()
-    """Extra headers (names from `AFFINITY_HEADERS`) that carry the play's X-Correlation-ID value too,
-    for routers that keep a session on one worker by another header."""
-    stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
-    """What `stream_options` asks for: `auto` probes the server once before the run (continuous usage if it
-    takes it, else final usage only, else no stream_options); the others force one choice."""
-    tokenizer: str | None = None
-    """`--api chat`: a local `tokenizer.json` to calibrate words with, instead of the server's `/tokenize`."""
-    ramp_s: float = 0.0
-    """Lane i starts its first tree i/concurrency × ramp_s after the run start, so lanes do not stay in step."""
-    mode: Literal["agentx", "closed", "trace", "rate"] = "agentx"
-    """`agentx` (docs/agentx.md §4d–§4e): each lane's first tree resumes at its t* after a warmup, recycled trees
-    start at turn 0, and every tree carries a cache-bust marker; `closed`: every tree from turn 0, no warmup,
-    no marker. The open-loop modes have no lanes: `trace` starts each session at its recorded start (÷
-    `speedup`), `rate` starts sessions at `rate` per second (agentx.replayer.arrivals); turns still follow
-    each tree's DAG, and records have `lane = -1`."""
-    speedup: float = 1.0
-    """`trace` mode: divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
-    rate: float | None = None
-    """`rate` mode: session arrivals per second."""
-    burstiness: float = 1.0
-    """`rate` mode: the gamma shape of the gaps between arrivals (1: Poisson)."""
-    tstar_window: tuple[float, float] = DEFAULT_WINDOW
-    """Where in a session's span t* falls (fractions); InferenceX runs 0.25–0.75, the scenario file 0–1."""
-    warmup: Literal["spread", "burst"] = "spread"
-    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
-    reference's `--burst-phase-starts`): all primers at once, and each lane's earliest live turn at the profiling
-    start (the others keep their spacing after it)."""
-    warmup_requests_per_lane: int = 0
-    """agentx mode: after the primers, keep replaying from t* with idle delays removed and warmup-sized
-    outputs for this many requests per lane (InferenceX: 10), then hand over to profiling (§4d)."""
-    warmup_max_tokens: int | None = 1
-    """Output tokens of a warmup primer (the reference's code sends 1); None: the recorded output."""
-    cache_bust: Literal["marker", "salt", "off"] = "marker"
-    """agentx mode: a per-tree marker at the start of every prompt (`marker`), or the tree's marker as
-    vLLM's `cache_salt` body field (`salt`; the prompt is left untouched), or nothing."""
-    system_idle_cap_s: float | None = 10.0
-    """When nothing is in flight anywhere, every pending timer moves earlier so that the earliest fires at
-    most this long after the system went idle (docs/agentx.md §4b; AgentX locks it at 10 s). None: off."""
-    tree_idle_cap_s: float | None = None
-    """The same per tree (§4c; InferenceX passes 300); it also caps warmup leads and a lane's first offset."""
-    tree_idle_cap_mode: Literal["runtime", "warp"] = "warp"
-    """How the per-tree cap acts (§4c, version-dependent): by cutting each tree's recorded idle gaps before the run
-    (`warp`: `agentx.trace.warp`, what the reference, AIPerf 0.13.0, does), or on the live schedule when a tree has
-    gone idle (`runtime`, as InferenceX describes a newer version)."""
-    benchmark_id: str | None = None
-    """The run-level key of the cache-bust markers (§2e); None: the run id, fresh every run, so a rerun never
-    hits the previous run's cache (the reference's behaviour). Pass one to get identical markers across runs."""
-    failed_request_threshold: float | None = None
-    """Cancel the run once more than this fraction of profiling requests failed (InferenceX: 0.10); judged
-    from max(`FAILURE_THRESHOLD_MIN_REQUESTS`, concurrency) requests on; context overflows are not failures here."""
-    quiet_gc: bool = True
-    """During the run, freeze what exists at its start out of the garbage collector's sight and collect only
-    the young generations, on a 0.1 s clock (restored at the end): automatic collections otherwise stall the
-    event loop for up to tens of milliseconds (bench/replay_overhead.py, setup C at 200/s: dispatch lag
-    p99 / max 6.8 / 45 ms → 1.5 / 6–8 ms)."""
-    run_id: str | None = None
-    """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
-    shard: tuple[int, int] = (0, 1)
-    """(index, count): this process runs lanes index, index+count, ... and the trees at positions ≡ index
-    (mod count) of the shared session order (`--workers`; (0, 1) is the whole run)."""
-    spec_al: float | None = None
-    """The speculative acceptance length the server was forced to (bonus token included, in [1, spec_k + 1]):
-    run metadata, checked against the realized one after the run (agentx.results.acceptance)."""
-    spec_k: int | None = None
-    """Draft tokens per step the server was configured with, for the same check."""
-    spec_al_tolerance: float = 0.05
-    """Largest |realized − forced| AL that still counts as the forced one (absolute)."""
-    stream_interval: int = 1
-    """Decode steps the server merges into one streamed chunk (vLLM's --stream-interval): the stream's
-    tokens-per-chunk estimate of AL is divided by it."""
-
-    def __repr__(self) -> str:
-        return secret_free_repr(self)  # the API key, header values and a URL's password never show
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -293,87 +163,6 @@ OnSent = Callable[[], None]
 """Called once per request that will be recorded, as it goes out (before its record's `OnRecord`)."""
 
 
-def options_metadata(options: ReplayOptions) -> dict[str, Any]:
-    """`options` as JSON-ready builtins without credentials (no API key, header values redacted)."""
-    raw = msgspec.to_builtins(options, enc_hook=str)
-    assert isinstance(raw, dict)
-    raw.pop("api_key", None)
-    result: dict[str, Any] = redact(raw)
-    return result
-
-
-def _validate(options: ReplayOptions) -> None:
-    parse_base_url(options.url)  # BadURLError (a ValueError) names what is wrong with it
-    for name, value in options.headers:
-        check_header(name, value)
-    for name in ("delay_scale", "grace_s", "ramp_s", "duration_s", "speedup", "burstiness", "rate"):
-        value = getattr(options, name)
-        if value is not None and not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value}")
-    for name in ("request_timeout_s", "idle_timeout_s", "connect_timeout_s"):
-        value = getattr(options, name)
-        if value is not None and not value > 0:  # NaN too
-            raise ValueError(f"{name} must be positive, got {value}")
-    if options.seed < 0:
-        raise ValueError(f"seed must be non-negative, got {options.seed}")
-    if options.concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {options.concurrency}")
-    if options.duration_s is not None and options.duration_s < 0:
-        raise ValueError(f"duration_s must be non-negative, got {options.duration_s}")
-    if options.sessions is not None and options.sessions < 0:
-        raise ValueError(f"sessions must be non-negative, got {options.sessions}")
-    if options.grace_s < 0:
-        raise ValueError(f"grace_s must be non-negative, got {options.grace_s}")
-    if options.delay_scale < 0:
-        raise ValueError(f"delay_scale must be non-negative, got {options.delay_scale}")
-    if options.ramp_s < 0:
-        raise ValueError(f"ramp_s must be non-negative, got {options.ramp_s}")
-    shard_index, shard_count = options.shard
-    if shard_count < 1 or not 0 <= shard_index < shard_count:
-        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {options.shard}")
-    low, high = options.tstar_window
-    if not 0.0 <= low <= high <= 1.0:
-        raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {options.tstar_window}")
-    if options.warmup_requests_per_lane < 0:
-        raise ValueError(f"warmup_requests_per_lane must be non-negative, got {options.warmup_requests_per_lane}")
-    if options.warmup_max_tokens is not None and options.warmup_max_tokens < 1:
-        raise ValueError(f"warmup_max_tokens must be at least 1, got {options.warmup_max_tokens}")
-    if options.tree_idle_cap_mode not in ("runtime", "warp"):
-        raise ValueError(f"tree_idle_cap_mode must be 'runtime' or 'warp', got {options.tree_idle_cap_mode!r}")
-    for name in ("system_idle_cap_s", "tree_idle_cap_s"):
-        cap = getattr(options, name)
-        if cap is not None and cap < 0:
-            raise ValueError(f"{name} must be non-negative, got {cap}")
-    threshold = options.failed_request_threshold
-    if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"failed_request_threshold must be within [0, 1], got {threshold}")
-    if options.mode == "rate" and (options.rate is None or options.rate <= 0):
-        raise ValueError(f"mode 'rate' needs a positive rate, got {options.rate}")
-    if options.speedup <= 0 or options.burstiness <= 0:
-        raise ValueError(f"speedup and burstiness must be positive, got {options.speedup}, {options.burstiness}")
-    if options.api not in ("completions", "chat"):
-        raise ValueError(f"unsupported api {options.api!r}")
-    for name in options.affinity_headers:
-        if name not in AFFINITY_HEADERS:
-            raise ValueError(f"unsupported affinity header {name!r} (allowed: {', '.join(AFFINITY_HEADERS)})")
-    _validate_spec(options)
-
-
-def _validate_spec(options: ReplayOptions) -> None:
-    al, k = options.spec_al, options.spec_k
-    if k is not None and k < 1:
-        raise ValueError(f"spec_k (draft tokens per step) must be at least 1, got {k}")
-    if al is not None:
-        high = math.inf if k is None else k + 1
-        if not (math.isfinite(al) and 1.0 <= al <= high):
-            bound = f"[1, K+1] = [1, {k + 1}] for K={k}" if k is not None else "at least 1"
-            raise ValueError(f"spec_al (acceptance length, bonus token included) must be {bound}, got {al}")
-    if not (math.isfinite(options.spec_al_tolerance) and options.spec_al_tolerance > 0):
-        raise ValueError(f"spec_al_tolerance must be positive, got {options.spec_al_tolerance}")
-    if options.stream_interval < 1:
-        raise ValueError(f"stream_interval must be at least 1, got {options.stream_interval}")
-
-
 async def run_replay(
     trace: Trace | PreparedTrace,
     options: ReplayOptions,
@@ -382,7 +171,7 @@ async def run_replay(
     on_sent: OnSent | None = None,
     on_profiling: OnSent | None = None,
 ) -> RunResult:
-    """Replay `trace` against `options.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
+    """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
     `on_profiling()` is called once, as the profiling phase starts (after the warmup).
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
@@ -391,32 +180,29 @@ async def run_replay(
     cancelled at once and recorded with what had arrived. Only a third propagates, losing those records.
     `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
     """
-    _validate(options)
-    refuse_existing_run(Path(options.out_dir), options.overwrite)
+    options = checked(options)
+    refuse_existing_run(options.out_dir, options.overwrite)
     if isinstance(trace, PreparedTrace) and trace.made_for != _preparation(options):
         raise ValueError(
             "the prepared trace was made for other options (split rules, context limit, load-time idle cap, child "
             "offset or models): prepare it again with these options"
         )
-    space = TokenSpace(options.token_low, options.token_high)  # validates the range before any I/O
+    space = TokenSpace(options.scenario.token_low, options.scenario.token_high)  # validates the range before any I/O
     # Lanes bound the requests in flight; an open loop does not, so neither may its connection pool (0: none).
-    lanes_limit = 0 if options.mode in ("trace", "rate") else 2 * options.concurrency
-    limit = options.max_connections or lanes_limit
-    async with Client(
-        options.url,
-        api_key=options.api_key,
-        headers=dict(options.headers),
+    limit = options.connection.max_connections or 2 * lanes(options.load)
+    async with server_client(
+        options.server,
+        options.connection,
         limit=limit,
-        connect_timeout_s=options.connect_timeout_s,
-        idle_timeout_s=options.idle_timeout_s,
-        total_timeout_s=options.request_timeout_s,
-        context_overflow_substrings=options.context_overflow_substrings,
+        context_overflow_substrings=options.scenario.context_overflow_substrings,
     ) as client:
-        served = await client.probe_models(require=options.model)
-        missing = [model for model in options.models if model not in served]
+        served = await client.probe_models(require=options.server.model)
+        missing = [model for model in options.server.models if model not in served]
         if missing:
-            raise ModelNotServed(f"models {missing} are not served by {options.url} (served: {', '.join(served)})")
-        server = await identify_server(client, options.model)
+            raise ModelNotServed(
+                f"models {missing} are not served by {options.server.url} (served: {', '.join(served)})"
+            )
+        server = await identify_server(client, options.server.model)
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
@@ -426,13 +212,13 @@ async def run_replay(
         if probe.assumed is not None:
             notices.append(f"stream usage: {probe.assumed}; assuming {stream_usage!r}")
             _log.warning(notices[-1])
-        calibration = await _calibrate(client, options, trace.block_size) if options.api == "chat" else None
+        calibration = await _calibrate(client, options, trace.block_size) if options.server.api == "chat" else None
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        run_id = options.run_id or uuid.uuid4().hex
+        run_id = options.runtime.run_id or uuid.uuid4().hex
         # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
         start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
-        metadata = options_metadata(options)
+        metadata = flat_options(options)
         metadata["trace"] = {"dropped_sessions": sessions.dropped}
         broken = locks_broken(options)
         metadata["locks_broken"] = broken
@@ -455,9 +241,9 @@ async def run_replay(
             runner.stream_options = STREAM_OPTIONS[stream_usage]
             runner.notices.extend(notices)
             if calibration is not None:
-                runner.renderer = ChatRenderer(calibration, options.seed, trace.block_size)
+                runner.renderer = ChatRenderer(calibration, options.scenario.seed, trace.block_size)
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
-            with quiet_gc(options.quiet_gc):
+            with quiet_gc(options.runtime.quiet_gc):
                 main = asyncio.create_task(runner.run())
                 interrupts = 0
                 while True:
@@ -553,14 +339,16 @@ def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
     """The trace as runs with `options` replay it: over-long sessions dropped (§4f) now; flattened agents split
     out (§3b), idle gaps cut when the per-tree cap is the load-time kind (§4c) and plans built per session when
     first played. Pass it to several `run_replay` calls (a sweep) to prepare the trace once."""
-    cap = options.tree_idle_cap_s
+    cap = options.scenario.tree_idle_cap_s
     sessions = ReplaySessions(
         trace,
-        chain_rules=options.chain_rules if options.split_flattened_agents else None,
-        max_context_length=options.max_context_length,
-        warp_cap_s=cap if cap is not None and options.tree_idle_cap_mode == "warp" else None,
+        chain_rules=options.scenario.chain_rules if options.scenario.split_flattened_agents else None,
+        max_context_length=options.scenario.max_context_length,
+        warp_cap_s=cap if cap is not None and options.scenario.tree_idle_cap_mode == "warp" else None,
     )
-    return PreparedTrace(sessions, options.child_offset, (options.model, *options.models), _preparation(options))
+    return PreparedTrace(
+        sessions, options.scenario.child_offset, (options.server.model, *options.server.models), _preparation(options)
+    )
 
 
 class NothingToReplay(ConfigError):  # noqa: N818 (reads as what happened)
@@ -576,8 +364,8 @@ def _dropped_notices(sessions: ReplaySessions, options: ReplayOptions) -> list[s
     total = len(dropped) + len(sessions.trace.sessions)
     shown = ", ".join(repr(session_id) for session_id in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
     what = (
-        f"{len(dropped):,} of {total:,} sessions need more than max_context_length {options.max_context_length:,} "
-        f"tokens (peak in + out) and are left out: {shown}"
+        f"{len(dropped):,} of {total:,} sessions need more than max_context_length "
+        f"{options.scenario.max_context_length:,} tokens (peak in + out) and are left out: {shown}"
     )
     if len(dropped) == total:
         raise NothingToReplay(f"nothing to replay: {what}")
@@ -587,16 +375,23 @@ def _dropped_notices(sessions: ReplaySessions, options: ReplayOptions) -> list[s
 
 def _preparation(options: ReplayOptions) -> tuple[object, ...]:
     """The options a `PreparedTrace` depends on: runs that agree on them can share one."""
-    warp = options.tree_idle_cap_s if options.tree_idle_cap_mode == "warp" else None
-    rules = options.chain_rules if options.split_flattened_agents else None
-    return (rules, options.max_context_length, warp, options.child_offset, options.model, options.models)
+    warp = options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "warp" else None
+    rules = options.scenario.chain_rules if options.scenario.split_flattened_agents else None
+    return (
+        rules,
+        options.scenario.max_context_length,
+        warp,
+        options.scenario.child_offset,
+        options.server.model,
+        options.server.models,
+    )
 
 
 async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpace) -> UsageProbe:
-    if options.stream_usage != "auto":
-        return UsageProbe(options.stream_usage)
-    body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
-    if options.api == "chat":
+    if options.server.stream_usage != "auto":
+        return UsageProbe(options.server.stream_usage)
+    body: dict[str, object] = {"model": options.server.model, "max_tokens": 2, "ignore_eos": True}
+    if options.server.api == "chat":
         body["messages"] = [{"role": "user", "content": "ok"}]
         return await detect_stream_usage(client, CHAT_PATH, body)
     body["prompt"] = [space.low] * 8
@@ -605,10 +400,13 @@ async def _stream_usage(client: Client, options: ReplayOptions, space: TokenSpac
 
 async def _calibrate(client: Client, options: ReplayOptions, block_size: int) -> ChatCalibration:
     counter: TokenCounter
-    if options.tokenizer is not None:
-        counter, source = LocalCounter(options.tokenizer, client, options.model), Path(options.tokenizer).name
+    if options.server.tokenizer is not None:
+        counter, source = (
+            LocalCounter(options.server.tokenizer, client, options.server.model),
+            Path(options.server.tokenizer).name,
+        )
     else:
-        counter, source = ServerCounter(client, options.model), "server"
+        counter, source = ServerCounter(client, options.server.model), "server"
     return await calibrate(counter, block_size=block_size, source=source)
 
 
@@ -628,7 +426,7 @@ class _Runner:
         self.prepared = prepared
         self.trace = trace = prepared.trace
         self.played: set[int] = set()
-        self.off_loop = OffLoop()
+        self.off_loop = OffLoop(fast_switch=options.runtime.fast_thread_switch)
         """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
         self.options = options
         self.client = client
@@ -636,44 +434,49 @@ class _Runner:
         self.run_id = run_id
         self.start_ns = start_ns
         self.on_record = on_record
-        self.blocks = BlockTokens(options.seed, trace.block_size, space)
+        self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space)
         self.session_scope = trace.hash_id_scope == "session"
-        shard_index, shard_count = options.shard
+        shard_index, shard_count = options.runtime.shard
         # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every
         # worker of a `--workers` run sees the same stream and `play` (= position) is unique across them.
         self.order = itertools.islice(
-            enumerate(session_order(len(trace.sessions), options.session_order, options.seed)),
+            enumerate(session_order(len(trace.sessions), options.scenario.session_order, options.scenario.seed)),
             shard_index,
             None,
             shard_count,
         )
         if trace.request_count == 0:
             self.tree_limit: int | None = 0
-        elif options.sessions is not None:
-            self.tree_limit = options.sessions
-        elif options.duration_s is None:
+        elif options.scenario.sessions is not None:
+            self.tree_limit = options.scenario.sessions
+        elif options.scenario.duration_s is None:
             self.tree_limit = len(trace.sessions)
         else:
             self.tree_limit = None
         if self.tree_limit is not None:
             # This shard's share of the positions below the global limit.
             self.tree_limit = max(0, -(-(self.tree_limit - shard_index) // shard_count))
-        self.lanes = range(shard_index, options.concurrency, shard_count)
+        self.lanes = range(shard_index, lanes(options.load), shard_count)
         self.loop_lag_s: list[float] = []
-        self.extra_body = options.extra_body
+        self.extra_body = options.server.extra_body
         self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
         self.renderer: ChatRenderer | None = None
         self.on_sent: OnSent | None = None
         self.on_profiling: OnSent | None = None
-        self.path = CHAT_PATH if options.api == "chat" else COMPLETIONS_PATH
-        self.delay_scale = options.delay_scale / (options.speedup if options.mode == "trace" else 1.0)
+        self.path = CHAT_PATH if options.server.api == "chat" else COMPLETIONS_PATH
+        load = options.load
+        self.delay_scale = options.scenario.delay_scale / (load.speedup if isinstance(load, TraceLoad) else 1.0)
+        self.cache_bust = load.cache_bust if isinstance(load, AgentxLoad) else "off"
+        self.primer_tokens = load.warmup_max_tokens if isinstance(load, AgentxLoad) else None
         self._stop = asyncio.Event()
         # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c).
-        runtime_tree_cap = options.tree_idle_cap_s if options.tree_idle_cap_mode == "runtime" else None
+        runtime_tree_cap = (
+            options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "runtime" else None
+        )
         self.clock = clock
-        self.idle = IdleCaps(options.system_idle_cap_s, runtime_tree_cap, clock)
+        self.idle = IdleCaps(options.scenario.system_idle_cap_s, runtime_tree_cap, clock)
         self._hard_stopped = False
-        self._cancel_message = f"cancelled after the {options.grace_s:g} s grace period"
+        self._cancel_message = f"cancelled after the {options.runtime.grace_s:g} s grace period"
         self._in_flight: set[asyncio.Timeout] = set()
         self.requests = 0
         self.errors = 0
@@ -690,7 +493,7 @@ class _Runner:
         self.cancel_reason: str | None = None
         self.passes: dict[int, int] = {}
         """Per session index: plays so far (the marker's recycle pass)."""
-        self.marker_tokens = MARKER_WORDS if options.api == "chat" else MARKER_TOKENS
+        self.marker_tokens = MARKER_WORDS if options.server.api == "chat" else MARKER_TOKENS
         self.cancelled = 0
         self.warmup_expected_s = 0.0
         self.notices: list[str] = []
@@ -723,22 +526,22 @@ class _Runner:
                 services.create_task(self._stopper()),
                 services.create_task(self._watch_loop()),
             ]
-            if self.options.quiet_gc:
+            if self.options.runtime.quiet_gc:
                 background.append(services.create_task(collect_on_clock(self.clock)))
             try:
                 firsts: dict[int, Play] = {}
-                if self.options.mode == "agentx":
+                if self.options.load.mode == "agentx":
                     firsts = self._first_plays()
-                    if self.options.quiet_gc:
+                    if self.options.runtime.quiet_gc:
                         freeze_new()  # the lanes' first plans: built once, walked by no collection
                     await self._warmup(list(firsts.values()))
                     primed_ns = time.perf_counter_ns()
                     for play in firsts.values():
                         play.start_ns = primed_ns
-                    self.pressure_left = self.options.warmup_requests_per_lane * len(self.lanes)
+                    self.pressure_left = self._agentx().warmup_requests_per_lane * len(self.lanes)
                 if self.pressure_left <= 0:
                     self._start_profiling()
-                if self.options.mode in ("trace", "rate"):
+                if self.options.load.mode in ("trace", "rate"):
                     await self._arrivals()
                 else:
                     async with asyncio.TaskGroup() as lanes:
@@ -760,13 +563,19 @@ class _Runner:
         """Each lane's first tree, resumed at the lane's t*; a session with nothing to send from its t* is
         passed over for the next one (at most concurrency + 2 × sessions draws in all, as the reference)."""
         firsts: dict[int, Play] = {}
-        attempts = self.options.concurrency + 2 * len(self.trace.sessions)
+        attempts = lanes(self.options.load) + 2 * len(self.trace.sessions)
         for lane in self.lanes:
             while attempts > 0 and (drawn := self._next_tree()) is not None:
                 attempts -= 1
                 position, index = drawn
                 prepared = self._prepared(index)
-                at = t_star(self.options.seed, prepared.plan.session_id, lane, prepared.plan, self.options.tstar_window)
+                at = t_star(
+                    self.options.scenario.seed,
+                    prepared.plan.session_id,
+                    lane,
+                    prepared.plan,
+                    self._agentx().tstar_window,
+                )
                 state = snapshot(prepared.plan, at)
                 if not state.sendable:
                     continue
@@ -787,16 +596,17 @@ class _Runner:
         ]
         if not primers:
             return
-        cap = self.options.tree_idle_cap_s
+        cap = self.options.scenario.tree_idle_cap_s
         if cap is not None:
             primers = [(play, index, min(lead, cap)) for play, index, lead in primers]
         max_lead = max(lead for _, _, lead in primers)
-        if self.options.warmup == "spread":
+        if self._agentx().warmup == "spread":
             self.warmup_expected_s = expected_warmup_s(
-                [(max_lead - lead) * self.delay_scale for _, _, lead in primers], self.options.system_idle_cap_s
+                [(max_lead - lead) * self.delay_scale for _, _, lead in primers],
+                self.options.scenario.system_idle_cap_s,
             )
             if self.warmup_expected_s > WARMUP_NOTICE_S:
-                cap = self.options.system_idle_cap_s
+                cap = self.options.scenario.system_idle_cap_s
                 self._notice(
                     f"the warmup will take about {_duration(self.warmup_expected_s)}: {len(primers)} primers spread "
                     f"over leads of up to {_duration(max_lead * self.delay_scale)} before t*"
@@ -809,7 +619,7 @@ class _Runner:
         async def prime(play: Play, index: int, lead: float) -> None:
             step = play.prepared.plan.steps[index]
             sent_tokens, body = self._build(play, step, phase="warmup")
-            offset_s = (max_lead - lead) * self.delay_scale if self.options.warmup == "spread" else 0.0
+            offset_s = (max_lead - lead) * self.delay_scale if self._agentx().warmup == "spread" else 0.0
             stopped, due_ns = await self.idle.wait(play, start_ns + int(offset_s * 1e9), self._stop)
             if stopped:
                 return
@@ -858,7 +668,7 @@ class _Runner:
         if self.trace.sessions[index].request_count < OFF_LOOP_REQUESTS:
             return self.prepared.prepared(index)
         prepared = await self.off_loop.run("plan", self.prepared.prepared, index)
-        if self.options.quiet_gc:
+        if self.options.runtime.quiet_gc:
             freeze_new()
         return prepared
 
@@ -869,12 +679,17 @@ class _Runner:
             return self._build(tree, step, phase)
         return await self.off_loop.run("body", self._build, tree, step, phase)
 
+    def _agentx(self) -> AgentxLoad:
+        """The load of an agentx-mode run (only agentx-mode code asks)."""
+        assert isinstance(self.options.load, AgentxLoad)
+        return self.options.load
+
     def _marker(self, index: int, lane: int) -> str | None:
         """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
-        if self.options.mode != "agentx" or self.options.cache_bust == "off":
+        if self.cache_bust == "off":
             return None
         recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
-        key = self.options.benchmark_id or self.run_id
+        key = self._agentx().benchmark_id or self.run_id
         return marker_hex(key, recycle_pass, lane, self.trace.sessions[index].session_id)
 
     def _play(
@@ -885,7 +700,7 @@ class _Runner:
             lane,
             position,
             time.perf_counter_ns(),
-            self.options.affinity_headers,
+            self.options.server.affinity_headers,
             snapshot=state,
             marker=marker,
         )
@@ -908,7 +723,7 @@ class _Runner:
     async def _stopper(self) -> None:
         """End the run `duration_s` after the profiling start (the warmup is not counted, as in the reference),
         or when it is stopped; in-flight requests then get `grace_s`, pending timers none."""
-        duration = self.options.duration_s
+        duration = self.options.scenario.duration_s
         if duration is None:
             await self._stop.wait()
         else:
@@ -919,7 +734,7 @@ class _Runner:
                     async with asyncio.timeout(max(0.0, (end_ns - time.perf_counter_ns()) / 1e9)):
                         await self._stop.wait()
         self.stop()
-        await asyncio.sleep(self.options.grace_s)
+        await asyncio.sleep(self.options.runtime.grace_s)
         self.hard_stop()
 
     # -- lanes and trees
@@ -933,7 +748,8 @@ class _Runner:
         return next(self.order, None)
 
     async def _lane(self, lane: int, first: Play | None = None) -> None:
-        ramp_s = self.options.ramp_s * lane / self.options.concurrency
+        load = self.options.load
+        ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
         if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
             return
         if first is not None:
@@ -959,13 +775,14 @@ class _Runner:
     async def _arrivals(self) -> None:
         """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
         options = self.options
-        shard_index, shard_count = options.shard
-        if options.mode == "trace":
-            schedule: Iterator[tuple[float, int]] = iter(trace_arrivals(self.trace, options.speedup))
+        shard_index, shard_count = options.runtime.shard
+        load = options.load
+        if isinstance(load, TraceLoad):
+            schedule: Iterator[tuple[float, int]] = iter(trace_arrivals(self.trace, load.speedup))
         else:
-            assert options.rate is not None
-            order = session_order(len(self.trace.sessions), options.session_order, options.seed)
-            schedule = zip(rate_arrivals(options.rate, options.burstiness, options.seed), order, strict=False)
+            assert isinstance(load, RateLoad)
+            order = session_order(len(self.trace.sessions), options.scenario.session_order, options.scenario.seed)
+            schedule = zip(rate_arrivals(load.rate, load.burstiness, options.scenario.seed), order, strict=False)
         # The schedule starts one lead from now, so that the first trees' bodies are built before they are due too.
         origin_ns = time.perf_counter_ns() + ARRIVAL_LEAD_NS
         async with asyncio.TaskGroup() as trees:
@@ -1098,9 +915,9 @@ class _Runner:
         offsets = [offset for index, offset in state.first_live.items() if index not in state.waiting]
         if not offsets:
             return 0.0
-        if self.options.warmup == "burst":
+        if self._agentx().warmup == "burst":
             return min(offsets)
-        cap = self.options.tree_idle_cap_s
+        cap = self.options.scenario.tree_idle_cap_s
         return 0.0 if cap is None else max(0.0, min(offsets) - cap)
 
     def _ended(self, tree: Play, step: Step) -> bool:
@@ -1112,10 +929,10 @@ class _Runner:
         return False
 
     def _max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:
-        if phase == "warmup" and self.options.warmup_max_tokens is not None:
-            return self.options.warmup_max_tokens
+        if phase == "warmup" and self.primer_tokens is not None:
+            return self.primer_tokens
         out = step.request.out_tokens
-        cap = self.options.max_output_tokens
+        cap = self.options.scenario.max_output_tokens
         if cap is not None and tree.prepared.top_level[step.index]:
             out = min(out, cap)
         return max(1, out)
@@ -1126,8 +943,10 @@ class _Runner:
             return self._build_chat(tree, step, self.renderer, phase)
         session_id = tree.prepared.plan.session_id
         marker_ids: list[int] = []
-        if tree.marker is not None and self.options.cache_bust == "marker":
-            marker_ids = filler(self.options.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
+        if tree.marker is not None and self.cache_bust == "marker":
+            marker_ids = filler(
+                self.options.scenario.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space
+            )
         prompt = prompt_token_ids(
             step.request,
             tree.prepared.hash_ids[step.index],
@@ -1146,7 +965,7 @@ class _Runner:
             min_tokens=out,
             stream_options=self.stream_options,
             extra_body=self.extra_body,
-            cache_salt=tree.marker if self.options.cache_bust == "salt" else None,
+            cache_salt=tree.marker if self.cache_bust == "salt" else None,
         )
         return len(prompt), body
 
@@ -1171,7 +990,7 @@ class _Runner:
             turn = self._advance(tree, conversation, step)
             tree.chat_turns[agent] = (step.turn, turn)
         marker = ("", 0)
-        if tree.marker is not None and self.options.cache_bust == "marker":
+        if tree.marker is not None and self.cache_bust == "marker":
             marker = renderer.marker_text(tree.marker)
         messages, sent_tokens = renderer.render(
             turn.segments,
@@ -1186,7 +1005,7 @@ class _Runner:
             self._max_tokens(tree, step, phase),
             stream_options=self.stream_options,
             extra_body=self.extra_body,
-            cache_salt=tree.marker if self.options.cache_bust == "salt" else None,
+            cache_salt=tree.marker if self.cache_bust == "salt" else None,
         )
         return sent_tokens, body
 
@@ -1329,11 +1148,11 @@ class _Runner:
         self.profiling_requests += 1
         if record.status == "error" and record.error_kind not in ("cancelled", "context_overflow"):
             self.profiling_errors += 1
-        threshold = self.options.failed_request_threshold
+        threshold = self.options.scenario.failed_request_threshold
         if (
             threshold is not None
             and self.cancel_reason is None
-            and self.profiling_requests >= max(FAILURE_THRESHOLD_MIN_REQUESTS, self.options.concurrency)
+            and self.profiling_requests >= max(FAILURE_THRESHOLD_MIN_REQUESTS, lanes(self.options.load))
             and self.profiling_errors > threshold * self.profiling_requests
         ):
             self.cancel_reason = "failure_threshold"

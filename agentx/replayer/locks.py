@@ -9,10 +9,9 @@ end-to-start delays, one concurrency per run) are not listed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from agentx.replayer.engine import ReplayOptions
+from agentx.replayer.options import AgentxLoad, ReplayOptions
 
 MIN_DURATION_S: Final = 900.0
 SYSTEM_IDLE_CAP_S: Final = 10.0
@@ -20,15 +19,16 @@ SYSTEM_IDLE_CAP_S: Final = 10.0
 
 def locks_broken(options: ReplayOptions) -> list[str]:
     """The locked rules `options` break, as short sentences (empty: a run that can be a valid submission)."""
-    if options.mode != "agentx":
-        return [f"mode {options.mode!r} is not the agentx scenario"]
+    load = options.load
+    if not isinstance(load, AgentxLoad):
+        return [f"mode {load.mode!r} is not the agentx scenario"]
     broken = []
-    if options.duration_s is None or options.duration_s < MIN_DURATION_S:
+    if options.scenario.duration_s is None or options.scenario.duration_s < MIN_DURATION_S:
         broken.append(f"duration below {MIN_DURATION_S:g} s")
-    if options.delay_scale != 1.0:
-        broken.append(f"delays scaled by {options.delay_scale:g}")
-    if options.system_idle_cap_s != SYSTEM_IDLE_CAP_S:
-        broken.append(f"system idle cap {options.system_idle_cap_s} instead of {SYSTEM_IDLE_CAP_S:g} s")
-    if options.cache_bust != "marker":
-        broken.append(f"cache-bust {options.cache_bust!r} instead of the first-turn marker")
+    if options.scenario.delay_scale != 1.0:
+        broken.append(f"delays scaled by {options.scenario.delay_scale:g}")
+    if options.scenario.system_idle_cap_s != SYSTEM_IDLE_CAP_S:
+        broken.append(f"system idle cap {options.scenario.system_idle_cap_s} instead of {SYSTEM_IDLE_CAP_S:g} s")
+    if load.cache_bust != "marker":
+        broken.append(f"cache-bust {load.cache_bust!r} instead of the first-turn marker")
     return broken

@@ -5,8 +5,9 @@ Planning a session and building a body are pure Python: tens of µs for a small 
 prompt of new blocks. Done on the loop, that holds every lane's dispatch as long (a replay of that corpus at 32
 lanes: dispatch lag p99 35 ms, max 155 ms). `OffLoop.run` does it on a worker thread (one per kind of work, so a
 body never waits behind a plan) and awaits it, so only the request or lane that needs it waits. While one works,
-the interpreter hands itself between threads every `SWITCH_INTERVAL_S` (the default, 5 ms, would let a worker
-hold it that long), set back once all are idle.
+the interpreter can hand itself between threads every `SWITCH_INTERVAL_S` (the default, 5 ms, would let a
+worker hold it that long), set back once all are idle. That setting is process-wide, so only an `OffLoop` made
+with `fast_switch` (the CLI's, `Runtime.fast_thread_switch`) changes it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class OffLoop:
     """Worker threads, one per kind of work (a body must not wait behind a plan), started on first use; `run`
     awaits a call on one."""
 
-    def __init__(self) -> None:
+    def __init__(self, fast_switch: bool = False) -> None:
+        self._fast_switch = fast_switch
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._running = 0
         self._saved_interval_s = 0.0
@@ -42,7 +44,7 @@ class OffLoop:
         executor = self._executors.get(kind)
         if executor is None:
             executor = self._executors[kind] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"agentx-{kind}")
-        if self._running == 0:
+        if self._running == 0 and self._fast_switch:
             self._saved_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._running += 1
@@ -50,7 +52,7 @@ class OffLoop:
             return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
         finally:
             self._running -= 1
-            if self._running == 0:
+            if self._running == 0 and self._fast_switch:
                 sys.setswitchinterval(self._saved_interval_s)
 
     def close(self) -> None:

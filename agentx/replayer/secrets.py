@@ -42,6 +42,9 @@ def secret_free_repr(struct: msgspec.Struct) -> str:
     parts = []
     for name in struct.__struct_fields__:
         value = getattr(struct, name)
+        if isinstance(value, msgspec.Struct):  # a part of composed options: shown the same way, as itself
+            parts.append(f"{name}={secret_free_repr(value)}")
+            continue
         plain = msgspec.to_builtins({name: value}, enc_hook=str)
         safe = redact(plain)
         parts.append(f"{name}={value!r}" if safe == plain else f"{name}={safe[name]!r}")

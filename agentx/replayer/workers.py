@@ -25,7 +25,8 @@ from typing import Final
 import msgspec
 
 from agentx.errors import RunError, ServerError
-from agentx.replayer.engine import ReplayOptions, RunResult, run_replay
+from agentx.replayer.engine import RunResult, run_replay
+from agentx.replayer.options import ReplayOptions, lanes
 from agentx.replayer.record_writer import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.trace.io import Format, load_trace
@@ -73,20 +74,19 @@ def run_workers(
     loads `trace_path` with `load_trace(trace_path, format=trace_format, block_size=block_size)`."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers > options.concurrency:
-        raise ValueError(f"--workers {workers} exceeds --concurrency {options.concurrency}: a worker needs a lane")
+    if 0 < lanes(options.load) < workers:  # an open loop has no lanes: its shards split the arrivals
+        raise ValueError(f"--workers {workers} exceeds --concurrency {lanes(options.load)}: a worker needs a lane")
     out_dir = Path(options.out_dir)
     refuse_existing_run(out_dir, options.overwrite)
-    run_id = options.run_id or uuid.uuid4().hex
+    run_id = options.runtime.run_id or uuid.uuid4().hex
     context = multiprocessing.get_context("spawn")  # no inherited event loop, sockets or threads
     processes: list[tuple[multiprocessing.process.BaseProcess, Path]] = []
     for index in range(workers):
         worker_dir = out_dir / WORKERS_DIR / str(index)
         worker_dir.mkdir(parents=True, exist_ok=True)
         # The shard folders are the run's own scratch space, replaced with it.
-        shard = msgspec.structs.replace(
-            options, out_dir=str(worker_dir), run_id=run_id, shard=(index, workers), overwrite=True
-        )
+        runtime = msgspec.structs.replace(options.runtime, run_id=run_id, shard=(index, workers))
+        shard = msgspec.structs.replace(options, out_dir=worker_dir, runtime=runtime, overwrite=True)
         result_path = worker_dir / RESULT_FILE
         result_path.unlink(missing_ok=True)
         args = (os.fspath(trace_path), trace_format, block_size, shard, str(result_path))

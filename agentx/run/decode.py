@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from agentx.replayer.chat import CHAT_PATH
 from agentx.replayer.client import Client, Exchange
+from agentx.replayer.connect import server_client
 from agentx.replayer.engine import COMPLETIONS_PATH
+from agentx.replayer.options import DecodeOptions, checked, flat_options
 from agentx.replayer.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replayer.prompts import TokenSpace, completions_body, filler
-from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.results.acceptance import (
-    DEFAULT_TOLERANCE,
     Acceptance,
     acceptance,
     counter_acceptance,
@@ -37,37 +37,6 @@ from agentx.run.replay import scrape_counters
 _log = logging.getLogger(__name__)
 _CHAT_WORD = " hello"
 """`--api chat` prompts repeat this word `isl_tokens` times (about one token each, plus the chat template)."""
-
-
-class DecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
-    url: str
-    model: str
-    isl_tokens: int = 1
-    osl_tokens: int = 1000
-    concurrency: int = 1
-    """Users decoding at once (one wave of this many requests per repetition)."""
-    repetitions: int = 5
-    api: Literal["completions", "chat"] = "completions"
-    """`completions`: exact token-id prompts; `chat`: a message of `isl_tokens` words (ISL approximate)."""
-    stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
-    """As `ReplayOptions.stream_usage`: `auto` probes for running usage, which counts tokens per chunk exactly."""
-    seed: int = 0
-    request_timeout_s: float | None = None
-    """As `ReplayOptions.request_timeout_s`: a request still running this long fails as a timeout; None: no limit."""
-    idle_timeout_s: float | None = 300.0
-    """As `ReplayOptions.idle_timeout_s`: a request that receives no byte this long fails as a timeout."""
-    api_key: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    extra_body: dict[str, object] | None = None
-    spec_al: float | None = None
-    """The forced acceptance length, checked against the realized one (as `ReplayOptions.spec_al`)."""
-    spec_k: int | None = None
-    spec_al_tolerance: float = DEFAULT_TOLERANCE
-    stream_interval: int = 1
-    """Decode steps the server merges into one streamed chunk (divides the stream's tokens per chunk)."""
-
-    def __repr__(self) -> str:
-        return secret_free_repr(self)  # the API key, header values and a URL's password never show
 
 
 class DecodeSample(msgspec.Struct, kw_only=True):
@@ -110,15 +79,19 @@ class DecodeResult(msgspec.Struct, kw_only=True):
 
 def _body(options: DecodeOptions, repetition: int, user: int, stream_usage: StreamUsage) -> tuple[str, bytes]:
     stream_options = STREAM_OPTIONS[stream_usage]
-    if options.api == "completions":
+    if options.server.api == "completions":
         # Distinct prompts per request: no request hits another's prefix cache (prefill is excluded anyway).
         prompt = filler(options.seed, "decode", f"{repetition}:{user}", options.isl_tokens, TokenSpace())
         body = completions_body(
-            options.model, prompt, options.osl_tokens, stream_options=stream_options, extra_body=options.extra_body
+            options.server.model,
+            prompt,
+            options.osl_tokens,
+            stream_options=stream_options,
+            extra_body=options.server.extra_body,
         )
         return COMPLETIONS_PATH, body
     payload: dict[str, object] = {
-        "model": options.model,
+        "model": options.server.model,
         "messages": [{"role": "user", "content": f"{repetition}:{user}" + _CHAT_WORD * options.isl_tokens}],
         "max_tokens": options.osl_tokens,
         "max_completion_tokens": options.osl_tokens,
@@ -128,7 +101,7 @@ def _body(options: DecodeOptions, repetition: int, user: int, stream_usage: Stre
     }
     if stream_options is not None:
         payload["stream_options"] = dict(stream_options)
-    payload.update(options.extra_body or {})
+    payload.update(options.server.extra_body or {})
     return CHAT_PATH, msgspec.json.encode(payload)
 
 
@@ -166,28 +139,11 @@ def decode_speed(samples: list[DecodeSample]) -> DecodeSpeed | None:
     )
 
 
-def _validate(options: DecodeOptions) -> None:
-    for name in ("isl_tokens", "osl_tokens", "concurrency", "repetitions", "stream_interval"):
-        if getattr(options, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(options, name)}")
-    if options.osl_tokens < 2:
-        raise ValueError(f"osl_tokens must be at least 2 (one token after the first), got {options.osl_tokens}")
-    for name in ("request_timeout_s", "idle_timeout_s"):
-        value = getattr(options, name)
-        if value is not None and not value > 0:  # NaN too
-            raise ValueError(f"{name} must be positive, got {value}")
-    al, k = options.spec_al, options.spec_k
-    if k is not None and k < 1:
-        raise ValueError(f"spec_k (draft tokens per step) must be at least 1, got {k}")
-    if al is not None and not (1.0 <= al <= (k + 1 if k is not None else float("inf"))):
-        raise ValueError(f"spec_al must be in [1, K+1] (K = {k}), got {al}")
-
-
 async def _stream_usage(client: Client, options: DecodeOptions) -> StreamUsage:
-    if options.stream_usage != "auto":
-        return options.stream_usage
-    body: dict[str, object] = {"model": options.model, "max_tokens": 2, "ignore_eos": True}
-    if options.api == "chat":
+    if options.server.stream_usage != "auto":
+        return options.server.stream_usage
+    body: dict[str, object] = {"model": options.server.model, "max_tokens": 2, "ignore_eos": True}
+    if options.server.api == "chat":
         body["messages"] = [{"role": "user", "content": "ok"}]
         probe = await detect_stream_usage(client, CHAT_PATH, body)
     else:
@@ -199,20 +155,14 @@ async def _stream_usage(client: Client, options: DecodeOptions) -> StreamUsage:
 
 
 async def decode(options: DecodeOptions) -> DecodeResult:
-    """Measure decode-only speed at `options.url` (module docstring). Raises ServerUnreachable or ModelNotServed
+    """Measure decode-only speed at `options.server.url` (module docstring). Raises ServerUnreachable or ModelNotServed
     before any request when the server does not answer or serve the model, ValueError for bad options."""
-    _validate(options)
-    async with Client(
-        options.url,
-        api_key=options.api_key,
-        headers=dict(options.headers),
-        limit=2 * options.concurrency,
-        idle_timeout_s=options.idle_timeout_s,
-        total_timeout_s=options.request_timeout_s,
-    ) as client:
-        await client.probe_models(require=options.model)
+    options = checked(options)
+    limit = options.connection.max_connections or 2 * options.concurrency
+    async with server_client(options.server, options.connection, limit=limit) as client:
+        await client.probe_models(require=options.server.model)
         stream_usage = await _stream_usage(client, options)
-        before = await scrape_counters(options.url)
+        before = await scrape_counters(client)
         samples: list[DecodeSample] = []
         chunk_tokens: list[list[int]] = []
         estimated = 0
@@ -225,20 +175,20 @@ async def decode(options: DecodeOptions) -> DecodeResult:
                     estimated += 1
                 elif exchange.ok:
                     chunk_tokens.append(exchange.chunk_tokens)
-        after = await scrape_counters(options.url) if before is not None else None
+        after = await scrape_counters(client) if before is not None else None
     counters = counter_acceptance(before, after) if before is not None and after is not None else None
-    stream = stream_acceptance(chunk_tokens, stream_interval=options.stream_interval, estimated_requests=estimated)
+    stream = stream_acceptance(
+        chunk_tokens, stream_interval=options.speculative.stream_interval, estimated_requests=estimated
+    )
     realized = acceptance(
         counters=counters,
         stream=stream,
-        forced_al=options.spec_al,
-        spec_k=options.spec_k,
-        tolerance=options.spec_al_tolerance,
+        forced_al=options.speculative.al,
+        spec_k=options.speculative.k,
+        tolerance=options.speculative.al_tolerance,
     )
-    metadata = msgspec.to_builtins(options)
-    metadata.pop("api_key", None)
     return DecodeResult(
-        options=redact(metadata),
+        options=flat_options(options),
         stream_usage=stream_usage,
         decode_tps=decode_speed(samples),
         acceptance=realized,

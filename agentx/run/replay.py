@@ -15,10 +15,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-import aiohttp
 import msgspec
 
-from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, RunResult, options_metadata, run_replay
+from agentx.replayer.client import Client
+from agentx.replayer.connect import server_client
+from agentx.replayer.engine import OnRecord, OnSent, RunResult, run_replay
+from agentx.replayer.options import ReplayOptions, flat_options
 from agentx.replayer.play import PreparedTrace
 from agentx.replayer.records import RequestRecord, read_records
 from agentx.replayer.run_folder import RUN_FILE
@@ -37,7 +39,6 @@ from agentx.results.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
-_METRICS_TIMEOUT_S = 5.0
 SCRAPED_METRICS: Final = (*CACHE_METRICS, *METRIC_NAMES)
 """What `scrape_counters` reads: prefix-cache counters and speculative-decoding metrics (agentx.results.acceptance)."""
 
@@ -49,26 +50,23 @@ class ReplayResult(msgspec.Struct, kw_only=True):
     summary: Summary
 
 
-async def scrape_counters(url: str) -> dict[str, float] | None:
-    """The server's `SCRAPED_METRICS` from `/metrics`, or None when it has none to give."""
-    try:
-        timeout = aiohttp.ClientTimeout(total=_METRICS_TIMEOUT_S)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url.rstrip("/") + "/metrics") as response,
-        ):
-            if response.status != 200:
-                return None
-            counters = parse_counters(await response.text(), SCRAPED_METRICS, METRIC_LABELS)
-    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-        return None
-    return counters or None
+async def scrape_counters(client: Client) -> dict[str, float] | None:
+    """The server's `SCRAPED_METRICS` from `/metrics`, or None when it has none to give (`Client.metrics_text`
+    warns when that is not for want of metrics), through `client`: with its credentials, headers and TLS settings."""
+    text = await client.metrics_text()
+    return (parse_counters(text, SCRAPED_METRICS, METRIC_LABELS) or None) if text is not None else None
+
+
+async def _scrape(options: ReplayOptions) -> dict[str, float] | None:
+    """`scrape_counters` through a client made as the run's own is (`server_client`)."""
+    async with server_client(options.server, options.connection, limit=1) as client:
+        return await scrape_counters(client)
 
 
 def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResult) -> Path:
     """Write `run.json` (atomically: a reader never sees half a file) and return its path."""
     target = Path(path)
-    document = RunFile(options=options_metadata(options), run=result.run, summary=result.summary)
+    document = RunFile(options=flat_options(options), run=result.run, summary=result.summary)
     data = msgspec.json.format(msgspec.json.encode(document, enc_hook=str)) + b"\n"
     partial = target.with_name(target.name + ".partial")
     partial.write_bytes(data)
@@ -84,7 +82,7 @@ async def replay(
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
 ) -> ReplayResult:
-    """Drive the server at `options.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
+    """Drive the server at `options.server.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
     summarize the records it wrote.
 
     The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
@@ -97,13 +95,13 @@ async def replay(
     scrapes: list[asyncio.Task[dict[str, float] | None]] = []
 
     def scrape_at_profiling_start() -> None:
-        scrapes.append(asyncio.ensure_future(scrape_counters(options.url)))
+        scrapes.append(asyncio.ensure_future(_scrape(options)))
 
     run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent, on_profiling=scrape_at_profiling_start)
     before: dict[str, float] | None = None
     try:
         before = await scrapes[0] if scrapes else None
-        after = await scrape_counters(options.url) if before is not None else None
+        after = await _scrape(options) if before is not None else None
     except asyncio.CancelledError:
         # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
         if (current := asyncio.current_task()) is not None:
@@ -127,15 +125,15 @@ def _finish(
     summary = summarize(table, num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s)
     summary.stream_usage = run.stream_usage or None
     summary.calibration = run.calibration
-    run_file = {"options": options_metadata(options), "run": msgspec.to_builtins(run, enc_hook=str)}
+    run_file = {"options": flat_options(options), "run": msgspec.to_builtins(run, enc_hook=str)}
     summary.acceptance = run_acceptance(
         table,
         before,
         after,
-        forced_al=options.spec_al,
-        spec_k=options.spec_k,
-        tolerance=options.spec_al_tolerance,
-        stream_interval=options.stream_interval,
+        forced_al=options.speculative.al,
+        spec_k=options.speculative.k,
+        tolerance=options.speculative.al_tolerance,
+        stream_interval=options.speculative.stream_interval,
     )
     summary.validity = validity(table, run_file, summary.acceptance)
     result = ReplayResult(run=run, summary=summary)
@@ -154,9 +152,9 @@ def replay_workers(
 ) -> ReplayResult:
     """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
     blocking. No per-record callbacks: records cross processes only through the files."""
-    before = asyncio.run(scrape_counters(options.url))
+    before = asyncio.run(_scrape(options))
     run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
-    after = asyncio.run(scrape_counters(options.url)) if before is not None else None
+    after = asyncio.run(_scrape(options)) if before is not None else None
     return _finish(options, run, before, after, num_gpus)
 
 

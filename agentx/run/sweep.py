@@ -24,7 +24,8 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.replayer.engine import OnRecord, OnSent, ReplayOptions, prepare_trace
+from agentx.replayer.engine import OnRecord, OnSent, prepare_trace
+from agentx.replayer.options import LaneLoad, ReplayOptions
 from agentx.replayer.play import PreparedTrace
 from agentx.results.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary import Summary
@@ -113,8 +114,8 @@ def load_level_settings(path: Path) -> dict[int, LevelSettings]:
 
 def before_level_command(template: str, concurrency: int, settings: LevelSettings, base: ReplayOptions) -> str:
     """`template` with `{concurrency}`, `{spec_al}` and `{spec_k}` replaced (shell-quoted; unset: empty)."""
-    spec_al = settings.spec_al if settings.spec_al is not None else base.spec_al
-    spec_k = settings.spec_k if settings.spec_k is not None else base.spec_k
+    spec_al = settings.spec_al if settings.spec_al is not None else base.speculative.al
+    spec_k = settings.spec_k if settings.spec_k is not None else base.speculative.k
     values = {"concurrency": concurrency, "spec_al": spec_al, "spec_k": spec_k}
     command = template
     # Plain replacement, not str.format: the command may hold other braces (JSON, awk).
@@ -148,17 +149,22 @@ async def _run_before_level(command: str, log_path: Path, timeout_s: float | Non
 
 
 def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSettings, run_dir: Path) -> ReplayOptions:
-    extra_body = base.extra_body
+    assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops
+    server = base.server
     if settings.extra_body is not None:
-        extra_body = {**(base.extra_body or {}), **settings.extra_body}
+        server = msgspec.structs.replace(server, extra_body={**(server.extra_body or {}), **settings.extra_body})
+    speculative = msgspec.structs.replace(
+        base.speculative,
+        al=settings.spec_al if settings.spec_al is not None else base.speculative.al,
+        k=settings.spec_k if settings.spec_k is not None else base.speculative.k,
+    )
     return msgspec.structs.replace(
         base,
-        concurrency=concurrency,
+        server=server,
+        load=msgspec.structs.replace(base.load, concurrency=concurrency),
         out_dir=run_dir,
         overwrite=True,  # the level's folder was emptied for it (`_level`)
-        spec_al=settings.spec_al if settings.spec_al is not None else base.spec_al,
-        spec_k=settings.spec_k if settings.spec_k is not None else base.spec_k,
-        extra_body=extra_body,
+        speculative=speculative,
     )
 
 
@@ -206,6 +212,8 @@ async def sweep(
     """
     if not options.concurrency:
         raise SweepError("a sweep needs at least one concurrency level")
+    if not isinstance(base.load, LaneLoad):
+        raise SweepError(f"a concurrency sweep needs lanes (mode agentx or closed), not mode {base.load.mode!r}")
     out_dir = options.out_dir
     if not (options.resume or options.overwrite) and (held := existing_sweep(out_dir)) is not None:
         raise SweepError(f"{out_dir} already holds a sweep ({held}); resume it, overwrite it, or choose another folder")
@@ -214,7 +222,7 @@ async def sweep(
         trace=options.trace_label,
         gpu_sku=options.gpu_sku,
         num_gpus=options.num_gpus,
-        seed=base.seed,
+        seed=base.scenario.seed,
         concurrency=list(options.concurrency),
     )
     # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
@@ -226,7 +234,9 @@ async def sweep(
         level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
         if on_level_start is not None:
             on_level_start(position, len(options.concurrency), concurrency)
-        result = await _level(prepared, base, level_options, settings, options, on_record, on_sent, level_server)
+        result = await _level(
+            prepared, base, concurrency, level_options, settings, options, on_record, on_sent, level_server
+        )
         results.append(result)
         index.levels.append(result.entry)
         _write_index(out_dir, index)
@@ -241,6 +251,7 @@ async def sweep(
 async def _level(
     trace: PreparedTrace,
     base: ReplayOptions,
+    concurrency: int,
     level: ReplayOptions,
     settings: LevelSettings,
     options: SweepOptions,
@@ -250,11 +261,11 @@ async def _level(
 ) -> LevelResult:
     run_dir = Path(level.out_dir)
     entry = LevelEntry(
-        concurrency=level.concurrency,
-        dir=level_dir_name(level.concurrency),
+        concurrency=concurrency,
+        dir=level_dir_name(concurrency),
         status="ok",
-        spec_al=level.spec_al,
-        spec_k=level.spec_k,
+        spec_al=level.speculative.al,
+        spec_k=level.speculative.k,
     )
     if options.resume and (done := finished_run(run_dir)) is not None:
         entry.status = "skipped"
@@ -266,13 +277,14 @@ async def _level(
     started = time.monotonic()
     try:
         if options.before_level is not None:
-            command = before_level_command(options.before_level, level.concurrency, settings, base)
+            command = before_level_command(options.before_level, concurrency, settings, base)
             failure = await _run_before_level(command, run_dir / BEFORE_LEVEL_LOG, options.before_level_timeout_s)
             if failure is not None:
                 entry.status, entry.error = "failed", failure
                 return LevelResult(entry=entry, run_dir=run_dir)
         if level_server is not None:
-            level = msgspec.structs.replace(level, url=level_server(level.concurrency, settings))
+            server = msgspec.structs.replace(level.server, url=level_server(concurrency, settings))
+            level = msgspec.structs.replace(level, server=server)
         result = await replay(trace, level, num_gpus=options.num_gpus, on_record=on_record, on_sent=on_sent)
     except asyncio.CancelledError:
         if (current := asyncio.current_task()) is not None:

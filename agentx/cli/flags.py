@@ -1,0 +1,188 @@
+"""Command-line flags derived from the option structs (agentx.replayer.options), so that `replay`, `sweep` and
+`decode` share one definition of every flag they have in common.
+
+A field becomes a flag when its `Meta.extra` has a `help` line. The flag is `--field-name` (a unit suffix `_s`
+dropped) unless `extra["flag"]` names it; its click type, range, choices and default come from the field's type
+and constraints; `extra["none"]` is the word that means None (e.g. `--idle-timeout off`). Fields whose values
+need parsing (headers, JSON, NAME=VALUE pairs, LOW,HIGH) take a parser from the caller (`extra["repeat"]`: the
+flag may be given more than once). The values come back as
+keyword arguments named `part__field`; `part_values` gathers one part's, with the flags the user set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import click
+import msgspec
+import msgspec.inspect as mi
+
+Command = Callable[..., Any]
+Parser = Callable[[str, Any], Any]
+"""`parser(flag, raw)`: the field's value from what click parsed; click.BadParameter when it cannot be one."""
+
+
+def _field_meta(field: mi.Field) -> tuple[mi.Type, dict[str, Any]]:
+    kind = field.type
+    if isinstance(kind, mi.Metadata):
+        return kind.type, dict(kind.extra or {})
+    return kind, {}
+
+
+def flag_name(field: mi.Field) -> str:
+    _, extra = _field_meta(field)
+    return str(extra.get("flag") or "--" + field.name.removesuffix("_s").replace("_", "-"))
+
+
+def _inner(kind: mi.Type) -> tuple[mi.Type, bool]:
+    """The type without None, and whether None was allowed."""
+    if isinstance(kind, mi.UnionType):
+        rest = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+        if len(rest) == 1:
+            return rest[0], len(rest) < len(kind.types)
+    if isinstance(kind, mi.Metadata):
+        return _inner(kind.type)
+    return kind, False
+
+
+def _click_type(kind: mi.Type) -> Any:
+    if isinstance(kind, mi.Metadata):
+        return _click_type(kind.type)
+    if isinstance(kind, mi.IntType):
+        least = kind.ge if kind.ge is not None else (kind.gt + 1 if kind.gt is not None else None)
+        return click.IntRange(min=least, max=kind.le) if least is not None or kind.le is not None else int
+    if isinstance(kind, mi.FloatType):
+        bound = kind.ge if kind.ge is not None else kind.gt
+        if bound is None and kind.le is None:
+            return float
+        return click.FloatRange(min=bound, max=kind.le, min_open=kind.gt is not None)
+    if isinstance(kind, mi.LiteralType):
+        return click.Choice([str(value) for value in kind.values], case_sensitive=False)
+    return str
+
+
+class _Value(click.ParamType[Any]):
+    """A finite value of `inner` (click's float types accept NaN and infinities), or the word that means None."""
+
+    def __init__(self, inner: Any, word: str | None = None) -> None:
+        self.inner, self.word = inner, word
+        self.name = getattr(inner, "name", "value") + (f"|{word}" if word else "")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or (self.word is not None and value == self.word):
+            return None
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a number" + (f" or {self.word!r}" if self.word else ""), param, ctx)
+        converted = (
+            self.inner.convert(value, param, ctx) if isinstance(self.inner, click.ParamType) else self.inner(value)
+        )
+        if isinstance(converted, float) and not math.isfinite(converted):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return converted
+
+
+def _finite(inner: Any) -> Any:
+    return _Value(inner) if inner is float or isinstance(inner, click.FloatRange) else inner
+
+
+def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], **overrides: Any) -> Any:
+    """The click option of one field (see the module docstring)."""
+    kind, extra = _field_meta(field)
+    names = [flag_name(field)] + ([extra["alias"]] if "alias" in extra else [])
+    settings: dict[str, Any] = {"help": extra["help"], "metavar": extra.get("metavar")}
+    default = None if field.required else field.default
+    inner, _ = _inner(kind)
+    if field.name in parsers:
+        multiple = bool(extra.get("repeat"))
+        settings.update(type=str, multiple=multiple)
+        if not multiple and default is not None and not isinstance(default, dict):
+            settings.update(default=",".join(map(str, default)) if isinstance(default, tuple) else default)
+            settings["show_default"] = True
+    elif isinstance(inner, mi.BoolType):
+        names = [f"{names[0]}/--no-{names[0].removeprefix('--')}"]
+        settings.update(default=default, show_default=True)
+    elif isinstance(inner, mi.VarTupleType):
+        settings.update(type=_click_type(inner.item_type), multiple=True)
+    elif "none" in extra:
+        settings.update(type=_Value(_click_type(inner), extra["none"]), show_default=True)
+        settings["default"] = extra["none"] if default is None else str(default)
+    else:
+        settings.update(type=_finite(_click_type(inner)))
+        if default is not None:
+            settings.update(default=default, show_default=True)
+    settings.update(overrides)
+    return click.option(*names, f"{part}__{field.name}", **settings)
+
+
+def fields_with_flags(kind: type[msgspec.Struct], skip: frozenset[str] = frozenset()) -> list[mi.Field]:
+    info = mi.type_info(kind)
+    assert isinstance(info, mi.StructType)
+    return [f for f in info.fields if f.name not in skip and "help" in _field_meta(f)[1]]
+
+
+def part_flags(
+    part: str,
+    kinds: tuple[type[msgspec.Struct], ...],
+    parsers: Mapping[str, Parser] = {},
+    skip: frozenset[str] = frozenset(),
+    overrides: Mapping[str, Mapping[str, Any]] = {},
+) -> Callable[[Command], Command]:
+    """A decorator adding the flags of `kinds`' fields (several kinds: the variants of a union, each field once)."""
+    seen: dict[str, mi.Field] = {}
+    for kind in kinds:
+        for field in fields_with_flags(kind, skip):
+            seen.setdefault(field.name, field)
+    decorators = [field_option(part, field, parsers, **overrides.get(field.name, {})) for field in seen.values()]
+
+    def apply(command: Command) -> Command:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def part_values(
+    part: str, kind: type[msgspec.Struct], flags: Mapping[str, Any], parsers: Mapping[str, Parser] = {}
+) -> dict[str, Any]:
+    """`kind`'s fields among `flags` (click's keyword arguments), parsed, as a dict for `msgspec.convert`."""
+    values: dict[str, Any] = {}
+    info = mi.type_info(kind)
+    assert isinstance(info, mi.StructType)
+    for field in info.fields:
+        key = f"{part}__{field.name}"
+        if key not in flags:
+            continue
+        raw = flags[key]
+        if raw == () and field.default != ():
+            continue  # a repeatable flag not given: the field's default
+        values[field.name] = parsers[field.name](flag_name(field), raw) if field.name in parsers else raw
+    return values
+
+
+def flags_set(ctx: click.Context, part: str, flags: Mapping[str, Any]) -> set[str]:
+    """The fields of `part` whose flags the user gave (not left at their defaults)."""
+    given = set()
+    for key in flags:
+        if key.startswith(part + "__"):
+            source = ctx.get_parameter_source(key)
+            if source is not None and source is not click.core.ParameterSource.DEFAULT:
+                given.add(key.removeprefix(part + "__"))
+    return given
+
+
+def convert_part(kind: type[Any], values: Mapping[str, Any], what: str) -> Any:
+    """`values` as a `kind`, checked; click.BadParameter naming `what` with msgspec's or `__post_init__`'s reason."""
+    try:
+        return msgspec.convert(dict(values), kind, strict=False)
+    except msgspec.ValidationError as exc:
+        reason = str(exc).split(" - at `$")[0]
+        if reason.startswith("Object missing required field `"):
+            field = reason.removeprefix("Object missing required field `").rstrip("`")
+            reason = f"it needs --{field.removesuffix('_s').replace('_', '-')}"
+        raise click.BadParameter(reason, param_hint=what) from None

@@ -1,0 +1,406 @@
+"""A replay's options: small typed parts composed into one immutable `ReplayOptions`.
+
+- `Server`: where requests go and what they carry (URL, served models, API, credentials, extra body).
+- `Connection`: the pool and its timeouts.
+- `load`: how load is offered, a tagged union by `mode`: `AgentxLoad`, `ClosedLoad` (lanes of session trees),
+  `TraceLoad`, `RateLoad` (open loop).
+- `Scenario`: what is replayed and how the trace becomes requests (sessions, timing, limits, idle caps).
+- `Speculative`: the acceptance the server was forced to, checked after the run.
+- `Runtime`: how this process runs (grace period, run id, shard, garbage-collector control).
+
+`DecodeOptions` composes the same server, connection and speculative parts for `agentx decode`.
+
+Constraints sit on the fields (`Meta`: ranges, choices); rules that tie fields together are in `__post_init__`.
+`checked(options)` applies both, once, at the start of a run; the CLI derives its flags from the same fields
+(agentx.cli.flags), so `replay`, `sweep` and `decode` cannot drift. `Meta.extra` carries what the CLI needs
+beyond the type: `help` (one line), `flag` (when not `--field-name`), `metavar`, and `none` (the word that
+means None on the command line, e.g. "off").
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS
+from agentx.replayer.http1 import check_header
+from agentx.replayer.secrets import redact, secret_free_repr
+from agentx.replayer.tstar import DEFAULT_WINDOW
+from agentx.replayer.url import base_url
+from agentx.trace.chains import DEFAULT_RULES, ChainRules
+
+AFFINITY_HEADERS: Final = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
+"""Headers a router may key session affinity on; `Server.affinity_headers` picks among them."""
+Mode = Literal["agentx", "closed", "trace", "rate"]
+SessionOrder = Literal["sequential", "shuffle", "random"]
+AffinityHeader = Literal["X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"]
+
+Seconds = Annotated[float, Meta(ge=0)]
+PositiveSeconds = Annotated[float, Meta(gt=0)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+
+
+def _help(text: str, **extra: Any) -> Meta:
+    return Meta(extra={"help": text, **extra})
+
+
+class Server(msgspec.Struct, frozen=True, kw_only=True):
+    """Where requests go and what every request carries."""
+
+    url: Annotated[str, _help("Server base URL (host:port means http://host:port).", metavar="URL")]
+    """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."""
+    model: Annotated[str, _help("Served model.")]
+    """The served model requests name (a session's main model maps to it, docs/agentx.md §2f)."""
+    models: tuple[str, ...] = ()
+    """More served models: a session's i-th distinct recorded model (main model first) maps to
+    `(model, *models)[i % n]`."""
+    api: Annotated[
+        Literal["completions", "chat"],
+        _help("completions: token-id prompts (exact); chat: messages of calibrated text."),
+    ] = "completions"
+    api_key: str | None = None
+    """Bearer token; never written to records, logs or reports."""
+    headers: Annotated[
+        tuple[tuple[str, str], ...],
+        _help("Extra request header NAME:VALUE (repeatable).", flag="--header", metavar="NAME:VALUE", repeat=True),
+    ] = ()
+    """Extra request headers, sent with every call to the server."""
+    extra_body: Annotated[
+        dict[str, Any] | None, _help("JSON object merged into every request body.", metavar="JSON")
+    ] = None
+    stream_usage: Annotated[
+        Literal["auto", "continuous", "final", "none"],
+        _help("Usage to ask for in stream_options (auto: probe the server)."),
+    ] = "auto"
+    """`auto` probes the server once before the run (continuous usage if it takes it, else final usage only,
+    else no stream_options); the others force one choice."""
+    tokenizer: Annotated[
+        str | None,
+        _help(
+            "With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
+            metavar="PATH",
+        ),
+    ] = None
+    affinity_headers: Annotated[
+        tuple[AffinityHeader, ...],
+        _help(
+            "Also send the play's correlation id in this header (repeatable), for router affinity.",
+            flag="--affinity-header",
+        ),
+    ] = ()
+    """Extra headers that carry the play's X-Correlation-ID value too, for routers that keep a session on one
+    worker by another header."""
+
+    def __post_init__(self) -> None:
+        base_url(self.url)  # BadURLError (a ValueError) names what is wrong with it
+        for name, value in self.headers:
+            check_header(name, value)
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)  # the API key, header values and a URL's password never show
+
+
+class Connection(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection pool and the timeouts of every call."""
+
+    max_connections: Annotated[int, Meta(ge=1)] | None = None
+    """Pool size (default: 2 × concurrency; unbounded in the open-loop modes)."""
+    connect_timeout_s: PositiveSeconds = 10.0
+    """Opening a connection that takes longer fails the request as a timeout of kind "connect"."""
+    idle_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        _help(
+            "A request that receives no byte for S seconds fails as a timeout (kind: idle).",
+            none="off",
+            metavar="S|off",
+        ),
+    ] = 300.0
+    request_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        _help(
+            "A request still running after S seconds fails as a timeout (kind: request).",
+            none="off",
+            metavar="S|off",
+            flag="--request-timeout",
+            alias="--request-timeout-seconds",
+        ),
+    ] = None
+
+
+Concurrency = Annotated[int, Meta(ge=1), _help("Lanes (session trees).")]
+Ramp = Annotated[Seconds, _help("Spread the lanes' first trees over this many seconds.")]
+
+
+class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_field="mode"):
+    """The AgentX scenario (docs/agentx.md §4d–§4e): lanes resume at t* after a warmup, recycled trees start at
+    turn 0, and every tree carries a cache-bust marker."""
+
+    mode: ClassVar[Mode] = "agentx"
+    concurrency: Concurrency = 1
+    ramp_s: Ramp = 0.0
+    tstar_window: Annotated[
+        tuple[Fraction, Fraction], _help("agentx: where in each session's span a lane's t* falls.", metavar="LOW,HIGH")
+    ] = DEFAULT_WINDOW
+    """InferenceX runs 0.25–0.75, the scenario file 0–1."""
+    warmup: Annotated[Literal["spread", "burst"], _help("agentx: primer timing.")] = "spread"
+    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
+    reference's `--burst-phase-starts`): all primers at once."""
+    warmup_requests_per_lane: Annotated[
+        int, Meta(ge=0), _help("agentx: cache-pressure requests per lane after the primers (InferenceX: 10).")
+    ] = 0
+    warmup_max_tokens: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        _help("agentx: output tokens of a warmup primer.", none="recorded", metavar="N|recorded"),
+    ] = 1
+    """The reference's code sends 1; None: the recorded output."""
+    cache_bust: Annotated[
+        Literal["marker", "salt", "off"], _help("agentx: a per-tree marker in every prompt, or as cache_salt, or none.")
+    ] = "marker"
+    benchmark_id: str | None = None
+    """The run-level key of the cache-bust markers (docs/agentx.md §2e); None: the run id, fresh every run."""
+
+    def __post_init__(self) -> None:
+        low, high = self.tstar_window
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {self.tstar_window}")
+
+
+class ClosedLoad(msgspec.Struct, frozen=True, kw_only=True, tag="closed", tag_field="mode"):
+    """Lanes of session trees, every tree from turn 0: no warmup, no marker."""
+
+    mode: ClassVar[Mode] = "closed"
+    concurrency: Concurrency = 1
+    ramp_s: Ramp = 0.0
+
+
+class TraceLoad(msgspec.Struct, frozen=True, kw_only=True, tag="trace", tag_field="mode"):
+    """Open loop: each session starts at its recorded start (÷ `speedup`); records have `lane = -1`."""
+
+    mode: ClassVar[Mode] = "trace"
+    speedup: Annotated[float, Meta(gt=0), _help("trace: time ÷.")] = 1.0
+    """Divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
+
+
+class RateLoad(msgspec.Struct, frozen=True, kw_only=True, tag="rate", tag_field="mode"):
+    """Open loop: sessions arrive at `rate` per second (agentx.replayer.arrivals)."""
+
+    mode: ClassVar[Mode] = "rate"
+    rate: Annotated[float, Meta(gt=0), _help("rate: session arrivals per second.")]
+    burstiness: Annotated[float, Meta(gt=0), _help("rate: gamma shape of the gaps (1: Poisson).")] = 1.0
+
+
+Load = AgentxLoad | ClosedLoad | TraceLoad | RateLoad
+LaneLoad = AgentxLoad | ClosedLoad
+LOADS: Final = (AgentxLoad, ClosedLoad, TraceLoad, RateLoad)
+
+
+def lanes(load: Load) -> int:
+    """Lanes of a closed-loop load; 0 for an open loop, which has none."""
+    return load.concurrency if isinstance(load, AgentxLoad | ClosedLoad) else 0
+
+
+class Scenario(msgspec.Struct, frozen=True, kw_only=True):
+    """What is replayed and how the trace becomes requests."""
+
+    duration_s: Annotated[PositiveSeconds | None, _help("Run this long.", flag="--duration", metavar="SECONDS")] = None
+    """Stop starting new requests after this long; None: until `sessions` trees are done."""
+    sessions: Annotated[Annotated[int, Meta(ge=1)] | None, _help("Stop after this many session trees.")] = None
+    """Stop after this many session trees have been started (None with no duration: one pass)."""
+    session_order: Annotated[SessionOrder, _help("The order lanes draw sessions in.")] = "sequential"
+    seed: Annotated[int, Meta(ge=0), _help("Seed of session order and prompt content.")] = 0
+    delay_scale: Annotated[Seconds, _help("Multiply every recorded delay (0: none).")] = 1.0
+    """Multiplies every planned delay (think times, subagent offsets): 1.0 replays the recorded timing, 0.01 runs
+    a trace's idle gaps 100x faster, 0 sends each request as soon as its dependencies complete."""
+    child_offset: Literal["branch_start", "anchor_end"] = "branch_start"
+    max_context_length: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        _help("Drop sessions whose peak in+out exceeds this, whole.", metavar="TOKENS"),
+    ] = None
+    """Sessions whose peak `in + out` (any agent, output uncapped) exceeds this are dropped before the run."""
+    max_output_tokens: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        _help("Cap the output of the root's turns (subagent turns are never capped).", metavar="TOKENS"),
+    ] = None
+    chain_rules: Annotated[
+        ChainRules,
+        _help(
+            "A flattened-agent detection threshold (a ChainRules field), e.g. aux_isl_floor=8192.",
+            flag="--chain-rule",
+            metavar="NAME=VALUE",
+            repeat=True,
+        ),
+    ] = DEFAULT_RULES
+    split_flattened_agents: Annotated[
+        bool, _help("Split agents recorded flattened into their parent's requests into agents of their own.")
+    ] = True
+    context_overflow_substrings: Annotated[
+        tuple[str, ...],
+        _help(
+            "An error answer whose text holds this is a context overflow (repeatable; replaces the defaults).",
+            flag="--context-overflow-substring",
+            metavar="TEXT",
+        ),
+    ] = CONTEXT_OVERFLOW_SUBSTRINGS
+    token_low: Annotated[int, Meta(ge=0)] = 1000
+    token_high: Annotated[int, Meta(ge=1)] = 30000
+    """Token ids of synthetic prompts are drawn from [token_low, token_high)."""
+    system_idle_cap_s: Annotated[
+        Seconds | None,
+        _help(
+            "When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
+            none="off",
+            metavar="SECONDS|off",
+        ),
+    ] = 10.0
+    tree_idle_cap_s: Annotated[
+        Seconds | None, _help("The same per session tree (InferenceX: 300); also caps warmup leads.", metavar="SECONDS")
+    ] = None
+    tree_idle_cap_mode: Annotated[
+        Literal["runtime", "warp"],
+        _help(
+            "warp: cut each tree's recorded idle gaps before the run (the reference, AIPerf 0.13.0); runtime: "
+            "act on the live schedule when a tree goes idle (as InferenceX describes a newer one)."
+        ),
+    ] = "warp"
+    failed_request_threshold: Annotated[
+        Fraction | None,
+        _help("Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).", metavar="FRACTION"),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.token_high <= self.token_low:
+            raise ValueError(f"token ids need token_low < token_high, got [{self.token_low}, {self.token_high})")
+
+
+class Speculative(msgspec.Struct, frozen=True, kw_only=True):
+    """The acceptance the server was forced to: run metadata, checked against the realized one after the run."""
+
+    al: Annotated[
+        float | None,
+        _help(
+            "The acceptance length the server is forced to (tokens per step, bonus included, in [1, K+1]); checked "
+            "against the realized one.",
+            flag="--spec-al",
+            metavar="AL",
+        ),
+    ] = None
+    k: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        _help("Draft tokens per step the server runs with.", flag="--spec-k", metavar="K"),
+    ] = None
+    al_tolerance: Annotated[
+        float, Meta(gt=0), _help("Largest |realized − forced| AL accepted (absolute).", flag="--spec-tolerance")
+    ] = 0.05
+    stream_interval: Annotated[
+        int, Meta(ge=1), _help("Decode steps the server merges into one streamed chunk (its --stream-interval).")
+    ] = 1
+
+    def __post_init__(self) -> None:
+        al, k = self.al, self.k
+        if al is not None:
+            high = math.inf if k is None else k + 1
+            if not (math.isfinite(al) and 1.0 <= al <= high):
+                bound = f"[1, K+1] = [1, {k + 1}] for K={k}" if k is not None else "at least 1"
+                raise ValueError(f"the acceptance length (bonus token included) must be {bound}, got {al}")
+
+
+class Runtime(msgspec.Struct, frozen=True, kw_only=True):
+    """How this process runs the replay."""
+
+    grace_s: Annotated[Seconds, _help("In-flight allowance after the end, s.", flag="--grace")] = 30.0
+    """After the deadline, in-flight requests may finish within this; then they are cancelled."""
+    run_id: str | None = None
+    """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
+    shard: tuple[Annotated[int, Meta(ge=0)], Annotated[int, Meta(ge=1)]] = (0, 1)
+    """(index, count): this process runs lanes index, index+count, ... and the trees at positions ≡ index
+    (mod count) of the shared session order (`--workers`; (0, 1) is the whole run)."""
+    quiet_gc: bool = False
+    """Take the garbage collector's timing from the run: freeze what exists at the start, collect on the run's own
+    clock in gaps between due requests, restore at the end. It changes process-wide state (and `gc.unfreeze()`
+    also unfreezes what the host had frozen), so it is off for library callers; the CLI turns it on
+    (bench/replay_overhead.py measures what it buys)."""
+    fast_thread_switch: bool = False
+    """While large bodies are built on worker threads, shorten the interpreter's thread switch interval
+    (`sys.setswitchinterval`, process-wide; restored after). Off for library callers; the CLI turns it on."""
+
+    def __post_init__(self) -> None:
+        index, count = self.shard
+        if not 0 <= index < count:
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+
+
+class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """One immutable options object for a run, composed of its parts."""
+
+    server: Server
+    out_dir: Path
+    """Where records.arrow (and run.json) are written."""
+    overwrite: bool = False
+    """Replace a run already in `out_dir`; without it, a folder holding records.arrow is refused (RunExists)."""
+    load: Load = AgentxLoad()
+    scenario: Scenario = Scenario()
+    connection: Connection = Connection()
+    speculative: Speculative = Speculative()
+    runtime: Runtime = Runtime()
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)
+
+
+class DecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What `decode` measures, and against which server (the parts are `ReplayOptions`' own)."""
+
+    server: Server
+    connection: Connection = Connection()
+    speculative: Speculative = Speculative()
+    """The forced acceptance, checked against the realized one."""
+    isl_tokens: Annotated[int, Meta(ge=1), _help("Prompt tokens.", flag="--isl")] = 1
+    osl_tokens: Annotated[int, Meta(ge=2), _help("Output tokens, forced.", flag="--osl")] = 1000
+    concurrency: Annotated[int, Meta(ge=1), _help("Users at once.")] = 1
+    """Users decoding at once (one wave of this many requests per repetition)."""
+    repetitions: Annotated[int, Meta(ge=1), _help("Waves of requests.")] = 5
+    seed: Annotated[int, Meta(ge=0), _help("Seed of the prompts.")] = 0
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)  # the API key, header values and a URL's password never show
+
+
+_Options = TypeVar("_Options", bound=msgspec.Struct)
+
+
+def checked(options: _Options) -> _Options:
+    """`options` with every constraint applied (field ranges and choices, then each part's `__post_init__`);
+    a ValueError naming the field (`$.load.concurrency`) otherwise. A struct built in Python skips the ranges,
+    so a run checks its options once, here."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(options, enc_hook=str), type(options), dec_hook=_dec_hook)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _dec_hook(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot convert to {kind}")
+
+
+def flat_options(options: msgspec.Struct) -> dict[str, Any]:
+    """`options` (a `ReplayOptions` or another struct of parts) as one flat JSON-ready mapping without credentials:
+    the layout of run.json's `options` and of the records' metadata from before the parts existed (`mode`,
+    `concurrency`, `spec_al`, ...). Each part's fields keep their names; `Speculative`'s take a `spec_` prefix."""
+    flat: dict[str, Any] = {}
+    for name, value in msgspec.structs.asdict(options).items():
+        if isinstance(value, Speculative):
+            for field, setting in msgspec.structs.asdict(value).items():
+                flat[field if field == "stream_interval" else f"spec_{field}"] = setting
+        elif isinstance(value, msgspec.Struct):
+            flat.update(msgspec.to_builtins(value, enc_hook=str))  # a load adds its `mode` tag
+        else:
+            flat[name] = value
+    flat.pop("api_key", None)
+    result: dict[str, Any] = redact(msgspec.to_builtins(flat, enc_hook=str))
+    return result
