@@ -364,6 +364,10 @@ def test_wrong_column_types_and_nulls_are_refused(small_trace: Trace, tmp_path: 
     assert 'column "in" has type string' in _refusal(_write_with_metadata(as_text, tmp_path / "a.arrow"))
     with_null = table.set_column(index, "in", pa.array([None] + [1] * (table.num_rows - 1), pa.int64()))
     assert 'column "in" holds 1 null' in _refusal(_write_with_metadata(with_null, tmp_path / "b.arrow"))
+    added = table.schema.get_field_index("hash_ids_added")
+    lists = [[None, *ids] if row == 0 else ids for row, ids in enumerate(table.column(added).to_pylist())]
+    null_id = table.set_column(added, "hash_ids_added", pa.array(lists, table.schema.field(added).type))
+    assert 'column "hash_ids_added" holds 1 null' in _refusal(_write_with_metadata(null_id, tmp_path / "n.arrow"))
     # A compatible type (int32 for int64, plain strings for dictionary strings) is converted.
     converted = table.set_column(index, "in", table.column("in").cast(pa.int32()))
     model = table.schema.get_field_index("model")

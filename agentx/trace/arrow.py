@@ -17,9 +17,7 @@ from typing import Annotated, Any
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
@@ -167,6 +165,8 @@ def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
 
 def write_parquet(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write the same table as Parquet (zstd)."""
+    import pyarrow.parquet as pq  # only for Parquet: it loads more of pyarrow
+
     pq.write_table(to_table(trace), os.fspath(path), compression="zstd")
 
 
@@ -181,6 +181,8 @@ def read_arrow(path: str | os.PathLike[str], *, findings: Findings | None = None
         with open(file, "rb") as probe:
             magic = probe.read(6)
         if magic[:4] == b"PAR1":
+            import pyarrow.parquet as pq
+
             table = pq.read_table(file)
         elif magic == b"ARROW1":
             with ipc.open_file(file) as reader:
@@ -280,7 +282,7 @@ def _conform(table: pa.Table, file: str) -> pa.Table:
             table = table.set_column(index, field, column)
         nulls = column.null_count if not field.nullable else 0
         if pa.types.is_list(field.type):
-            nulls += pc.list_flatten(column).null_count
+            nulls += sum(chunk.flatten().null_count for chunk in column.chunks)  # the lists' items
         if nulls:
             raise TraceError.at(f'column "{name}" holds {nulls} null value(s) where none are allowed', file=file)
     return table

@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from agentx.trace import arrow, bailian, mooncake, weka, weka_reader, weka_writer
+from agentx.trace import bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Trace
 from agentx.trace.textfile import open_bytes, read_errors
@@ -96,6 +96,8 @@ def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findin
     if block_size is not None and not 0 < block_size <= MAX_BLOCK_SIZE:
         raise TraceError.at(f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]", file=str(path))
     if fmt in ("arrow", "parquet"):
+        from agentx.trace import arrow  # pyarrow (and numpy) load only for these formats
+
         trace = arrow.read_arrow(path, findings=findings)
         if block_size is not None:
             trace.block_size = block_size
@@ -125,9 +127,13 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, format: Format | N
     """Write a trace; the format defaults to what the file name says (see format_for_path)."""
     fmt = format or format_for_path(path)
     if fmt == "arrow":
-        arrow.write_arrow(trace, path)
+        from agentx.trace.arrow import write_arrow  # pyarrow (and numpy) load only for these formats
+
+        write_arrow(trace, path)
     elif fmt == "parquet":
-        arrow.write_parquet(trace, path)
+        from agentx.trace.arrow import write_parquet
+
+        write_parquet(trace, path)
     elif fmt == "weka":
         weka_writer.write_weka(trace, path)
     elif fmt == "mooncake":
