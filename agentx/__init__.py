@@ -53,39 +53,45 @@ Errors: one tree, each message one paragraph naming the place (the command line 
       RunError     a run that could not complete (a worker process died)
 """
 
-from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-from agentx.replayer.engine import RunResult
-from agentx.replayer.options import (
-    AgentxLoad,
-    ClosedLoad,
-    Connection,
-    DecodeOptions,
-    RateLoad,
-    ReplayOptions,
-    Runtime,
-    Scenario,
-    Server,
-    Speculative,
-    TraceLoad,
-)
-from agentx.replayer.records import RequestRecord, read_records
-from agentx.results.summary import Summary, summarize
-from agentx.run.decode import DecodeResult, decode, decode_sync
-from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
-from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
-from agentx.sim.engine import EngineConfig
-from agentx.sim.faults import FaultConfig
-from agentx.sim.process import SimServer
-from agentx.synth.compare import Fidelity, compare
-from agentx.synth.fit import fit
-from agentx.synth.from_logs import FromLogsOptions, from_logs
-from agentx.synth.generate import generate
-from agentx.synth.presets import preset
-from agentx.trace.errors import Finding, Findings, TraceError
-from agentx.trace.io import detect_format, load_trace, save_trace
-from agentx.trace.model import Agent, Provenance, Request, Session, Trace
-from agentx.trace.stats import TraceStats, trace_stats
-from agentx.trace.validate import validate
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentx.errors import AgentxError, ConfigError, RunError, ServerError
+    from agentx.replayer.engine import RunResult
+    from agentx.replayer.options import (
+        AgentxLoad,
+        ClosedLoad,
+        Connection,
+        DecodeOptions,
+        RateLoad,
+        ReplayOptions,
+        Runtime,
+        Scenario,
+        Server,
+        Speculative,
+        TraceLoad,
+    )
+    from agentx.replayer.records import RequestRecord, read_records
+    from agentx.results.summary import Summary, summarize
+    from agentx.run.decode import DecodeResult, decode, decode_sync
+    from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
+    from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
+    from agentx.sim.engine_config import EngineConfig
+    from agentx.sim.faults import FaultConfig
+    from agentx.sim.process import SimServer
+    from agentx.synth.compare import Fidelity, compare
+    from agentx.synth.fit import fit
+    from agentx.synth.from_logs import FromLogsOptions, from_logs
+    from agentx.synth.generate import generate
+    from agentx.synth.presets import preset
+    from agentx.trace.errors import Finding, Findings, TraceError
+    from agentx.trace.io import detect_format, load_trace, save_trace
+    from agentx.trace.model import Agent, Provenance, Request, Session, Trace
+    from agentx.trace.stats import TraceStats, trace_stats
+    from agentx.trace.validate import validate
 
 __all__ = [
     "Agent",
@@ -146,3 +152,81 @@ __all__ = [
     "trace_stats",
     "validate",
 ]
+
+_HOMES: dict[str, str] = {
+    "Agent": "agentx.trace.model",
+    "AgentxError": "agentx.errors",
+    "AgentxLoad": "agentx.replayer.options",
+    "ClosedLoad": "agentx.replayer.options",
+    "ConfigError": "agentx.errors",
+    "Connection": "agentx.replayer.options",
+    "DecodeOptions": "agentx.replayer.options",
+    "DecodeResult": "agentx.run.decode",
+    "EngineConfig": "agentx.sim.engine_config",
+    "FaultConfig": "agentx.sim.faults",
+    "Fidelity": "agentx.synth.compare",
+    "Finding": "agentx.trace.errors",
+    "Findings": "agentx.trace.errors",
+    "FromLogsOptions": "agentx.synth.from_logs",
+    "LevelSettings": "agentx.run.sweep",
+    "Provenance": "agentx.trace.model",
+    "RateLoad": "agentx.replayer.options",
+    "ReplayOptions": "agentx.replayer.options",
+    "ReplayResult": "agentx.run.replay",
+    "ReplayStream": "agentx.run.replay",
+    "Request": "agentx.trace.model",
+    "RequestRecord": "agentx.replayer.records",
+    "RunError": "agentx.errors",
+    "RunResult": "agentx.replayer.engine",
+    "Runtime": "agentx.replayer.options",
+    "Scenario": "agentx.replayer.options",
+    "Server": "agentx.replayer.options",
+    "ServerError": "agentx.errors",
+    "Session": "agentx.trace.model",
+    "SimServer": "agentx.sim.process",
+    "Speculative": "agentx.replayer.options",
+    "Summary": "agentx.results.summary",
+    "SweepOptions": "agentx.run.sweep",
+    "SweepResult": "agentx.run.sweep",
+    "Trace": "agentx.trace.model",
+    "TraceError": "agentx.trace.errors",
+    "TraceLoad": "agentx.replayer.options",
+    "TraceStats": "agentx.trace.stats",
+    "compare": "agentx.synth.compare",
+    "decode": "agentx.run.decode",
+    "decode_sync": "agentx.run.decode",
+    "detect_format": "agentx.trace.io",
+    "fit": "agentx.synth.fit",
+    "from_logs": "agentx.synth.from_logs",
+    "generate": "agentx.synth.generate",
+    "load_trace": "agentx.trace.io",
+    "preset": "agentx.synth.presets",
+    "read_records": "agentx.replayer.records",
+    "replay": "agentx.run.replay",
+    "replay_sync": "agentx.run.replay",
+    "save_trace": "agentx.trace.io",
+    "stream_replay": "agentx.run.replay",
+    "summarize": "agentx.results.summary",
+    "sweep": "agentx.run.sweep",
+    "sweep_sync": "agentx.run.sweep",
+    "trace_stats": "agentx.trace.stats",
+    "validate": "agentx.trace.validate",
+}
+"""The module each public name lives in. It is imported when the name is first used (module `__getattr__`, PEP 562),
+so that `import agentx` (and the command line, which starts with it) does not load the replay engine, pyarrow,
+numpy or aiohttp before a command needs them."""
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown name stays an error for them
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'agentx' has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # once: later uses are plain attribute lookups
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
