@@ -41,6 +41,7 @@ from agentx.replayer.http1 import (
     Pool,
     encode_headers,
 )
+from agentx.replayer.options import CONTEXT_OVERFLOW_SUBSTRINGS
 from agentx.replayer.sse import DONE, ERROR_EVENT, SSEParser
 from agentx.replayer.tls import DEFAULT_TLS, TLSSettings, describe_tls_error, ssl_context
 from agentx.replayer.url import base_url as parse_base_url
@@ -49,12 +50,6 @@ ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overfl
 TimeoutKind = Literal["connect", "idle", "request"]
 """Which timeout ended a request: connecting, no bytes for the idle timeout, or the whole request's limit."""
 
-CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
-    "context length",
-    "maximum context",
-    "context_length_exceeded",
-    "prompt is too long",
-)
 MESSAGE_MAX_CHARS: Final = 500
 _log = logging.getLogger(__name__)
 _ERROR_BODY_MAX_BYTES: Final = 64 * 1024

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS, Client
-from agentx.replayer.options import Connection, Server
+from agentx.replayer.client import Client
+from agentx.replayer.options import CONTEXT_OVERFLOW_SUBSTRINGS, Connection, Server
 from agentx.replayer.tls import DEFAULT_TLS, TLSSettings
 
 

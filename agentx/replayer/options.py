@@ -26,13 +26,20 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from agentx.replayer.client import CONTEXT_OVERFLOW_SUBSTRINGS
-from agentx.replayer.http1 import check_header
 from agentx.replayer.secrets import redact, secret_free_repr
-from agentx.replayer.tstar import DEFAULT_WINDOW
 from agentx.replayer.url import base_url
-from agentx.trace.chains import DEFAULT_RULES, ChainRules
+from agentx.trace.chain_rules import DEFAULT_RULES, ChainRules
 
+CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
+    "context length",
+    "maximum context",
+    "context_length_exceeded",
+    "prompt is too long",
+)
+"""An error answer whose text holds one of these is a context overflow (`Scenario.context_overflow_substrings`)."""
+DEFAULT_WINDOW: Final = (0.25, 0.75)
+"""Where in each session's span a lane's t* falls, as InferenceX runs AgentX (the scenario file's own default is
+0.0–1.0); agentx.replayer.tstar."""
 AFFINITY_HEADERS: Final = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
 """Headers a router may key session affinity on; `Server.affinity_headers` picks among them."""
 Mode = Literal["agentx", "closed", "trace", "rate"]
@@ -96,6 +103,8 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     worker by another header."""
 
     def __post_init__(self) -> None:
+        from agentx.replayer.http1 import check_header  # asyncio and ssl: not for `agentx --help`
+
         base_url(self.url)  # BadURLError (a ValueError) names what is wrong with it
         for name, value in self.headers:
             check_header(name, value)

@@ -12,7 +12,6 @@ from typing import Any, Final, Self
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from agentx.replayer.records import (
@@ -185,6 +184,8 @@ def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLik
     read jitter, microseconds). The merged file keeps the earliest file's metadata. Rows are ordered
     by `sent_ns`.
     """
+    import pyarrow.compute as pc  # only here: a run writes its records without it
+
     tables = [read_records(path) for path in paths]
     if not tables:
         raise ValueError("merge_records needs at least one file")

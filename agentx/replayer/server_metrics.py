@@ -28,7 +28,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
-from prometheus_client.parser import text_string_to_metric_families
 
 _log = logging.getLogger(__name__)
 
@@ -138,6 +137,8 @@ def parse_counters(
     `labelled(name, label, value)` (e.g. vLLM's accepted tokens per draft position), summed over its other
     labels; a sample without that label is left out. Malformed lines and non-finite values are skipped.
     """
+    from prometheus_client.parser import text_string_to_metric_families  # only when a server has metrics
+
     wanted = set(names)
     per_label = labels or {}
     values: dict[str, float] = {}

@@ -30,10 +30,8 @@ import hashlib
 import msgspec
 import numpy as np
 
+from agentx.replayer.options import DEFAULT_WINDOW
 from agentx.replayer.plan import SessionPlan, Step
-
-DEFAULT_WINDOW = (0.25, 0.75)
-"""As InferenceX runs AgentX (the scenario file's own default is 0.0–1.0)."""
 
 
 def t_star(

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentx.replayer.server_metrics import (
     LLAMACPP_CACHED_TOKENS,
@@ -129,6 +128,8 @@ def _chunks(table: pa.Table) -> tuple[FloatArray, FloatArray]:
 
 
 def _throughput(table: pa.Table, num_gpus: int | None) -> Throughput | None:
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return None
     duration_s = (int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("sent_ns")).as_py())) / 1e9

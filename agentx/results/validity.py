@@ -44,10 +44,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentx.replayer.records import RecordsError, run_info
 from agentx.results.acceptance import Acceptance
+from agentx.results.columns import equals, floats
 
 CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01
 COVERAGE_MIN_PHASE_S: Final = 900.0
@@ -91,19 +91,6 @@ def _unsafe(options: Any) -> bool:
     return nested or options.get("unsafe_override") is True
 
 
-def _mask(table: pa.Table, name: str, value: str, *, missing: bool) -> npt.NDArray[np.bool_]:
-    if name not in table.schema.names:
-        return np.full(table.num_rows, missing, dtype=bool)
-    mask = pc.fill_null(pc.equal(table.column(name), value), False)
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _floats(table: pa.Table, name: str) -> npt.NDArray[np.float64]:
-    if name not in table.schema.names:
-        return np.full(table.num_rows, np.nan)
-    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -125,12 +112,12 @@ def covered_ns(starts_ns: FloatArray, ends_ns: FloatArray, lo_ns: float, hi_ns: 
 def _coverage(table: pa.Table, profiling: npt.NDArray[np.bool_], ok: npt.NDArray[np.bool_]) -> dict[str, Any]:
     if not profiling.any():
         return {"applies": False, "phase_s": 0.0, "observations": 0, "covered_fraction": None}
-    sent = _floats(table, "sent_ns")
-    end = _floats(table, "end_ns")
+    sent = floats(table, "sent_ns")
+    end = floats(table, "end_ns")
     lo, hi = float(sent[profiling].min()), float(end[profiling].max())
     phase_s = (hi - lo) / _NS_PER_S
-    ttft, itl = _floats(table, "ttft_s"), _floats(table, "itl_s")
-    last = _floats(table, "last_token_ns")
+    ttft, itl = floats(table, "ttft_s"), floats(table, "itl_s")
+    last = floats(table, "last_token_ns")
     observed = (
         profiling
         & ok
@@ -201,9 +188,9 @@ def validity(
     if unsafe:
         reasons.append(UNSAFE_OVERRIDE)
 
-    profiling = ~_mask(table, "phase", "warmup", missing=False)
-    ok = _mask(table, "status", "ok", missing=True)
-    overflow = _mask(table, "error_kind", "context_overflow", missing=False)
+    profiling = ~equals(table, "phase", "warmup", missing=False)
+    ok = equals(table, "status", "ok", missing=True)
+    overflow = equals(table, "error_kind", "context_overflow", missing=False)
     request_count = int((profiling & ok).sum())
     overflows = int((profiling & ~ok & overflow).sum())
     error_count = int((profiling & ~ok & ~overflow).sum())
@@ -233,7 +220,7 @@ def validity(
     if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
         reasons.append(INSUFFICIENT_COVERAGE)
 
-    lag = _floats(table, "dispatch_lag_s")[profiling]
+    lag = floats(table, "dispatch_lag_s")[profiling]
     lag = lag[np.isfinite(lag)]
     lag_p99 = float(np.percentile(lag, 99)) if lag.size else None
     details["dispatch_lag_p99_s"] = lag_p99

@@ -7,15 +7,17 @@ in every run with the same seed and arrival order.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import socket
 import struct
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
+
+if TYPE_CHECKING:
+    import asyncio
 
 StatusFault = Literal[500, 429, 503]
 
