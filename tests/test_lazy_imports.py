@@ -48,10 +48,20 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def _loaded_after(code: str) -> set[str]:
-    """The top-level packages loaded in a fresh interpreter after running `code`."""
-    script = f"import sys\n{code}\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    """The modules loaded in a fresh interpreter after running `code` (its own output is dropped)."""
+    script = (
+        "import contextlib, io, sys\n"
+        f"with contextlib.redirect_stdout(io.StringIO()):\n    {code}\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
-    return set(done.stdout.split())
+    modules = set(done.stdout.split())
+    assert "agentx" in modules, done.stdout + done.stderr  # the code ran to its end
+    return modules
+
+
+def _packages(modules: set[str]) -> set[str]:
+    return {module.split(".")[0] for module in modules}
 
 
 HEAVY = {"numpy", "pyarrow", "aiohttp", "rich", "prometheus_client", "matplotlib", "tokenizers", "uvloop"}
@@ -59,9 +69,26 @@ HEAVY = {"numpy", "pyarrow", "aiohttp", "rich", "prometheus_client", "matplotlib
 
 
 def test_import_agentx_loads_nothing_heavy() -> None:
-    assert _loaded_after("import agentx") & (HEAVY | {"asyncio", "msgspec", "click"}) == set()
+    assert _packages(_loaded_after("import agentx")) & (HEAVY | {"asyncio", "msgspec", "click"}) == set()
+    assert _packages(_loaded_after("from agentx import Trace, ReplayOptions")) & HEAVY == set()
 
 
 def test_a_jsonl_trace_loads_without_pyarrow_or_numpy() -> None:
     loaded = _loaded_after(f"import agentx; agentx.load_trace({str(MOONCAKE)!r})")
-    assert loaded & HEAVY == set()
+    assert _packages(loaded) & HEAVY == set()
+
+
+def test_the_command_line_and_its_help_load_nothing_heavy() -> None:
+    commands = [["--help"], *([name, "--help"] for name in ("replay", "sweep", "decode", "sim", "inspect", "report"))]
+    code = f"from agentx.cli import main\n    for args in {commands!r}:\n        main(args, standalone_mode=False)"
+    assert _packages(_loaded_after(code)) & (HEAVY | {"asyncio"}) == set()
+
+
+def test_a_replay_starts_without_what_only_its_end_needs() -> None:
+    """rich draws the summary (and live progress on a terminal only), pyarrow.compute and prometheus_client serve
+    the summary and the /metrics scrape: none is needed before the first request."""
+    loaded = _loaded_after(
+        "import agentx.cli.replay, agentx.cli.progress, agentx.run.replay, agentx.replayer.calibrate"
+    )
+    assert _packages(loaded) & {"rich", "prometheus_client", "matplotlib", "tokenizers"} == set()
+    assert "pyarrow.compute" not in loaded

@@ -1,4 +1,4 @@
-"""The live progress of `agentx replay` (agentx/cli/tables.py): its counts, rates and time left."""
+"""The live progress of `agentx replay` (agentx/cli/progress.py): its counts, rates and time left."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from flat import replay_options
 from rich.console import Console
 from strategies import record_identity
 
-from agentx.cli.tables import ReplayProgress, planned_requests
+from agentx.cli.progress import ReplayProgress, planned_requests
 from agentx.replayer.options import ReplayOptions
 from agentx.replayer.plan import session_order
 from agentx.replayer.records import RequestRecord

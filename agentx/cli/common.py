@@ -3,23 +3,31 @@ options, running a coroutine."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
+import gc
+import os
 import secrets
 import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import click
-from rich.console import Console
 
 from agentx.errors import AgentxError, ConfigError, RunError, ServerError
 from agentx.trace.errors import Finding, TraceError
-from agentx.trace.io import FORMATS
+from agentx.trace.io import FORMATS, Format, load_trace
 from agentx.trace.validate import MAX_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from rich.console import Console
+
+    from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 3
@@ -30,8 +38,44 @@ T = TypeVar("T")
 
 # Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default.
 PIPED_WIDTH = 120
-stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+
+class LazyConsole:
+    """A rich `Console` on stdout or stderr, made when first printed to: importing rich takes tens of milliseconds
+    that `agentx --help`, or a replay before its first request, should not spend (bench/startup.py)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+
+    def _stream(self) -> IO[str]:
+        return sys.stderr if self._stderr else sys.stdout
+
+    @functools.cached_property
+    def console(self) -> Console:
+        from rich.console import Console
+
+        width = None if self._stream().isatty() else PIPED_WIDTH
+        return Console(stderr=self._stderr, highlight=False, soft_wrap=True, width=width)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """`Console.print`."""
+        self.console.print(*objects, **options)
+
+    @property
+    def is_terminal(self) -> bool:
+        """`Console.is_terminal`, without loading rich when the stream is plainly not a terminal (no tty, and
+        neither TTY_COMPATIBLE nor FORCE_COLOR set, which rich would heed)."""
+        if "console" not in self.__dict__ and not {"TTY_COMPATIBLE", "FORCE_COLOR"} & os.environ.keys():
+            try:
+                if not self._stream().isatty():
+                    return False
+            except ValueError:  # a closed stream
+                return False
+        return self.console.is_terminal
+
+
+stdout = LazyConsole()
+stderr = LazyConsole(stderr=True)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -90,6 +134,23 @@ block_size_option = click.option(
 )
 
 
+def load_to_replay(path: Path, *, format: Format | None, block_size: int | None) -> Trace:
+    """`load_trace` for a command that replays the trace: loaded with the garbage collector off and then frozen
+    (`gc.freeze()`, as the command line owns its process; the run's `quiet_gc` unfreezes everything at its end).
+
+    The trace is never garbage, yet a replay would otherwise walk all of it twice before its first request: the
+    young collection that follows the load, then the full one with which the run freezes its set-up (~50 ms for
+    6,000 Mooncake requests, more for a larger trace; bench/startup.py)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return load_trace(path, format=format, block_size=block_size)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Ctrl-C, and what schedulers, `timeout` and `kill` send: both stop a run gracefully."""
 
@@ -97,6 +158,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     """Run `work`; Ctrl-C or SIGTERM cancels it, and the replay turns that into a graceful stop (grace, flush,
     run.json, the partial summary, exit 130)."""
+    import asyncio
+
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     for stop_signal in STOP_SIGNALS:
@@ -139,6 +202,8 @@ def only_model(url: str) -> str:
     async def probe() -> list[str]:
         async with Client(url) as client:
             return await client.probe_models()
+
+    import asyncio
 
     try:
         models = asyncio.run(probe())

@@ -120,10 +120,10 @@ def parse_chain_rules(pairs: tuple[str, ...]) -> ChainRules:
 
 def golden_acceptance(speculative: dict[str, Any], golden_model: str | None, thinking: bool) -> dict[str, Any]:
     """`--spec-golden MODEL`: the speculative values with `al` from MODEL's published curve at `--spec-k`."""
-    from agentx.spec.golden import golden_al
-
     if golden_model is None:
         return speculative
+    from agentx.spec.golden import golden_al
+
     if speculative.get("al") is not None:
         raise click.BadParameter("pass --spec-al AL or --spec-golden MODEL, not both")
     k = speculative.get("k")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 import time
@@ -23,6 +22,7 @@ from agentx.cli.common import (
     fail,
     format_option,
     interruptible,
+    load_to_replay,
     loop_factory,
     refuse_existing_run,
     server_and_model,
@@ -41,7 +41,7 @@ from agentx.cli.options import (
     speculative_part,
 )
 from agentx.replayer.options import Connection, DecodeOptions
-from agentx.trace.io import Format, load_trace
+from agentx.trace.io import Format
 
 
 @click.command()
@@ -82,8 +82,9 @@ def replay(
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130).
     """
-    from agentx.cli.summary_tables import summary_table
-    from agentx.cli.tables import ReplayProgress, planned_requests
+    import asyncio
+
+    from agentx.cli.progress import ReplayProgress, planned_requests
     from agentx.replayer.calibrate import CalibrationError
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
     from agentx.replayer.engine import WarmupFailed
@@ -97,7 +98,7 @@ def replay(
     if tokenizer is not None and not Path(tokenizer).is_file():
         fail(f"--tokenizer {tokenizer}: no such file")
     try:
-        loaded = load_trace(trace, format=input_format, block_size=block_size)
+        loaded = load_to_replay(trace, format=input_format, block_size=block_size)
         speculative = speculative_part(flags)
         run_dir = out_dir or default_run_dir()
         options = replay_options(  # every flag checked before the simulator starts
@@ -166,6 +167,8 @@ def replay(
     if as_json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
     else:
+        from agentx.cli.summary_tables import summary_table  # rich: after the run, not before its first request
+
         engine = result.run.server.label
         title = f"replay of {trace}" + (f" on {engine}" if engine else "")
         for table in summary_table(result.summary, title=title):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Callable
@@ -19,13 +18,14 @@ from agentx.cli.common import (
     fail,
     format_option,
     interruptible,
+    load_to_replay,
     loop_factory,
     only_model,
     stderr,
     stdout,
 )
 from agentx.cli.options import replay_flags, replay_options, server_part, sim_fields, speculative_part
-from agentx.trace.io import Format, load_trace
+from agentx.trace.io import Format
 
 if TYPE_CHECKING:
     from agentx.replayer.options import Speculative
@@ -89,7 +89,9 @@ def sweep_command(
     OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
     sweep (exit 130); `--resume` picks it up.
     """
-    from agentx.cli.tables import ReplayProgress
+    import asyncio
+
+    from agentx.cli.progress import ReplayProgress
     from agentx.results.cost import load_price_table
     from agentx.results.folders import SWEEP_FILE
     from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
@@ -103,7 +105,7 @@ def sweep_command(
     try:
         concurrency = parse_levels(levels)
         settings = load_level_settings(level_settings) if level_settings is not None else {}
-        loaded = load_trace(trace, format=input_format, block_size=block_size)
+        loaded = load_to_replay(trace, format=input_format, block_size=block_size)
         if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
             known = ", ".join(load_price_table().gpus)
             raise SweepError(

@@ -17,10 +17,8 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.cli.tables import stats_tables
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.io import Format, load_trace, save_trace
-from agentx.trace.stats import parse_token_counts, trace_stats
 
 
 @click.command()
@@ -99,6 +97,9 @@ def inspect(
     trace: Path, as_json: bool, cache_tokens: str, non_causal: bool, input_format: Format | None, block_size: int | None
 ) -> None:
     """Summarise TRACE: sessions, subagent shape, distributions, prefix-cache hit rates."""
+    from agentx.cli.tables import stats_tables
+    from agentx.trace.stats import parse_token_counts, trace_stats
+
     try:
         capacities = parse_token_counts(cache_tokens) if cache_tokens else []
     except ValueError as exc:
