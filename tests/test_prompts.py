@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentx.replayer.prompts import (
+    DEFAULT_CACHE_TOKENS,
     DEFAULT_STREAM_OPTIONS,
     BlockTokens,
     TokenSpace,
@@ -202,6 +203,13 @@ def test_consecutive_ids_of_a_scope_do_not_evict_each_other() -> None:
     misses = blocks.misses
     blocks.extend(out, "session-7", range(1000, 1064))
     assert blocks.misses == misses and blocks.hits == 64
+
+
+def test_the_default_cache_holds_as_many_tokens_whatever_the_block_size() -> None:
+    # Counted in blocks, it held eight times the memory with Mooncake's 512-token blocks (~270 MB).
+    assert BlockTokens(0, 64).cache_blocks == DEFAULT_CACHE_TOKENS // 64
+    assert BlockTokens(0, 512).cache_blocks == DEFAULT_CACHE_TOKENS // 512
+    assert BlockTokens(0, 512, cache_blocks=0).cache_blocks == 0
 
 
 @pytest.mark.parametrize("cache_blocks", [0, 1, 2, 10, 33, 1000])

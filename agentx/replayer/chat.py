@@ -26,7 +26,7 @@ import msgspec
 
 from agentx.replayer.calibrate import ChatCalibration
 from agentx.replayer.conversation import Segment
-from agentx.replayer.prompts import DEFAULT_CACHE_BLOCKS, BlockTokens, TokenSpace, filler
+from agentx.replayer.prompts import BlockTokens, TokenSpace, filler
 
 CHAT_PATH: Final = "/v1/chat/completions"
 MARKER_WORDS: Final = 4
@@ -67,7 +67,7 @@ class ChatRenderer:
         spaced = self._spaced
         text = self.calibration.separator + "".join([spaced[i] for i in self.blocks.block(scope_key, hash_id)])
         texts[key] = text
-        if len(texts) > DEFAULT_CACHE_BLOCKS:
+        if len(texts) > self.blocks.cache_blocks:  # as many as the token cache: ~4M tokens of text
             texts.popitem(last=False)
         return text
 

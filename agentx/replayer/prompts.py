@@ -41,9 +41,17 @@ Llama 3's 128256, Qwen's 151k, ...) and clear of the low ids where special and b
 The project's simulator (vocab 32000 by default, ordinary words from id 356 = `FIRST_WORD_ID`) accepts it
 too; against a simulator run with a smaller `--vocab-size V`, use `TokenSpace(356, V)`."""
 
-DEFAULT_CACHE_BLOCKS: Final = 65536
-"""~40 MB of cached blocks of 64 tokens (list + LRU entry + key ≈ 0.6 KB each): the full prefixes of
-~45 concurrent 90k-token sessions. A miss only costs a few µs of regeneration, never correctness."""
+DEFAULT_CACHE_TOKENS: Final = 1 << 22
+"""The block cache holds ~4M tokens (65,536 blocks of 64 tokens, 8,192 of Mooncake's 512): the full prefixes of
+~45 concurrent 90k-token sessions, ~35 MB whatever the block size (a cached block is a tuple of one pointer a token).
+Bounded by a count of blocks instead, it grew eightfold with 512-token blocks: a replay of a Mooncake trace reached
+~300 MB within seconds (bench/startup.py). A miss only costs a few µs of regeneration, never correctness."""
+
+
+def default_cache_blocks(block_size: int) -> int:
+    """Blocks of `block_size` tokens that make `DEFAULT_CACHE_TOKENS`."""
+    return max(1, DEFAULT_CACHE_TOKENS // max(1, block_size))
+
 
 FILLER_SHARE_DIVISOR: Final = 16
 """Filler takes 1/16 of the space (at least one id): it needs no variety beyond not being block content."""
@@ -107,10 +115,17 @@ class BlockTokens:
     """
 
     def __init__(
-        self, seed: int, block_size: int, space: TokenSpace | None = None, cache_blocks: int = DEFAULT_CACHE_BLOCKS
+        self,
+        seed: int,
+        block_size: int,
+        space: TokenSpace | None = None,
+        cache_blocks: int | None = None,
     ) -> None:
+        """`cache_blocks`: the cache's size in blocks (default: `default_cache_blocks(block_size)`; 0: none)."""
         if block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {block_size}")
+        if cache_blocks is None:
+            cache_blocks = default_cache_blocks(block_size)
         if cache_blocks < 0:
             raise ValueError(f"cache_blocks must be non-negative, got {cache_blocks}")
         self.seed = seed
