@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
 
 from agentx.replayer.sessions import ReplaySessions
 from agentx.trace.chains import DEFAULT_RULES, split_trace
@@ -37,6 +39,25 @@ def test_sessions_are_split_when_first_played_and_only_then() -> None:
     assert msgspec.to_builtins(first) == msgspec.to_builtins(split.sessions[1])
     assert msgspec.to_builtins(sessions.whole()) == msgspec.to_builtins(split)
     assert sessions.chains_by_session == {"a": 1, "b": 1}
+
+
+def test_a_one_request_session_is_not_searched_for_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Mooncake row is a session of one request: nothing to split, and 6,000 of them took ~0.2 s to search."""
+    import agentx.replayer.sessions as module
+    from agentx.trace.chains import split_flattened_agents
+
+    alone = Session(session_id="one", root=Agent(requests=_flattened("x").root.requests[:1]))
+    trace = Trace(sessions=[alone, _flattened("two")], block_size=64)
+    searched: list[str] = []
+
+    def spy(session: Session, *args: Any, **kwargs: Any) -> Session:
+        searched.append(session.session_id)
+        return split_flattened_agents(session, *args, **kwargs)
+
+    monkeypatch.setattr(module, "split_flattened_agents", spy)
+    sessions = ReplaySessions(trace, chain_rules=DEFAULT_RULES)
+    assert sessions.session(0) is alone and sessions.session(1) is not trace.sessions[1]
+    assert searched == ["two"] and sessions.chains_by_session == {"one": 0, "two": 1}
 
 
 def test_without_rules_sessions_are_played_as_recorded() -> None:

@@ -68,7 +68,10 @@ class ReplaySessions:
     def _transform(self, session: Session) -> Session:
         if self.chain_rules is not None:
             counts = ChainCounts()
-            session = split_flattened_agents(session, self.chain_rules, block_size=self.trace.block_size, counts=counts)
+            if session.root.subagents or len(session.root.requests) > 1:  # one request alone holds no chain
+                session = split_flattened_agents(
+                    session, self.chain_rules, block_size=self.trace.block_size, counts=counts
+                )
             self.chains_by_session[session.session_id] = counts.chains
         if self.warp_cap_s is not None:
             session = warp_idle_gaps(session, self.warp_cap_s)

@@ -238,14 +238,15 @@ def _namespaces(trace: Trace) -> Iterator[tuple[list[Session], int]]:
 
 def prefix_cache_hits(trace: Trace, *, causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per request (in row order: session, agent depth first, request): (hit blocks, total blocks)."""
-    hits = np.zeros(trace.request_count, dtype=np.int64)
-    totals = np.zeros(trace.request_count, dtype=np.int64)
+    rows = trace.request_count
+    hits = np.zeros(rows, dtype=np.int64)
+    totals = np.zeros(rows, dtype=np.int64)
     for sessions, first_row in _namespaces(trace):
         steps: list[_Step] = []
         row = first_row
         for session in sessions:
             steps.extend(_steps(session, row, causal))
-            row += session.request_count
+            row = first_row + len(steps)  # one step a request
         steps.sort(key=lambda step: (step.start, step.row))
         available: set[int] = set()
         pending: list[tuple[float, int, _Step]] = []
