@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-    from agentx.replayer.engine import RunResult
     from agentx.replayer.options import (
         AgentxLoad,
         ClosedLoad,
@@ -75,6 +74,7 @@ if TYPE_CHECKING:
         TraceLoad,
     )
     from agentx.replayer.records import RequestRecord, read_records
+    from agentx.replayer.run_result import RunResult
     from agentx.results.summary import Summary, summarize
     from agentx.run.decode import DecodeResult, decode, decode_sync
     from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
@@ -177,7 +177,7 @@ _HOMES: dict[str, str] = {
     "Request": "agentx.trace.model",
     "RequestRecord": "agentx.replayer.records",
     "RunError": "agentx.errors",
-    "RunResult": "agentx.replayer.engine",
+    "RunResult": "agentx.replayer.run_result",
     "Runtime": "agentx.replayer.options",
     "Scenario": "agentx.replayer.options",
     "Server": "agentx.replayer.options",

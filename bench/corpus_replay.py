@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import _corpus  # a sibling script, not a package
 
-from agentx.replayer import engine
+from agentx.replayer import runner
 from agentx.replayer.engine import run_replay
 from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import read_records, to_records
@@ -34,11 +34,11 @@ from agentx.trace.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 OFF_LOOP_THRESHOLDS = ("OFF_LOOP_REQUESTS", "OFF_LOOP_TOKENS")
-"""The engine's sizes from which plans and bodies go off the loop (agentx.replayer.offloop)."""
+"""The runner's sizes from which plans and bodies go off the loop (agentx.replayer.offloop)."""
 
 
 def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop: bool) -> dict[str, float]:
-    thresholds = vars(engine)
+    thresholds = vars(runner)
     defaults = {name: thresholds[name] for name in OFF_LOOP_THRESHOLDS}
     if not off_loop:  # every plan and body on the loop, as before agentx.replayer.offloop
         thresholds.update(dict.fromkeys(OFF_LOOP_THRESHOLDS, sys.maxsize))
@@ -49,7 +49,7 @@ def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop
                 out_dir=Path(out),
                 load=AgentxLoad(concurrency=lanes),
                 scenario=Scenario(duration_s=duration_s, delay_scale=scale),
-                runtime=Runtime(grace_s=1.0),
+                runtime=Runtime(grace_s=1.0, quiet_gc=True, fast_thread_switch=True),  # the CLI's settings
             )
             result = asyncio.run(run_replay(trace, options))
             records = [r for r in to_records(read_records(result.records_path)) if r.phase == "profiling"]

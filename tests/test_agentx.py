@@ -11,11 +11,13 @@ import msgspec
 import pytest
 from flat import replay_options
 
-from agentx.replayer.engine import RunResult, WarmupFailed, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, to_records
+from agentx.replayer.run_result import RunResult
 from agentx.replayer.tstar import snapshot, t_star
+from agentx.replayer.warmup import WarmupFailed
 from agentx.results.summary import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -228,13 +230,13 @@ def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_pat
 def test_the_run_reports_each_lanes_snapshot_at_t_star(sim: SimServer, tmp_path: Path) -> None:
     trace = Trace(sessions=[_chain(f"r{i}", 10, base=100 * i) for i in range(2)], block_size=BLOCK)
     result, records = _run(trace, _options(sim, tmp_path, concurrency=2, sessions=2))
-    assert [entry["lane"] for entry in result.tstar] == [0, 1]
+    assert [entry.lane for entry in result.tstar] == [0, 1]
     for entry in result.tstar:
-        plan = plan_session(next(s for s in trace.sessions if s.session_id == entry["session_id"]))
-        assert entry["t_star_s"] == t_star(3, entry["session_id"], entry["lane"], plan)
-        assert entry["live_agents"] == [""] and entry["primers"] == 1
-        first = min(r.turn for r in records if r.session_id == entry["session_id"] and r.phase == "profiling")
-        assert entry["done_steps"] == first
+        plan = plan_session(next(s for s in trace.sessions if s.session_id == entry.session_id))
+        assert entry.t_star_s == t_star(3, entry.session_id, entry.lane, plan)
+        assert entry.live_agents == [""] and entry.primers == 1
+        first = min(r.turn for r in records if r.session_id == entry.session_id and r.phase == "profiling")
+        assert entry.done_steps == first
 
 
 def test_cli_flags_reach_the_options(tmp_path: Path) -> None:

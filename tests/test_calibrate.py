@@ -205,7 +205,7 @@ def test_a_local_tokenizer_file_calibrates_like_the_server(tmp_path: Path) -> No
             scenario=Scenario(delay_scale=0),
         )
         result = asyncio.run(run_replay(trace, options))
-    assert result.calibration is not None and result.calibration["source"] == "tokenizer.json"
+    assert result.calibration is not None and result.calibration.source == "tokenizer.json"
     records = to_records(read_records(result.records_path))
     assert records and all(r.isl_server_tokens == r.isl_sent_tokens == r.isl_recorded_tokens for r in records)
 

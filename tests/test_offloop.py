@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replayer import engine as engine_module
+from agentx.replayer import runner as runner_module
+from agentx.replayer.bodies import BodyBuilder
 from agentx.replayer.engine import run_replay
 from agentx.replayer.offloop import SWITCH_INTERVAL_S, OffLoop
 from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
@@ -68,7 +69,7 @@ def _trace() -> Trace:
 def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[tuple[object, ...], str]:
     """The replay's bodies by (phase, session, agent, turn), as digests, and a check that it succeeded."""
     bodies: dict[tuple[object, ...], str] = {}
-    real_build = engine_module._Runner._build
+    real_build = BodyBuilder.build
 
     def recording_build(self: Any, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, bytes]:
         sent, body = real_build(self, tree, step, phase)
@@ -76,7 +77,7 @@ def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> d
         bodies[key] = hashlib.sha256(body).hexdigest()
         return sent, body
 
-    monkeypatch.setattr(engine_module._Runner, "_build", recording_build)
+    monkeypatch.setattr(BodyBuilder, "build", recording_build)
     options = ReplayOptions(
         server=Server(url=sim.url, model=sim.model),
         out_dir=out_dir,
@@ -103,8 +104,8 @@ def test_plans_and_bodies_made_off_the_loop_equal_those_made_on_it(
             return await real_run(self, kind, function, *args)
 
         monkeypatch.setattr(OffLoop, "run", counting_run)
-        monkeypatch.setattr(engine_module, "OFF_LOOP_REQUESTS", 1)
-        monkeypatch.setattr(engine_module, "OFF_LOOP_TOKENS", 1)
+        monkeypatch.setattr(runner_module, "OFF_LOOP_REQUESTS", 1)
+        monkeypatch.setattr(runner_module, "OFF_LOOP_TOKENS", 1)
         off_loop = _replay(sim, tmp_path / "off", monkeypatch)
     assert "plan" in calls and "body" in calls
     assert off_loop == on_loop  # the same bodies, byte for byte

@@ -10,10 +10,11 @@ import pytest
 from flat import replay_options
 
 from agentx.replayer.client import ModelNotServed
-from agentx.replayer.engine import RunResult, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, run_info, to_records
+from agentx.replayer.run_result import RunResult
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -381,7 +382,7 @@ def test_chat_replay_of_the_sample_corpus_is_exact(tmp_path: Path) -> None:
         result, records = _replay(trace, options)
     assert result.errors == 0 and result.requests == trace.request_count
     assert result.calibration is not None and result.stream_usage == "continuous"
-    assert all(predicted == counted for predicted, counted in result.calibration["checks"])
+    assert all(predicted == counted for predicted, counted in result.calibration.checks)
     for record in records:
         assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens
         assert record.osl_server_tokens == record.osl_streamed_tokens == max(1, record.osl_recorded_tokens)

@@ -24,7 +24,7 @@ from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
 from agentx.replayer.client import ServerUnreachable
-from agentx.replayer.engine import RunResult, WarmupFailed, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.options import (
     AFFINITY_HEADERS,
     AgentxLoad,
@@ -38,6 +38,8 @@ from agentx.replayer.options import (
 )
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, to_records
+from agentx.replayer.run_result import RunResult
+from agentx.replayer.warmup import WarmupFailed
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

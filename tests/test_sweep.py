@@ -271,7 +271,8 @@ def test_the_trace_is_prepared_once_for_every_level(
 
 
 def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replayer.engine import prepare_trace, run_replay
+    from agentx.replayer.engine import run_replay
+    from agentx.replayer.preparation import prepare_trace
 
     base = base_options(sim, tmp_path)
     prepared = prepare_trace(small_trace(sessions=1), base)

@@ -201,7 +201,7 @@ def test_reasons_accumulate_in_the_table_order() -> None:
 def test_a_run_file_struct_is_accepted() -> None:
     from pathlib import Path
 
-    from agentx.replayer.engine import RunResult
+    from agentx.replayer.run_result import RunResult
     from agentx.results.folders import RunFile
     from agentx.results.summary import summarize
 

@@ -58,7 +58,7 @@ def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
             scenario=Scenario(sessions=4, delay_scale=0.001),
         )
         result = run_workers(SAMPLE, options, workers=2)
-    assert [entry["lane"] for entry in result.tstar] == [0, 1, 2, 3]
+    assert [entry.lane for entry in result.tstar] == [0, 1, 2, 3]
     records = to_records(read_records(result.records_path))
     assert result.warmup_requests == sum(r.phase == "warmup" for r in records) > 0
 

@@ -25,10 +25,11 @@ from typing import Final
 import msgspec
 
 from agentx.errors import RunError, ServerError
-from agentx.replayer.engine import RunResult, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ReplayOptions, lanes
 from agentx.replayer.record_writer import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.replayer.run_result import RunResult
 from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"
@@ -133,7 +134,7 @@ def run_workers(
         cancel_reason=next((r.cancel_reason for r in results if r.cancel_reason), None),
         skipped_context_overflow=sum(r.skipped_context_overflow for r in results),
         warmup_requests=sum(r.warmup_requests for r in results),
-        tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry["lane"]),
+        tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry.lane),
         dropped_sessions=results[0].dropped_sessions,
         flattened_chains=sum(merged_chains.values()),
         flattened_by_session=merged_chains,

@@ -11,8 +11,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from agentx.replayer.engine import RunResult
 from agentx.replayer.run_folder import RUN_FILE
+from agentx.replayer.run_result import RunResult
 from agentx.results.summary import Summary
 
 SWEEP_FILE: Final = "sweep.json"

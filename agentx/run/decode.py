@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 
+from agentx.replayer.bodies import COMPLETIONS_PATH
 from agentx.replayer.chat import CHAT_PATH
 from agentx.replayer.client import Client, Exchange
 from agentx.replayer.connect import server_client
-from agentx.replayer.engine import COMPLETIONS_PATH
 from agentx.replayer.options import DecodeOptions, checked, flat_options
 from agentx.replayer.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
 from agentx.replayer.prompts import TokenSpace, completions_body, filler

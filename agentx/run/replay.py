@@ -19,11 +19,13 @@ import msgspec
 
 from agentx.replayer.client import Client
 from agentx.replayer.connect import server_client
-from agentx.replayer.engine import OnRecord, OnSent, RunResult, run_replay
+from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ReplayOptions, flat_options
 from agentx.replayer.play import PreparedTrace
 from agentx.replayer.records import RequestRecord, read_records
 from agentx.replayer.run_folder import RUN_FILE
+from agentx.replayer.run_result import OnSent, RunResult
+from agentx.replayer.sending import OnRecord
 from agentx.replayer.server_metrics import (
     CACHE_METRICS,
     METRIC_LABELS,
@@ -124,7 +126,7 @@ def _finish(
     table = read_records(run.records_path)
     summary = summarize(table, num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s)
     summary.stream_usage = run.stream_usage or None
-    summary.calibration = run.calibration
+    summary.calibration = msgspec.to_builtins(run.calibration) if run.calibration is not None else None
     run_file = {"options": flat_options(options), "run": msgspec.to_builtins(run, enc_hook=str)}
     summary.acceptance = run_acceptance(
         table,

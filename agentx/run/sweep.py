@@ -24,9 +24,11 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.replayer.engine import OnRecord, OnSent, prepare_trace
 from agentx.replayer.options import LaneLoad, ReplayOptions
 from agentx.replayer.play import PreparedTrace
+from agentx.replayer.preparation import prepare_trace
+from agentx.replayer.run_result import OnSent
+from agentx.replayer.sending import OnRecord
 from agentx.results.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary import Summary
 from agentx.run.replay import replay

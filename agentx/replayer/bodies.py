@@ -1,0 +1,135 @@
+"""Request bodies: a step of a play as the bytes POSTed for it, and the prompt tokens they carry.
+
+`--api completions` sends token ids built from the step's block ids (agentx.replayer.prompts), exact by
+construction; `--api chat` sends the messages of the agent's conversation so far, rendered to calibrated text
+(agentx.replayer.conversation, agentx.replayer.chat). Both carry the play's cache-bust marker (in the prompt or
+as `cache_salt`) and force the output length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from agentx.replayer.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
+from agentx.replayer.conversation import ChatTurn, Conversation
+from agentx.replayer.options import AgentxLoad, ReplayOptions
+from agentx.replayer.plan import Step
+from agentx.replayer.play import Play
+from agentx.replayer.probe import STREAM_OPTIONS
+from agentx.replayer.prompts import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
+from agentx.replayer.records import Phase
+from agentx.trace.model import Trace
+
+COMPLETIONS_PATH: Final = "/v1/completions"
+MARKER_TOKENS: Final = 8
+"""Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
+
+
+class BodyBuilder:
+    """Builds the bodies of one run; `renderer` (chat) and `stream_options` are set once the server is known."""
+
+    def __init__(self, options: ReplayOptions, trace: Trace, space: TokenSpace) -> None:
+        self.seed = options.scenario.seed
+        self.max_output_tokens = options.scenario.max_output_tokens
+        self.block_size = trace.block_size
+        self.session_scope = trace.hash_id_scope == "session"
+        self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space)
+        self.extra_body = options.server.extra_body
+        self.path = CHAT_PATH if options.server.api == "chat" else COMPLETIONS_PATH
+        self.marker_tokens = MARKER_WORDS if options.server.api == "chat" else MARKER_TOKENS
+        """Tokens a play's marker adds to each prompt (recorded as `cache_bust_tokens`)."""
+        load = options.load
+        self.cache_bust: Literal["marker", "salt", "off"] = load.cache_bust if isinstance(load, AgentxLoad) else "off"
+        self.primer_tokens = load.warmup_max_tokens if isinstance(load, AgentxLoad) else None
+        self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
+        self.renderer: ChatRenderer | None = None
+
+    def max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:
+        """The output length `step` forces: a primer's, or the recorded one (top-level turns capped)."""
+        if phase == "warmup" and self.primer_tokens is not None:
+            return self.primer_tokens
+        out = step.request.out_tokens
+        cap = self.max_output_tokens
+        if cap is not None and tree.prepared.top_level[step.index]:
+            out = min(out, cap)
+        return max(1, out)
+
+    def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
+        """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
+        if self.renderer is not None:
+            return self._build_chat(tree, step, self.renderer, phase)
+        session_id = tree.prepared.plan.session_id
+        marker_ids: list[int] = []
+        if tree.marker is not None and self.cache_bust == "marker":
+            marker_ids = filler(self.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
+        prompt = prompt_token_ids(
+            step.request,
+            tree.prepared.hash_ids[step.index],
+            self.block_size,
+            self.blocks,
+            session_id,
+            f"{step.agent_id}:{step.turn}",
+            session_id if self.session_scope else "",
+            prefix_ids=marker_ids,
+        )
+        out = self.max_tokens(tree, step, phase)
+        body = completions_body(
+            tree.prepared.models[step.index],
+            prompt,
+            out,
+            min_tokens=out,
+            **self._common(tree),
+        )
+        return len(prompt), body
+
+    def _common(self, tree: Play) -> dict[str, Any]:
+        return {
+            "stream_options": self.stream_options,
+            "extra_body": self.extra_body,
+            "cache_salt": tree.marker if self.cache_bust == "salt" else None,
+        }
+
+    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, bytes]:
+        session_id = tree.prepared.plan.session_id
+        agent = step.agent_id
+        conversation = tree.conversations.get(agent)
+        if conversation is None:
+            prefix_blocks = -(-tree.prepared.prefix_tokens.get(agent, 0) // self.block_size)
+            conversation = tree.conversations[agent] = Conversation(
+                self.block_size, prefix_blocks=prefix_blocks, filler_key=agent
+            )
+        cached = tree.chat_turns.get(agent)
+        if cached is not None and cached[0] == step.turn:
+            turn = cached[1]  # the same step's body again (its phase changed): the conversation has moved on
+        else:
+            # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
+            steps = tree.prepared.plan.steps
+            for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
+                _advance(tree, conversation, steps[earlier])
+            turn = _advance(tree, conversation, step)
+            tree.chat_turns[agent] = (step.turn, turn)
+        marker = ("", 0)
+        if tree.marker is not None and self.cache_bust == "marker":
+            marker = renderer.marker_text(tree.marker)
+        messages, sent_tokens = renderer.render(
+            turn.segments,
+            target_tokens=step.request.in_tokens,
+            scope_key=session_id if self.session_scope else "",
+            session_id=session_id,
+            marker=marker,
+        )
+        body = chat_body(
+            tree.prepared.models[step.index], messages, self.max_tokens(tree, step, phase), **self._common(tree)
+        )
+        return sent_tokens, body
+
+
+def _advance(tree: Play, conversation: Conversation, step: Step) -> ChatTurn:
+    """The conversation's next turn for `step` (docs/agentx.md §2c: each turn adds what the agent saw since)."""
+    turn = conversation.next_turn(
+        tree.prepared.hash_ids[step.index], step.request.in_tokens, tree.last_out_tokens.get(step.agent_id)
+    )
+    tree.last_out_tokens[step.agent_id] = step.request.out_tokens
+    tree.conversation_turn[step.agent_id] = step.turn
+    return turn

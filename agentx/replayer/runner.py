@@ -1,0 +1,452 @@
+"""The schedule of a run: lanes of session trees (or open-loop arrivals), each tree's steps as a DAG, each step
+sent when it is due (docs/agentx.md §3a, §4; docs/replay.md). The pieces it composes: bodies
+(agentx.replayer.bodies), records and counters (agentx.replayer.recording), the AgentX warmup and the profiling
+gate (agentx.replayer.warmup), idle caps (agentx.replayer.idle) and work off the loop (agentx.replayer.offloop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Iterator
+
+from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
+from agentx.replayer.bodies import BodyBuilder
+from agentx.replayer.client import Client
+from agentx.replayer.clock import DispatchClock
+from agentx.replayer.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
+from agentx.replayer.idle import IdleCaps
+from agentx.replayer.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
+from agentx.replayer.options import AgentxLoad, LaneLoad, RateLoad, ReplayOptions, TraceLoad, lanes
+from agentx.replayer.plan import Step, join_due, session_order
+from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
+from agentx.replayer.record_writer import RecordWriter
+from agentx.replayer.records import Phase
+from agentx.replayer.sending import OnRecord, Recorder, Sender
+from agentx.replayer.tstar import Snapshot, snapshot, t_star
+from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, first_offset_cut, lane_start, send_primers
+from agentx.trace.model import Trace
+
+FLUSH_EVERY_S = 0.05
+"""Records reach disk this often, in small batches (a flush holds the loop ~0.1 ms + ~10 µs a row), each
+written in a gap between due requests (`QUIET_SPAN_NS`), so at most 0.1 s after they ended."""
+LOOP_LAG_TICK_S = 0.1
+"""How often the event-loop lag is sampled."""
+ARRIVAL_LEAD_NS = 20_000_000
+"""Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
+long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
+_log = logging.getLogger(__name__)
+
+
+def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
+    """How many trees this shard starts: `sessions`, else one pass without a duration; None: until the deadline."""
+    limit: int
+    if trace.request_count == 0:
+        limit = 0
+    elif options.scenario.sessions is not None:
+        limit = options.scenario.sessions
+    elif options.scenario.duration_s is None:
+        limit = len(trace.sessions)
+    else:
+        return None
+    shard_index, shard_count = options.runtime.shard
+    # This shard's share of the positions below the global limit.
+    return max(0, -(-(limit - shard_index) // shard_count))
+
+
+class Runner:
+    """One run's schedule: lanes (or arrivals) draw trees, each tree runs its steps as a DAG, each step is
+    sent when due; `stop()` ends it gracefully, `hard_stop()` cancels what is in flight."""
+
+    def __init__(
+        self,
+        prepared: PreparedTrace,
+        options: ReplayOptions,
+        client: Client,
+        writer: RecordWriter,
+        bodies: BodyBuilder,
+        run_id: str,
+        start_ns: int,
+        on_record: OnRecord | None,
+        clock: DispatchClock,
+    ) -> None:
+        self.prepared = prepared
+        self.trace = trace = prepared.trace
+        self.played: set[int] = set()
+        """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
+        self.off_loop = OffLoop(fast_switch=options.runtime.fast_thread_switch)
+        self.options = options
+        self.client = client
+        self.writer = writer
+        self.bodies = bodies
+        self.run_id = run_id
+        self.recorder = Recorder(
+            writer,
+            run_id=run_id,
+            start_ns=start_ns,
+            marker_tokens=bodies.marker_tokens,
+            failed_request_threshold=options.scenario.failed_request_threshold,
+            lanes=lanes(options.load),
+            on_record=on_record,
+            notice=self.notice,
+            fail_run=self.stop,
+        )
+        shard_index, shard_count = options.runtime.shard
+        # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every
+        # worker of a `--workers` run sees the same stream and `play` (= position) is unique across them.
+        self.order = itertools.islice(
+            enumerate(session_order(len(trace.sessions), options.scenario.session_order, options.scenario.seed)),
+            shard_index,
+            None,
+            shard_count,
+        )
+        self.tree_limit = _tree_limit(trace, options)
+        self.lanes = range(shard_index, lanes(options.load), shard_count)
+        self.loop_lag_s: list[float] = []
+        load = options.load
+        self.delay_scale = options.scenario.delay_scale / (load.speedup if isinstance(load, TraceLoad) else 1.0)
+        self.stopped = asyncio.Event()
+        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c).
+        runtime_tree_cap = (
+            options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "runtime" else None
+        )
+        self.clock = clock
+        self.idle = IdleCaps(options.scenario.system_idle_cap_s, runtime_tree_cap, clock)
+        self.gate = ProfilingGate()
+        self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
+        self.tstar: list[LaneStart] = []
+        self.skipped_context_overflow = 0
+        self.passes: dict[int, int] = {}
+        """Per session index: plays so far (the marker's recycle pass)."""
+        self.warmup_expected_s = 0.0
+        self.notices: list[str] = []
+        self.skipped = 0
+        self.trees_started = 0
+        self.trees_finished = 0
+
+    # -- run control
+
+    def stop(self) -> None:
+        """No new tree or request starts from now on; in-flight requests get the grace period."""
+        self.stopped.set()
+        self.idle.wake_all()
+
+    def hard_stop(self, why: str | None = None) -> None:
+        """Cancel every in-flight request: the grace period is over, or `why` it was cut short (said in records)."""
+        self.sender.hard_stop(why)
+
+    async def run(self) -> None:
+        failure: WarmupFailed | None = None
+        async with asyncio.TaskGroup() as services:
+            background = [
+                services.create_task(self._tick()),
+                services.create_task(self._stopper()),
+                services.create_task(self._watch_loop()),
+            ]
+            if self.options.runtime.quiet_gc:
+                background.append(services.create_task(collect_on_clock(self.clock)))
+            try:
+                firsts: dict[int, Play] = {}
+                load = self.options.load
+                if isinstance(load, AgentxLoad):
+                    firsts = self._first_plays(load)
+                    if self.options.runtime.quiet_gc:
+                        freeze_new()  # the lanes' first plans: built once, walked by no collection
+                    self.warmup_expected_s = await send_primers(
+                        self,
+                        list(firsts.values()),
+                        spread=load.warmup == "spread",
+                        tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
+                        system_idle_cap_s=self.options.scenario.system_idle_cap_s,
+                    )
+                    primed_ns = time.perf_counter_ns()
+                    for play in firsts.values():
+                        play.start_ns = primed_ns
+                    self.gate.pressure_left = load.warmup_requests_per_lane * len(self.lanes)
+                if self.gate.pressure_left <= 0:
+                    self.gate.open()
+                if isinstance(load, TraceLoad | RateLoad):
+                    await self._arrivals(load)
+                else:
+                    async with asyncio.TaskGroup() as lane_tasks:
+                        for lane in self.lanes:
+                            lane_tasks.create_task(self._lane(lane, firsts.get(lane)))
+            except WarmupFailed as exc:
+                failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
+            finally:
+                for task in background:
+                    task.cancel()
+                self.idle.close()
+                self.off_loop.close()
+        if failure is not None:
+            raise failure
+
+    def _first_plays(self, load: AgentxLoad) -> dict[int, Play]:
+        """Each lane's first tree, resumed at the lane's t* (docs/agentx.md §4d); a session with nothing to send
+        from its t* is passed over for the next one (at most concurrency + 2 × sessions draws, as the reference)."""
+        firsts: dict[int, Play] = {}
+        attempts = load.concurrency + 2 * len(self.trace.sessions)
+        for lane in self.lanes:
+            while attempts > 0 and (drawn := self._next_tree()) is not None:
+                attempts -= 1
+                position, index = drawn
+                prepared = self._prepared(index)
+                seed = self.options.scenario.seed
+                state = snapshot(
+                    prepared.plan, t_star(seed, prepared.plan.session_id, lane, prepared.plan, load.tstar_window)
+                )
+                if not state.sendable:
+                    continue
+                self.trees_started += 1
+                firsts[lane] = self._play(prepared, lane, position, self._marker(index, lane), state)
+                self.tstar.append(lane_start(lane, prepared, state))
+                break
+        return firsts
+
+    def notice(self, message: str) -> None:
+        self.notices.append(message)
+        _log.warning(message)
+
+    async def _sleep_until(self, due_ns: int) -> bool:
+        """Sleep until `due_ns` (perf_counter) unless the run stops first; True if it stopped."""
+        remaining_s = (due_ns - time.perf_counter_ns()) / 1e9
+        if remaining_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining_s):
+                    await self.stopped.wait()
+        return self.stopped.is_set()
+
+    def _prepared(self, index: int) -> PreparedSession:
+        self.played.add(index)
+        return self.prepared.prepared(index)
+
+    async def _prepared_off_loop(self, index: int) -> PreparedSession:
+        """`_prepared`, a large session not planned yet planned off the loop (agentx.replayer.offloop)."""
+        self.played.add(index)
+        cached = self.prepared.cached(index)
+        if cached is not None:
+            return cached
+        if self.trace.sessions[index].request_count < OFF_LOOP_REQUESTS:
+            return self.prepared.prepared(index)
+        prepared = await self.off_loop.run("plan", self.prepared.prepared, index)
+        if self.options.runtime.quiet_gc:
+            freeze_new()
+        return prepared
+
+    async def _build_off_loop(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
+        """`bodies.build`, a large completions prompt built off the loop (agentx.replayer.offloop; a chat body
+        advances its play's conversation, which stays on the loop)."""
+        if self.bodies.renderer is not None or step.request.in_tokens < OFF_LOOP_TOKENS:
+            return self.bodies.build(tree, step, phase)
+        return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
+
+    def _marker(self, index: int, lane: int) -> str | None:
+        """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
+        if self.bodies.cache_bust == "off":
+            return None
+        recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
+        load = self.options.load
+        key = (load.benchmark_id if isinstance(load, AgentxLoad) else None) or self.run_id
+        return marker_hex(key, recycle_pass, lane, self.trace.sessions[index].session_id)
+
+    def _play(
+        self, prepared: PreparedSession, lane: int, position: int, marker: str | None, state: Snapshot | None = None
+    ) -> Play:
+        return Play(
+            prepared,
+            lane,
+            position,
+            time.perf_counter_ns(),
+            self.options.server.affinity_headers,
+            snapshot=state,
+            marker=marker,
+        )
+
+    async def _watch_loop(self) -> None:
+        """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
+        loop = asyncio.get_running_loop()
+        samples = self.loop_lag_s
+        while True:
+            due = loop.time() + LOOP_LAG_TICK_S
+            await asyncio.sleep(LOOP_LAG_TICK_S)
+            samples.append(max(0.0, loop.time() - due))
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            await self.clock.until_quiet(QUIET_SPAN_NS, FLUSH_EVERY_S)
+            self.writer.flush()
+
+    async def _stopper(self) -> None:
+        """End the run `duration_s` after the profiling start (the warmup is not counted, as in the reference),
+        or when it is stopped; in-flight requests then get `grace_s`, pending timers none."""
+        duration = self.options.scenario.duration_s
+        if duration is None:
+            await self.stopped.wait()
+        else:
+            await self.gate.wait(self.stopped)
+            if not self.stopped.is_set():
+                end_ns = self.gate.start_ns + int(duration * 1e9)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, (end_ns - time.perf_counter_ns()) / 1e9)):
+                        await self.stopped.wait()
+        self.stop()
+        await asyncio.sleep(self.options.runtime.grace_s)
+        self.hard_stop()
+
+    # -- lanes and trees
+
+    def _next_tree(self) -> tuple[int, int] | None:
+        """(play = position in the shared order, session index), or None when no tree may start."""
+        if self.stopped.is_set():
+            return None
+        if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+            return None
+        return next(self.order, None)
+
+    async def _lane(self, lane: int, first: Play | None = None) -> None:
+        load = self.options.load
+        ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
+        if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
+            return
+        if first is not None:
+            await self._run_play(first)
+        while (drawn := self._next_tree()) is not None:
+            position, index = drawn
+            self.trees_started += 1
+            marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
+            prepared = await self._prepared_off_loop(index)
+            play = self._play(prepared, lane, position, marker)
+            await self._prebuild(play)
+            await self._run_play(play)
+
+    async def _prebuild(self, tree: Play) -> None:
+        """Build the bodies of a new tree's turns due at its start before its clock starts: they go out at once,
+        and a 100k-token prompt takes milliseconds to build, which would otherwise be dispatch lag."""
+        phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
+        steps = tree.prepared.plan.steps
+        for index in tree.prepared.plan.roots:
+            if steps[index].delay_s == 0 and not self.stopped.is_set():
+                tree.prebuilt[index] = (phase, *await self._build_off_loop(tree, steps[index], phase))
+
+    async def _arrivals(self, load: TraceLoad | RateLoad) -> None:
+        """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
+        options = self.options
+        shard_index, shard_count = options.runtime.shard
+        if isinstance(load, TraceLoad):
+            schedule: Iterator[tuple[float, int]] = iter(trace_arrivals(self.trace, load.speedup))
+        else:
+            order = session_order(len(self.trace.sessions), options.scenario.session_order, options.scenario.seed)
+            schedule = zip(rate_arrivals(load.rate, load.burstiness, options.scenario.seed), order, strict=False)
+        # The schedule starts one lead from now, so that the first trees' bodies are built before they are due too.
+        origin_ns = time.perf_counter_ns() + ARRIVAL_LEAD_NS
+        async with asyncio.TaskGroup() as trees:
+            for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
+                if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+                    break
+                due_ns = origin_ns + int(offset_s * 1e9)
+                # Wake a little early: the tree's first body is built before its due time, not after.
+                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                    break
+                self.trees_started += 1
+                play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
+                play.start_ns = due_ns
+                trees.create_task(self._run_play(play, started=True))
+
+    async def _run_play(self, tree: Play, *, started: bool = False) -> None:
+        if tree.snapshot is None and not started:
+            tree.start_ns = time.perf_counter_ns()
+        async with asyncio.TaskGroup() as steps:
+            for step in tree.prepared.plan.steps:
+                steps.create_task(self._step(tree, step))
+        self.trees_finished += 1
+        await asyncio.sleep(0)  # a tree without steps must not starve the loop
+
+    async def _step(self, tree: Play, step: Step) -> None:
+        state = tree.snapshot
+        try:
+            if state is not None and step.index in state.not_sent:
+                tree.completed_ns[step.index] = tree.start_ns  # happened before t*: settled, never sent
+                return
+            # Build the body while the anchor is in flight (it needs nothing from the server), so a
+            # step due right at its anchor's completion does not pay for it then; waiting for the
+            # anchor's dispatch keeps at most ~2 bodies per agent alive.
+            if step.anchor is not None:
+                await tree.sent[step.anchor].wait()
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
+            prebuilt = tree.prebuilt.pop(step.index, None)
+            if prebuilt is not None and prebuilt[0] == phase:
+                _, sent_tokens, body = prebuilt
+            else:
+                sent_tokens, body = await self._build_off_loop(tree, step, phase)
+            for dependency in step.depends_on:
+                await tree.done[dependency].wait()
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            if self._ended(tree, step):
+                return
+            if not self.gate.started.is_set():
+                if self.gate.pressure_left > 0:
+                    # A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d).
+                    if phase != "warmup":
+                        sent_tokens, body = self.bodies.build(tree, step, "warmup")
+                    now_ns = time.perf_counter_ns()
+                    await self.gate.press(self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup"))
+                    return
+                await self.gate.wait(self.stopped)
+                if self.stopped.is_set():
+                    self.skipped += 1
+                    return
+                if phase != "profiling":
+                    sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
+            first_live = state is not None and step.index in state.first_live
+            if step.anchor is None:
+                base_ns = tree.start_ns
+            else:
+                base_ns = (tree.sent_ns if step.from_anchor_send else tree.completed_ns)[step.anchor]
+            if state is not None and first_live:
+                load = self.options.load
+                burst = isinstance(load, AgentxLoad) and load.warmup == "burst"
+                cut_s = first_offset_cut(state, burst, self.options.scenario.tree_idle_cap_s)
+                offset_s = state.first_live[step.index] - cut_s
+                due_ns = self.gate.start_ns + int(offset_s * self.delay_scale * 1e9)
+            else:
+                due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
+            # A join whose last subagent completed after the agent's previous turn goes out at once (§3a).
+            due_ns = int(join_due(base_ns, due_ns - base_ns, [tree.completed_ns[joined] for joined in step.joins]))
+            for barrier in step.barriers:
+                due_ns = max(due_ns, tree.completed_ns[barrier])
+            # After a cache-pressure stage, a turn due before the profiling start goes out at it (§4d).
+            due_ns = max(due_ns, self.gate.start_ns)
+            if step.depth > 0 and step.turn == 0 and not first_live:
+                # A subagent's first turn waits a plain sleep that no idle cap moves, as the reference's
+                # (`timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
+                stopped = await self._sleep_until(due_ns)
+            else:
+                stopped, due_ns = await self.idle.wait(tree, due_ns, self.stopped)
+            if stopped:
+                self.skipped += 1
+                return
+            if self._ended(tree, step):
+                return
+            await self.sender.send(tree, step, due_ns, sent_tokens, body)
+        finally:
+            if not tree.completed_ns[step.index]:
+                tree.completed_ns[step.index] = time.perf_counter_ns()
+            tree.sent[step.index].set()
+            tree.done[step.index].set()
+
+    def _ended(self, tree: Play, step: Step) -> bool:
+        """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
+        tree, docs/agentx.md §5); counts it as skipped for that reason."""
+        if "" in tree.ended_agents or step.agent_id in tree.ended_agents:
+            self.skipped_context_overflow += 1
+            return True
+        return False

@@ -1,0 +1,223 @@
+"""The AgentX start (docs/agentx.md §4d): each lane's first tree resumes at its t*, primers warm the server's
+cache with the turn before, an optional cache-pressure stage follows, and profiling starts when both are done.
+
+- `send_primers`: every first tree's primers, spread so that every lane's t* falls at the profiling start
+  (`warmup="spread"`) or all at once (`"burst"`); a failed root primer stops the run (`WarmupFailed`).
+- `ProfilingGate`: the profiling start, held while cache-pressure requests are still to go.
+- `first_offset_cut`: how much earlier a lane's first live turns all go once profiling starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, Protocol
+
+import msgspec
+
+from agentx.errors import ServerError
+from agentx.replayer.bodies import BodyBuilder
+from agentx.replayer.idle import IdleCaps
+from agentx.replayer.play import Play, PreparedSession
+from agentx.replayer.records import RequestRecord
+from agentx.replayer.sending import Sender
+from agentx.replayer.tstar import Snapshot
+
+WARMUP_NOTICE_S: Final = 120.0
+"""A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
+
+
+class WarmupFailed(ServerError):  # noqa: N818 (reads as a sentence: "warmup failed")
+    """A root agent's warmup primer failed: the run stops before profiling (docs/agentx.md §5)."""
+
+
+class LaneStart(msgspec.Struct, kw_only=True):
+    """A lane's first tree at its t*, as run.json reports it (`RunResult.tstar`)."""
+
+    lane: int
+    session_id: str
+    t_star_s: float
+    live_agents: list[str]
+    """Agents with a turn to send from t* on."""
+    skipped_agents: list[str]
+    """Agents wholly before t*: never sent."""
+    done_steps: int
+    primers: int
+    waiting_on_join: list[str]
+    """Agents whose first live turn waits for a subagent to join."""
+
+
+def lane_start(lane: int, prepared: PreparedSession, state: Snapshot) -> LaneStart:
+    steps = prepared.plan.steps
+
+    def agents(indices: Iterable[int]) -> list[str]:
+        return sorted({steps[i].agent_id for i in indices})
+
+    return LaneStart(
+        lane=lane,
+        session_id=prepared.plan.session_id,
+        t_star_s=state.t_star,
+        live_agents=agents(state.first_live),
+        skipped_agents=agents(state.skipped),
+        done_steps=len(state.done),
+        primers=len(state.primers),
+        waiting_on_join=agents(state.waiting),
+    )
+
+
+def expected_warmup_s(offsets_s: list[float], system_idle_cap_s: float | None) -> float:
+    """How long primers sent at `offsets_s` take to go out when the system idle cap shortens every gap between
+    them to at most the cap (primers are 1-token requests: the system is idle between them)."""
+    if not offsets_s:
+        return 0.0
+    ordered = sorted(offsets_s)
+    if system_idle_cap_s is None:
+        return ordered[-1]
+    return min(ordered[0], system_idle_cap_s) + sum(
+        min(later - earlier, system_idle_cap_s) for earlier, later in itertools.pairwise(ordered)
+    )
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def first_offset_cut(state: Snapshot, burst: bool, tree_idle_cap_s: float | None) -> float:
+    """How much earlier a lane's first live turns all go (§4c, §4d; reference `agentic_replay.py`,
+    `_dispatch_snapshot_for_profiling`): with a per-tree idle cap, so that the earliest is due at most the cap
+    after the profiling start; with `warmup="burst"`, so that it is due at the start. Turns waiting on a
+    join are not dispatched at an offset and take no part."""
+    offsets = [offset for index, offset in state.first_live.items() if index not in state.waiting]
+    if not offsets:
+        return 0.0
+    if burst:
+        return min(offsets)
+    return 0.0 if tree_idle_cap_s is None else max(0.0, min(offsets) - tree_idle_cap_s)
+
+
+class Dispatcher(Protocol):
+    """What the primers need of the run (agentx.replayer.runner.Runner)."""
+
+    bodies: BodyBuilder
+    sender: Sender
+    idle: IdleCaps
+    delay_scale: float
+    stopped: asyncio.Event
+
+    def stop(self) -> None: ...
+
+    def hard_stop(self, why: str | None = None) -> None: ...
+
+    def notice(self, message: str) -> None: ...
+
+
+async def send_primers(
+    run: Dispatcher,
+    plays: list[Play],
+    *,
+    spread: bool,
+    tree_idle_cap_s: float | None,
+    system_idle_cap_s: float | None,
+) -> float:
+    """Send every first tree's primers (the turn before each live agent's t*) and wait for all of them; returns
+    how long the spread schedule was expected to take (0 for a burst).
+
+    Spread: a primer with lead `t* − t` goes out `max_lead − lead` after the warmup starts, so that every
+    lane's t* falls at the profiling start. A failed root primer stops the run (`WarmupFailed`).
+    """
+    primers = [(play, index, lead) for play in plays if play.snapshot for index, lead in play.snapshot.primers.items()]
+    if not primers:
+        return 0.0
+    if tree_idle_cap_s is not None:
+        primers = [(play, index, min(lead, tree_idle_cap_s)) for play, index, lead in primers]
+    max_lead = max(lead for _, _, lead in primers)
+    expected_s = 0.0
+    if spread:
+        expected_s = expected_warmup_s(
+            [(max_lead - lead) * run.delay_scale for _, _, lead in primers], system_idle_cap_s
+        )
+        if expected_s > WARMUP_NOTICE_S:
+            run.notice(
+                f"the warmup will take about {_duration(expected_s)}: {len(primers)} primers spread "
+                f"over leads of up to {_duration(max_lead * run.delay_scale)} before t*"
+                + (
+                    " (--system-idle-cap is off)"
+                    if system_idle_cap_s is None
+                    else f", idle gaps capped at {system_idle_cap_s:g} s"
+                )
+                + "; profiling starts when it ends"
+            )
+    start_ns = time.perf_counter_ns()
+    failures: list[RequestRecord] = []
+
+    async def prime(play: Play, index: int, lead: float) -> None:
+        step = play.prepared.plan.steps[index]
+        sent_tokens, body = run.bodies.build(play, step, phase="warmup")
+        offset_s = (max_lead - lead) * run.delay_scale if spread else 0.0
+        stopped, due_ns = await run.idle.wait(play, start_ns + int(offset_s * 1e9), run.stopped)
+        if stopped:
+            return
+        record = await run.sender.send(play, step, due_ns, sent_tokens, body, phase="warmup")
+        if record.status == "error" and step.depth == 0 and not failures and not run.stopped.is_set():
+            # The first failed root primer ends the run at once, in-flight primers cancelled (reference:
+            # `credit/callback_handler.py`, `_handle_warmup_failure`).
+            failures.append(record)
+            run.stop()
+            run.hard_stop("a root agent's warmup primer failed")
+
+    async with asyncio.TaskGroup() as group:
+        for play, index, lead in primers:
+            group.create_task(prime(play, index, lead))
+    if failures:
+        first = failures[0]
+        raise WarmupFailed(
+            f"the warmup primer of session {first.session_id!r} (turn {first.turn}) failed with "
+            f"{first.error_kind}: {first.error_message}; the run stopped before profiling, as AgentX does, and "
+            "cancelled the other primers in flight"
+        )
+    return expected_s
+
+
+class ProfilingGate:
+    """The profiling start: at once, or once `pressure_left` cache-pressure requests (sent at once, recorded as
+    warmup, §4d) have ended. `on_start()` is called as it opens."""
+
+    def __init__(self, on_start: Callable[[], None] | None = None) -> None:
+        self.on_start = on_start
+        self.started = asyncio.Event()
+        self.start_ns = 0
+        self.pressure_left = 0
+        """Cache-pressure requests still to send before profiling starts."""
+        self.pressure_in_flight = 0
+
+    def open(self) -> None:
+        if not self.started.is_set():
+            self.start_ns = time.perf_counter_ns()
+            self.started.set()
+            if self.on_start is not None:
+                self.on_start()
+
+    async def wait(self, stopped: asyncio.Event) -> None:
+        """Until profiling starts or the run stops."""
+        stop = asyncio.ensure_future(stopped.wait())
+        started = asyncio.ensure_future(self.started.wait())
+        try:
+            await asyncio.wait({stop, started}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            started.cancel()
+
+    async def press(self, send: Awaitable[object]) -> None:
+        """Send one cache-pressure request; the last one to end opens the gate."""
+        self.pressure_left -= 1
+        self.pressure_in_flight += 1
+        try:
+            await send
+        finally:
+            self.pressure_in_flight -= 1
+            if self.pressure_left <= 0 and self.pressure_in_flight == 0:
+                self.open()
