@@ -19,7 +19,7 @@ their own venvs (/tmp/peers, /tmp/peers-ip), run the same load as peers. Prints 
 number. See bench/README.md.
 
 Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle,C] [--repeat 3] [--duration 20]
-       [--loops default,uvloop] [--ramp-s S] [--no-peer] [--no-gc-freeze-column] [--c-prompt unique|shared]
+       [--loops default,uvloop] [--ramp-s S] [--no-peer] [--no-quiet-gc-column] [--c-prompt unique|shared]
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
             out_dir=spec["out_dir"],
             load=ClosedLoad(concurrency=setup.streams, ramp_s=setup.ramp_s),
             scenario=Scenario(duration_s=duration_s, delay_scale=0.0),
-            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5),
+            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5, quiet_gc=True, fast_thread_switch=True),  # the CLI's
         )
         return await run_replay(trace, options, on_record=see_record)
 
@@ -445,7 +445,7 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
             out_dir=spec["out_dir"],
             load=RateLoad(rate=setup.rate, burstiness=1.0),
             scenario=Scenario(seed=spec["seed"], sessions=setup.requests),
-            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5),
+            runtime=Runtime(grace_s=setup.e2e_s * 3 + 5, quiet_gc=spec.get("quiet_gc", True), fast_thread_switch=True),
         )
         return await run_replay(trace, options, on_record=see_record)
 
@@ -460,8 +460,6 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
         else:
             pauses.append((gc_start[0], now, info["generation"]))
 
-    if spec.get("gc_freeze"):
-        gc.freeze()
     gc.callbacks.append(watch_gc)
     usage_a = resource.getrusage(resource.RUSAGE_SELF)
     cpu_a, server_a, at_a = usage_a.ru_utime + usage_a.ru_stime, _cpu_s(server_pid), time.perf_counter_ns()
@@ -504,7 +502,7 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _open_run(
-    setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, gc_freeze: bool = False, prompt: str = "unique"
+    setup: OpenSetup, out: Path, use_uvloop: bool, seed: int, quiet_gc: bool = True, prompt: str = "unique"
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -523,7 +521,7 @@ def _open_run(
             "server_pid": server.pid,
             "out_dir": str(out),
             "uvloop": use_uvloop,
-            "gc_freeze": gc_freeze,
+            "quiet_gc": quiet_gc,
             "prompt": prompt,
             "figures_path": str(out / "figures.json"),
         }
@@ -1206,11 +1204,10 @@ LOOPS = ("default", "uvloop")
 """`default`: asyncio.run's loop; `uvloop`: what the CLI runs when uvloop is installed (agentx.cli)."""
 
 
-FROZEN = "uvloop + bench gc.freeze()"
-"""Setup C's diagnostic column: the uvloop run with the bench itself calling `gc.freeze()` after building the trace,
-before `run_replay`. A run with `quiet_gc` on (the CLI's setting; agentx.replayer.collector) freezes its set-up
-itself, so then this column repeats the uvloop one; with it off, it shows what the collector walking the trace's
-objects costs."""
+FROZEN = "uvloop, quiet_gc off"
+"""Setup C's diagnostic column: the uvloop run with `Runtime(quiet_gc=False)`, a library caller's default. Every other
+column runs with the CLI's settings (`CLI_RUNTIME`: the run freezes its set-up and collects on its own clock,
+agentx.replayer.collector), so this one shows what that buys."""
 
 
 def _label(column: str) -> str:
@@ -1318,7 +1315,7 @@ def _run_open(
                     tmp / f"{setup.name}{number}-{index}",
                     loop != "default",
                     seed=number,
-                    gc_freeze=loop == FROZEN,
+                    quiet_gc=loop != FROZEN,
                     prompt=prompt,
                 )
             except RuntimeError as exc:
@@ -1372,9 +1369,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--no-peer", action="store_true", help="skip the peers (each runs, when installed, once per repeat of A and B)"
     )
     parser.add_argument(
-        "--no-gc-freeze-column",
+        "--no-quiet-gc-column",
         action="store_true",
-        help="setup C: skip the diagnostic uvloop run in which the bench itself calls gc.freeze() before run_replay",
+        help="setup C: skip the diagnostic uvloop run with quiet_gc off (a library caller's default)",
     )
     parser.add_argument(
         "--c-prompt",
@@ -1405,7 +1402,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in names:
             if name in OPEN_SETUPS:
                 _run_open(
-                    OPEN_SETUPS[name], args.repeat, loops, Path(tmp), not args.no_gc_freeze_column, peers, args.c_prompt
+                    OPEN_SETUPS[name], args.repeat, loops, Path(tmp), not args.no_quiet_gc_column, peers, args.c_prompt
                 )
                 continue
             if name not in SETUPS:

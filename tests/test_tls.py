@@ -172,6 +172,61 @@ def test_the_cli_says_in_one_line_that_the_certificate_was_refused(https_sim: Si
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
+def _one_request_trace(path: Path) -> Path:
+    request = {"t": 0.0, "type": "n", "model": "m", "in": 200, "out": 4, "hash_ids": [0, 1, 2], "api_time": 1.0}
+    path.write_text(
+        msgspec.json.encode(
+            {"id": "a", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "requests": [request]}
+        ).decode()
+    )
+    return path
+
+
+@pytest.mark.parametrize("trust", ["--ca-bundle", "--no-tls-verify"])
+def test_the_cli_replays_and_decodes_over_https_with_a_ca_bundle_or_no_verification(
+    https_sim: SimServer, certificates: Certificates, tmp_path: Path, trust: str
+) -> None:
+    """Without --model too: the server's one model is asked for over the same TLS settings."""
+    from click.testing import CliRunner
+
+    from agentx.cli import main
+
+    tls = [trust, certificates.ca] if trust == "--ca-bundle" else [trust]
+    trace = _one_request_trace(tmp_path / "trace.jsonl")
+    out = tmp_path / "run"
+    replayed = CliRunner().invoke(main, ["replay", str(trace), "--url", https_sim.url, "--out", str(out), *tls])
+    assert replayed.exit_code == 0, replayed.output
+    options = msgspec.json.decode((out / "run.json").read_bytes())["options"]
+    assert options["tls_verify"] is (trust == "--ca-bundle")
+    decoded = CliRunner().invoke(main, ["decode", "--url", https_sim.url, "--osl", "200", "--repetitions", "1", *tls])
+    assert decoded.exit_code == 0, decoded.output
+
+
+def test_the_cli_refuses_a_ca_bundle_with_verification_off(https_sim: SimServer, certificates: Certificates) -> None:
+    from click.testing import CliRunner
+
+    from agentx.cli import main
+
+    args = ["decode", "--url", https_sim.url, "--ca-bundle", certificates.ca, "--no-tls-verify"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "only used when certificates are verified" in result.output, result.output
+
+
+def test_the_cli_asks_for_the_model_with_its_key(
+    locked_sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from agentx.cli import main
+
+    monkeypatch.setenv("AGENTX_TEST_KEY", KEY)
+    trace = _one_request_trace(tmp_path / "trace.jsonl")
+    args = ["replay", str(trace), "--url", locked_sim.url, "--out", str(tmp_path / "run"), "--mode", "closed"]
+    result = CliRunner().invoke(main, [*args, "--api-key-env", "AGENTX_TEST_KEY"])
+    assert result.exit_code == 0, result.output
+    assert KEY not in result.output
+
+
 def test_tls_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="only used when certificates are verified"):
         TLSSettings(verify=False, ca_bundle="ca.pem")

@@ -3,7 +3,6 @@ options, running a coroutine."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import os
@@ -194,39 +193,3 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:  # pragma: no cover - a dependency except on Windows
         return None
     return uvloop.new_event_loop
-
-
-def only_model(url: str) -> str:
-    from agentx.replayer.client import Client, ServerUnreachable
-
-    async def probe() -> list[str]:
-        async with Client(url) as client:
-            return await client.probe_models()
-
-    import asyncio
-
-    try:
-        models = asyncio.run(probe())
-    except ServerUnreachable as exc:
-        fail(f"{url}: the server is unreachable ({exc})")
-    if len(models) != 1:
-        fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
-    return models[0]
-
-
-def server_and_model(
-    stack: contextlib.ExitStack, url: str | None, model: str | None, doing: str, **sim_fields: Any
-) -> tuple[str, str]:
-    """The server to drive, `url` or else the built-in simulator started on `stack` with `sim_fields` (said on
-    stderr: "no --url: {doing} the built-in simulator at ..."), and the model: `model`, else the simulator's or
-    the server's only one."""
-    if url is None:
-        from agentx.sim.process import SimServer, SimServerError
-
-        try:
-            sim = stack.enter_context(SimServer(**sim_fields))
-        except SimServerError as exc:
-            fail(f"cannot start the simulator: {exc}")
-        url, model = sim.url, model or sim.model
-        stderr.print(f"no --url: {doing} the built-in simulator at {url}", markup=False)
-    return url, model if model is not None else only_model(url)

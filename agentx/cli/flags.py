@@ -161,6 +161,8 @@ def part_values(
         raw = flags[key]
         if raw == () and field.default != ():
             continue  # a repeatable flag not given: the field's default
+        if raw is None and field.required:
+            continue  # not given: msgspec says which flag is missing
         values[field.name] = parsers[field.name](flag_name(field), raw) if field.name in parsers else raw
     return values
 

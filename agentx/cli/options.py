@@ -24,6 +24,8 @@ from agentx.replayer.options import (
 )
 
 if TYPE_CHECKING:
+    import contextlib
+
     from agentx.trace.chains import ChainRules
 
 
@@ -243,6 +245,12 @@ def server_part(flags: Mapping[str, Any], url: str, models: tuple[str, ...], *, 
     return result
 
 
+def connection_part(flags: Mapping[str, Any]) -> Connection:
+    """The `Connection` part (timeouts, TLS) from the flags; click.BadParameter when it is not one."""
+    result: Connection = convert_part(Connection, part_values("connection", Connection, flags), "--ca-bundle/timeouts")
+    return result
+
+
 def load_part(flags: Mapping[str, Any], *, concurrency: int | None = None) -> Load:
     """The load of `--mode`, from its flags; a flag of another mode is refused rather than ignored."""
     ctx = click.get_current_context()
@@ -274,7 +282,7 @@ def replay_options(
         overwrite=overwrite,
         load=load_part(flags, concurrency=concurrency),
         scenario=convert_part(Scenario, part_values("scenario", Scenario, flags, PARSERS), "scenario flags"),
-        connection=convert_part(Connection, part_values("connection", Connection, flags), "timeouts"),
+        connection=connection_part(flags),
         speculative=speculative,
         runtime=convert_part(Runtime, {**part_values("runtime", Runtime, flags), **CLI_RUNTIME}, "--grace"),
     )
@@ -283,3 +291,56 @@ def replay_options(
 CLI_RUNTIME: Final = {"quiet_gc": True, "fast_thread_switch": True}
 """The CLI owns its process, so it takes the garbage collector's timing and the thread switch interval for the run
 (README, "Embedding": a library caller opts in)."""
+
+
+def only_model(url: str, flags: Mapping[str, Any]) -> str:
+    """The model `url` serves, asked with the run's own credentials, headers and TLS settings (`flags`); one line
+    and exit 2 unless it serves exactly one."""
+    from agentx.cli.common import fail
+    from agentx.replayer.client import ServerUnreachable
+    from agentx.replayer.connect import server_client
+
+    try:
+        server = server_part(flags, url, ("",), say=False)  # the model is what is asked
+        connection = connection_part(flags)
+    except click.BadParameter as exc:
+        fail(exc.format_message())
+
+    async def probe() -> list[str]:
+        async with server_client(server, connection, limit=1) as client:
+            return await client.probe_models()
+
+    import asyncio
+
+    try:
+        models = asyncio.run(probe())
+    except ServerUnreachable as exc:
+        fail(f"{url}: the server is unreachable ({exc})")
+    if len(models) != 1:
+        fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
+    return models[0]
+
+
+def server_and_model(
+    stack: contextlib.ExitStack,
+    url: str | None,
+    model: str | None,
+    doing: str,
+    flags: Mapping[str, Any],
+    **sim_fields: Any,
+) -> tuple[str, str]:
+    """The server to drive, `url` or else the built-in simulator started on `stack` with `sim_fields` (said on
+    stderr: "no --url: {doing} the built-in simulator at ..."), and the model: `model`, else the simulator's or
+    the server's only one."""
+    from agentx.cli.common import fail, stderr
+
+    if url is None:
+        from agentx.sim.process import SimServer, SimServerError
+
+        try:
+            sim = stack.enter_context(SimServer(**sim_fields))
+        except SimServerError as exc:
+            fail(f"cannot start the simulator: {exc}")
+        url, model = sim.url, model or sim.model
+        stderr.print(f"no --url: {doing} the built-in simulator at {url}", markup=False)
+    return url, model if model is not None else only_model(url, flags)

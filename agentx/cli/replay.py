@@ -25,22 +25,23 @@ from agentx.cli.common import (
     load_to_replay,
     loop_factory,
     refuse_existing_run,
-    server_and_model,
     stderr,
     stdout,
 )
-from agentx.cli.flags import convert_part, part_flags, part_values
+from agentx.cli.flags import part_flags, part_values
 from agentx.cli.options import (
     DECODE_SERVER_SKIP,
+    connection_part,
     replay_flags,
     replay_options,
+    server_and_model,
     server_flags,
     server_part,
     sim_fields,
     speculative_flags,
     speculative_part,
 )
-from agentx.replayer.options import Connection, DecodeOptions
+from agentx.replayer.options import DecodeOptions
 from agentx.trace.io import Format
 
 
@@ -87,8 +88,8 @@ def replay(
     from agentx.cli.progress import ReplayProgress, planned_requests
     from agentx.replayer.calibrate import CalibrationError
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
-    from agentx.replayer.engine import WarmupFailed
     from agentx.replayer.run_folder import RUN_FILE
+    from agentx.replayer.warmup import WarmupFailed
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 
@@ -119,6 +120,7 @@ def replay(
             flags["server__url"],
             model,
             "replaying against",
+            flags,
             time_scale=sim_time_scale,
             block_size=loaded.block_size,
             **sim_fields(speculative),
@@ -220,7 +222,7 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
         fail("decode measures one model: pass --model once")
     try:
         speculative = speculative_part(flags)
-        connection = convert_part(Connection, part_values("connection", Connection, flags), "timeouts")
+        connection = connection_part(flags)
         measure = part_values("decode", DecodeOptions, flags)
         server_part(flags, "http://127.0.0.1", ("checking",), say=False)  # header and body flags, before a simulator
     except click.BadParameter as exc:
@@ -231,6 +233,7 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
             flags["server__url"],
             next(iter(served_models), None),
             "measuring",
+            flags,
             time_scale=sim_time_scale,
             **sim_fields(speculative),
         )

@@ -20,11 +20,10 @@ from agentx.cli.common import (
     interruptible,
     load_to_replay,
     loop_factory,
-    only_model,
     stderr,
     stdout,
 )
-from agentx.cli.options import replay_flags, replay_options, server_part, sim_fields, speculative_part
+from agentx.cli.options import only_model, replay_flags, replay_options, server_part, sim_fields, speculative_part
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ def sweep_command(
             if settings:
                 level_server = sims.url_for
         if model is None:
-            model = only_model(url)
+            model = only_model(url, flags)
         try:
             base = msgspec.structs.replace(base, server=server_part(flags, url, (model, *served_models[1:])))
         except click.BadParameter as exc:

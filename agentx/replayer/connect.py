@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from agentx.replayer.client import Client
 from agentx.replayer.options import CONTEXT_OVERFLOW_SUBSTRINGS, Connection, Server
-from agentx.replayer.tls import DEFAULT_TLS, TLSSettings
 
 
 def server_client(
@@ -16,16 +15,15 @@ def server_client(
     connection: Connection,
     *,
     limit: int = 2,
-    tls: TLSSettings = DEFAULT_TLS,
     context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
 ) -> Client:
     """A client (not yet open: `async with`) for `server`, through a pool of at most `limit` connections (0: no
-    limit) with `connection`'s timeouts, certificates checked as `tls` says."""
+    limit) with `connection`'s timeouts and certificate checks."""
     return Client(
         server.url,
         api_key=server.api_key,
         headers=dict(server.headers),
-        tls=tls,
+        tls=connection.tls,
         limit=limit,
         connect_timeout_s=connection.connect_timeout_s,
         idle_timeout_s=connection.idle_timeout_s,

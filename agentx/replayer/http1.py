@@ -2,7 +2,8 @@
 
 Why not aiohttp here (it still serves probes, JSON calls and metrics, with the same TLS context): per request in
 flight aiohttp keeps ~250 objects the garbage collector must walk and wakes a task for every read. At 1,000
-requests/s the collector's pauses and the per-request cost alone break the dispatch-lag target (PERFORMANCE.md).
+requests/s the collector's pauses and the per-request cost alone break the dispatch-lag target (bench/README.md,
+Targets).
 Here a connection is an `asyncio.Protocol` that hands each read's body bytes to the caller's `Sink` inside
 `data_received`, stamped with the read's arrival time, with no task switch between the socket and the parser.
 

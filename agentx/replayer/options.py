@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
+from agentx.errors import ConfigError
 from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.replayer.url import base_url
 from agentx.trace.chain_rules import DEFAULT_RULES, ChainRules
+
+if TYPE_CHECKING:
+    from agentx.replayer.tls import TLSSettings
 
 CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
     "context length",
@@ -138,6 +142,27 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True):
             alias="--request-timeout-seconds",
         ),
     ] = None
+    tls_verify: Annotated[
+        bool, _help("Check an https server's certificate and host name (off: encrypted, but unchecked).")
+    ] = True
+    ca_bundle: Annotated[
+        str | None,
+        _help(
+            "A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server).",
+            metavar="PATH",
+        ),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.ca_bundle is not None and not self.tls_verify:
+            raise ValueError("a CA bundle is only used when certificates are verified; pass one or the other")
+
+    @property
+    def tls(self) -> TLSSettings:
+        """The certificate checks of every call (agentx.replayer.tls; ssl loads when a client is made)."""
+        from agentx.replayer.tls import TLSSettings
+
+        return TLSSettings(verify=self.tls_verify, ca_bundle=self.ca_bundle)
 
 
 Concurrency = Annotated[int, Meta(ge=1), _help("Lanes (session trees).")]
@@ -383,12 +408,12 @@ _Options = TypeVar("_Options", bound=msgspec.Struct)
 
 def checked(options: _Options) -> _Options:
     """`options` with every constraint applied (field ranges and choices, then each part's `__post_init__`);
-    a ValueError naming the field (`$.load.concurrency`) otherwise. A struct built in Python skips the ranges,
-    so a run checks its options once, here."""
+    a ConfigError (a ValueError) naming the field (`$.load.concurrency`) otherwise. A struct built in Python skips
+    the ranges, so a run checks its options once, here."""
     try:
         return msgspec.convert(msgspec.to_builtins(options, enc_hook=str), type(options), dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
-        raise ValueError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
 
 
 def _dec_hook(kind: type, value: Any) -> Any:
