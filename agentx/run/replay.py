@@ -26,13 +26,7 @@ from agentx.replayer.records import RequestRecord, read_records
 from agentx.replayer.run_folder import RUN_FILE
 from agentx.replayer.run_result import OnSent, RunResult
 from agentx.replayer.sending import OnRecord
-from agentx.replayer.server_metrics import (
-    CACHE_METRICS,
-    METRIC_LABELS,
-    ServerMetrics,
-    parse_counters,
-)
-from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
+from agentx.replayer.server_metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.workers import run_workers
 from agentx.results.acceptance import run_acceptance
 from agentx.results.folders import RunFile
@@ -40,9 +34,6 @@ from agentx.results.summary import Summary, summarize
 from agentx.results.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
-
-SCRAPED_METRICS: Final = (*CACHE_METRICS, *METRIC_NAMES)
-"""What `scrape_counters` reads: prefix-cache counters and speculative-decoding metrics (agentx.results.acceptance)."""
 
 
 class ReplayResult(msgspec.Struct, kw_only=True):
