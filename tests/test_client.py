@@ -467,7 +467,7 @@ def test_watchdog_spares_other_streams_and_stops_when_idle() -> None:
     async def use(client: Client) -> tuple[Exchange, Exchange, bool]:
         results = await asyncio.gather(client.stream(CHAT, b"stall"), client.stream(CHAT, b"live"))
         await asyncio.sleep(2 * IDLE_S)
-        return results[0], results[1], client._watchdog is None
+        return results[0], results[1], client._require_streams()._watchdog is None
 
     stall, live, stopped = serve(handler, use, idle_timeout_s=IDLE_S)
     assert stall.error_kind == "timeout" and live.ok, (stall.error_message, live.error_message)

@@ -28,7 +28,7 @@ INTERNAL = {
     # a retry on a fresh connection, and an error answer's kind); none is raised to a caller.
     "agentx.replayer.http1.HTTPProtocolError",
     "agentx.replayer.http1.ConnectionClosedError",
-    "agentx.replayer.client._ExchangeError",
+    "agentx.replayer.exchange.ExchangeError",
     # The simulator's answer to a bad request: an HTTP 4xx body for the client, never raised out of the server.
     "agentx.sim.protocol.ClientError",
 }

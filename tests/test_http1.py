@@ -21,9 +21,11 @@ from agentx.replayer.http1 import (
     ConnectionClosedError,
     Endpoint,
     HTTPProtocolError,
-    Pool,
+    WholeBody,
     encode_headers,
+    encode_request,
 )
+from agentx.replayer.pool import Pool
 
 
 class FakeTransport:
@@ -61,10 +63,10 @@ class Recorder:
             raise ValueError("the sink gives up")
 
 
-def feed(response: bytes, cuts: list[int], sink: Recorder | None = None) -> tuple[Recorder, Connection, Any]:
+def feed(response: bytes, cuts: list[int], sink: Any = None) -> tuple[Any, Connection, Any]:
     """Run `response`, split at `cuts`, through a connection; returns (sink, connection, outcome)."""
 
-    async def main() -> tuple[Recorder, Connection, Any]:
+    async def main() -> tuple[Any, Connection, Any]:
         connection = Connection()
         transport = FakeTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
@@ -124,6 +126,45 @@ def test_content_length_body_survives_any_split(body: bytes, cuts: list[int]) ->
     response = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     sink, _, outcome = feed(response, [c for c in cuts if c < len(response)])
     assert outcome is True and sink.status == 400 and sink.body == body
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    body=bodies,
+    sizes=st.lists(st.integers(min_value=1, max_value=64), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=800), max_size=12),
+    framing=st.sampled_from(["chunked", "length", "close"]),
+)
+def test_a_whole_body_is_gathered_whatever_its_framing_and_split(
+    body: bytes, sizes: list[int], cuts: list[int], framing: str
+) -> None:
+    """The plain calls' sink (a model list, /metrics): the body decoded from its framing, however it arrives."""
+    if framing == "chunked":
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+        response = head + chunked(body, sizes, extension=False, trailer=True)
+    elif framing == "length":
+        response = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    else:
+        response = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body
+    sink, _, outcome = feed(response, [c for c in cuts if c < len(response)], WholeBody(1024))
+    assert outcome is (framing != "close")  # a body up to the close leaves no connection to reuse
+    assert (sink.status, sink.reason, sink.headers["content-type"]) == (200, "OK", "text/plain")
+    assert sink.body == body
+
+
+def test_a_whole_body_longer_than_its_limit_aborts_the_exchange() -> None:
+    response = HEAD_CHUNKED + chunked(b"x" * 100, [30, 30], extension=False, trailer=False)
+    _, connection, outcome = feed(response, [60, 90], WholeBody(64))
+    assert isinstance(outcome, HTTPProtocolError) and "longer than 64 bytes" in str(outcome)
+    assert connection.closed
+
+
+def test_a_request_has_a_content_length_only_with_a_body() -> None:
+    head = b"Host: example.com\r\n"
+    assert encode_request("GET", "/v1/models", head) == b"GET /v1/models HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    post = encode_request("POST", "/p/tokenize", head, b'{"a":1}')
+    assert post == b'POST /p/tokenize HTTP/1.1\r\nHost: example.com\r\nContent-Length: 7\r\n\r\n{"a":1}'
+    assert encode_request("POST", "/x", head, b"").endswith(b"Content-Length: 0\r\n\r\n")
 
 
 def test_interim_response_is_skipped() -> None:
@@ -376,7 +417,7 @@ def test_a_fresh_connection_at_the_limit_replaces_an_idle_one() -> None:
 _RESERVE = """
 import os, resource, sys
 from pathlib import Path
-from agentx.replayer.http1 import reserve_descriptors
+from agentx.replayer.pool import reserve_descriptors
 
 def slots():
     return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()

@@ -104,7 +104,7 @@ def _failed_exchanges(answer: Answer, count: int, garbage: list[Any]) -> tuple[l
             exchanges = [await client.stream("/v1/completions", b"{}") for _ in range(count)]
             await asyncio.sleep(0)  # the last connection's close callbacks
             gc.collect()
-        ours = ("agentx.replayer.http1", "agentx.replayer.client")
+        ours = {f"agentx.replayer.{name}" for name in ("http1", "pool", "client", "streaming", "exchange", "calls")}
         return exchanges, sorted({type(item).__qualname__ for item in garbage if type(item).__module__ in ours})
 
     return asyncio.run(main())

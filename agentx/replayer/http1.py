@@ -1,14 +1,16 @@
-"""A lean HTTP/1.1 client for the replay's hot path: POSTs over a pool of keep-alive connections.
+"""A lean HTTP/1.1 client: one keep-alive connection per `Connection`, pooled by `agentx.replayer.pool`.
 
-Why not aiohttp here (it still serves probes, JSON calls and metrics, with the same TLS context): per request in
-flight aiohttp keeps ~250 objects the garbage collector must walk and wakes a task for every read. At 1,000
-requests/s the collector's pauses and the per-request cost alone break the dispatch-lag target (bench/README.md,
-Targets).
-Here a connection is an `asyncio.Protocol` that hands each read's body bytes to the caller's `Sink` inside
+Every call to the server goes through it: the replay's streamed requests, and the probes, JSON calls and `/metrics`
+scrapes (`agentx.replayer.calls`), so the replayer needs no other HTTP library. Why not aiohttp (the simulator
+still serves with it): per request in flight aiohttp keeps ~250 objects the garbage collector must walk and wakes a
+task for every read; at 1,000 requests/s the collector's pauses and the per-request cost alone break the
+dispatch-lag target (bench/README.md, Targets), and importing it costs ~120 ms and ~13 MB before a replay's first
+request. Here a connection is an `asyncio.Protocol` that hands each read's body bytes to the caller's `Sink` inside
 `data_received`, stamped with the read's arrival time, with no task switch between the socket and the parser.
 
 It speaks exactly what OpenAI-compatible servers answer: a status line and headers, then a body framed by
-`Transfer-Encoding: chunked`, `Content-Length`, or the connection's close. A connection goes back to the
+`Transfer-Encoding: chunked`, `Content-Length`, or the connection's close. A streamed response's `Sink` parses
+as the bytes come; `WholeBody` gathers a plain one (a model list, `/metrics`). A connection goes back to the
 pool only after a complete response that did not ask to close; a request that finds its reused connection
 closed by the server before a single response byte is sent again once on a fresh connection (servers such as
 llama.cpp's close kept-alive connections at will).
@@ -17,19 +19,12 @@ llama.cpp's close kept-alive connections at will).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
 import ssl
 import time
-from collections import deque
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
-SPARE_CONNECTIONS: Final = 16
-"""Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
-SERVER_IDLE_MARGIN_S: Final = 1.0
-"""A connection idle within this long of the server's announced idle timeout is not reused."""
 HEAD_MAX_BYTES: Final = 64 * 1024
 """A response head larger than this is a protocol error (no OpenAI-compatible server sends one)."""
 
@@ -102,6 +97,43 @@ def encode_headers(headers: dict[str, str] | None) -> bytes:
         except UnicodeEncodeError:
             lines.append(line.encode())  # opaque bytes, as servers take them
     return b"\r\n".join(lines) + b"\r\n"
+
+
+def encode_request(method: str, target: str, head: bytes, body: bytes | None = None) -> bytes:
+    """One request's bytes: the request line, `head` (encoded header lines, `Host` among them), `Content-Length`
+    when there is a body (a GET has none), the blank line, the body."""
+    length = b"Content-Length: %d\r\n" % len(body) if body is not None else b""
+    return b"".join((b"%s %s HTTP/1.1\r\n" % (method.encode(), target.encode()), head, length, b"\r\n", body or b""))
+
+
+class WholeBody:
+    """A `Sink` that keeps a whole response: status, reason, headers and the body, decoded from its framing
+    (`Content-Length`, chunked, or up to the connection's close). A body longer than `max_bytes` aborts the
+    exchange with an HTTPProtocolError."""
+
+    __slots__ = ("_parts", "_size", "headers", "max_bytes", "reason", "status")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        """Names in lower case; repeated headers joined with ", "."""
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def head(self, status: int, reason: str, headers: dict[str, str], now_ns: int) -> None:
+        self.status, self.reason, self.headers = status, reason, headers
+
+    def data(self, chunk: bytes, now_ns: int) -> None:
+        self._size += len(chunk)
+        if self._size > self.max_bytes:
+            raise HTTPProtocolError(f"the response body is longer than {self.max_bytes} bytes")
+        self._parts.append(chunk)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self._parts)
 
 
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
@@ -304,167 +336,3 @@ def _keep_alive_timeout_s(value: str) -> float | None:
             except ValueError:
                 return None
     return None
-
-
-UNLIMITED_RESERVE: Final = 16384
-"""Descriptors `reserve_descriptors` makes room for when the pool has no limit (the open-loop modes)."""
-
-
-def reserve_descriptors(count: int) -> None:
-    """Grow the process's descriptor table now to hold about `count` more, so connections opened mid-run never
-    grow it. Linux grows the table by doubling, and in a process with threads each growth waits for an RCU grace
-    period: 8 ms measured for the 256th socket, a stall that lands on due requests. The table never shrinks, so
-    holding descriptor `n` for a moment is enough (capped by the soft `RLIMIT_NOFILE`)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError):  # not Unix: nothing to reserve against
-        return
-    highest = count + 64 if soft == resource.RLIM_INFINITY else min(count + 64, soft - 1)
-    with contextlib.suppress(OSError), open(os.devnull, "rb") as null:
-        if highest > null.fileno():
-            os.dup2(null.fileno(), highest)
-            os.close(highest)
-
-
-class Pool:
-    """Keep-alive connections to one endpoint, at most `limit` open (0: no limit); the most recently used
-    goes first. Creating one reserves descriptors for its connections (`reserve_descriptors`)."""
-
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        *,
-        limit: int,
-        connect_timeout_s: float | None,
-        keepalive_timeout_s: float,
-        spare: int = SPARE_CONNECTIONS,
-    ) -> None:
-        self.endpoint = endpoint
-        self.limit = limit
-        self.connect_timeout_s = connect_timeout_s
-        self.keepalive_timeout_s = keepalive_timeout_s
-        self.spare = spare
-        self._idle: list[Connection] = []
-        self._open = 0
-        self._opening = 0
-        self._spares: set[asyncio.Task[None]] = set()
-        self._server_idle_timeout_s: float | None = None
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        reserve_descriptors(limit + spare if limit else UNLIMITED_RESERVE)
-
-    @property
-    def open_connections(self) -> int:
-        return self._open
-
-    async def acquire(self, *, fresh: bool = False) -> tuple[Connection, bool]:
-        """A connection ready for a request, and whether it was waiting in the pool (kept alive after a
-        response, or opened ahead as a spare): the server may have closed such a connection since. `fresh`:
-        a new connection, whatever is idle."""
-        self._top_up()
-        while True:
-            oldest_ns = time.perf_counter_ns() - int(self._idle_limit_s() * 1e9)
-            while self._idle and not fresh:
-                connection = self._idle.pop()
-                if not connection.closed and connection.idle_since_ns >= oldest_ns:
-                    return connection, True
-                self._drop(connection)
-            if fresh and self._idle and self.limit and self._open >= self.limit:
-                self._drop(self._idle.pop(0))  # room for the new connection: the longest idle one goes
-            if not self.limit or self._open < self.limit:
-                self._open += 1
-                try:
-                    return await self._connect(), False
-                except BaseException:
-                    self._open -= 1
-                    self._wake()
-                    raise
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # the slot this waiter was given goes to the next one
-                raise
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-
-    def _idle_limit_s(self) -> float:
-        """How long a connection may sit idle: ours, or less if the server announced less (with a margin, so
-        that a connection is not reused just as the server closes it)."""
-        announced = self._server_idle_timeout_s
-        if announced is None:
-            return self.keepalive_timeout_s
-        return min(self.keepalive_timeout_s, max(0.0, announced - SERVER_IDLE_MARGIN_S))
-
-    def release(self, connection: Connection, reusable: bool) -> None:
-        if connection.server_idle_timeout_s is not None:
-            self._server_idle_timeout_s = connection.server_idle_timeout_s
-        if reusable and not connection.closed:
-            connection.idle_since_ns = time.perf_counter_ns()
-            self._idle.append(connection)
-        else:
-            self._drop(connection)
-        self._wake()
-
-    def close(self) -> None:
-        for task in self._spares:
-            task.cancel()
-        for connection in self._idle:
-            connection.abort()
-        self._open -= len(self._idle)
-        self._idle.clear()
-
-    def _top_up(self) -> None:
-        """Open connections in the background until `spare` are idle or opening: a burst of requests then
-        finds them ready instead of paying for a connect each (within the limit)."""
-        missing = self.spare - len(self._idle) - self._opening
-        while missing > 0 and (not self.limit or self._open < self.limit):
-            missing -= 1
-            self._open += 1
-            self._opening += 1
-            task = asyncio.ensure_future(self._open_spare())
-            self._spares.add(task)
-            task.add_done_callback(self._spares.discard)
-
-    async def _open_spare(self) -> None:
-        try:
-            connection = await self._connect()
-        except (OSError, TimeoutError):
-            # A request that needs the connection will open one and report the failure; a request waiting for a
-            # slot must learn that one came free, or it waits forever for a server that is gone.
-            self._open -= 1
-            self._wake()
-            return
-        finally:
-            self._opening -= 1
-        connection.idle_since_ns = time.perf_counter_ns()
-        self._idle.insert(0, connection)  # under the recently used ones: those are reused first
-        self._wake()
-
-    async def _connect(self) -> Connection:
-        endpoint = self.endpoint
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self.connect_timeout_s):
-            _, protocol = await loop.create_connection(
-                Connection,
-                endpoint.host,
-                endpoint.port,
-                ssl=endpoint.ssl,
-                server_hostname=endpoint.host if endpoint.ssl is not None else None,
-            )
-        return protocol
-
-    def _drop(self, connection: Connection) -> None:
-        connection.abort()
-        self._open -= 1
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return

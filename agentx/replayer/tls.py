@@ -1,8 +1,7 @@
 """How an `https://` server's certificate is checked: the settings and the one `ssl.SSLContext` made from them.
 
-`Client` builds the context once and hands the same one to both of its transports (the `http1` pool of the
-streamed requests, and the aiohttp session of probes, JSON calls and `/metrics` scrapes), so no server call
-checks certificates differently from another.
+`Client` builds the context once for its one `http1` pool, which carries the streamed requests and the probes,
+JSON calls and `/metrics` scrapes alike, so no server call checks certificates differently from another.
 """
 
 from __future__ import annotations
@@ -59,7 +58,8 @@ def describe_tls_error(exc: BaseException) -> str | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        # aiohttp's errors subclass ssl's and wrap the original (`certificate_error`, `os_error`): read that one.
+        # Some libraries' errors (aiohttp's) subclass ssl's and wrap the original (`certificate_error`, `os_error`):
+        # read that one.
         wrapped = getattr(current, "certificate_error", None) or getattr(current, "os_error", None)
         if isinstance(wrapped, ssl.SSLError):
             current = wrapped
