@@ -92,3 +92,56 @@ def test_a_replay_starts_without_what_only_its_end_needs() -> None:
     )
     assert _packages(loaded) & {"rich", "prometheus_client", "matplotlib", "tokenizers"} == set()
     assert "pyarrow.compute" not in loaded
+
+
+_SERVE_AND_REPLAY = """
+import http.server, sys, tempfile, threading
+from agentx.cli import main
+
+ANSWER = (b'data: {"choices":[{"index":0,"text":" x","finish_reason":"length"}],'
+          b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\\n\\ndata: [DONE]\\n\\n')
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status, body, kind):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self.answer(200, b'{"data": [{"id": "m"}]}', "application/json")
+        else:
+            self.answer(404, b'{"detail": "Not Found"}', "application/json")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.answer(200, ANSWER, "text/event-stream")
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_address[1]}"
+out = tempfile.mkdtemp()
+args = ["replay", TRACE, "--url", url, "--model", "m", "--mode", "closed", "--concurrency", "1", "--sessions", "2",
+        "--delay-scale", "0", "--out", out]
+main(args, standalone_mode=False)
+import json, pathlib
+run = json.loads((pathlib.Path(out) / "run.json").read_text())["run"]
+assert run["requests"] == 2 and run["errors"] == 0, run
+"""
+
+
+def test_a_replay_through_the_command_line_never_loads_aiohttp() -> None:
+    """Every call of a replay to its server (the model listing, the stream-usage probe, the requests, the /metrics
+    scrapes) goes through the replayer's own http1 pool: aiohttp (~120 ms and ~13 MB of imports before the first
+    request) is the simulator's, never loaded by a replay against a server of its own, start to end."""
+    script = _SERVE_AND_REPLAY.replace("TRACE", repr(str(MOONCAKE)))
+    loaded = _loaded_after(f"exec({script!r})")
+    assert "agentx.replayer.engine" in loaded and "agentx.replayer.calls" in loaded  # the replay ran
+    assert _packages(loaded) & {"aiohttp", "yarl", "multidict", "aiohappyeyeballs"} == set()
