@@ -11,6 +11,7 @@ keyword arguments named `part__field`; `part_values` gathers one part's, with th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -119,10 +120,16 @@ def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], **ov
     return click.option(*names, f"{part}__{field.name}", **settings)
 
 
-def fields_with_flags(kind: type[msgspec.Struct], skip: frozenset[str] = frozenset()) -> list[mi.Field]:
+@functools.cache
+def _fields(kind: type[msgspec.Struct]) -> tuple[mi.Field, ...]:
+    """`kind`'s fields as msgspec sees them (inspected once: `replay`, `sweep` and `decode` share the parts)."""
     info = mi.type_info(kind)
     assert isinstance(info, mi.StructType)
-    return [f for f in info.fields if f.name not in skip and "help" in _field_meta(f)[1]]
+    return info.fields
+
+
+def fields_with_flags(kind: type[msgspec.Struct], skip: frozenset[str] = frozenset()) -> list[mi.Field]:
+    return [f for f in _fields(kind) if f.name not in skip and "help" in _field_meta(f)[1]]
 
 
 def part_flags(
@@ -152,9 +159,7 @@ def part_values(
 ) -> dict[str, Any]:
     """`kind`'s fields among `flags` (click's keyword arguments), parsed, as a dict for `msgspec.convert`."""
     values: dict[str, Any] = {}
-    info = mi.type_info(kind)
-    assert isinstance(info, mi.StructType)
-    for field in info.fields:
+    for field in _fields(kind):
         key = f"{part}__{field.name}"
         if key not in flags:
             continue
