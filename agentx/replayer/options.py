@@ -1,7 +1,7 @@
 """A replay's options: small typed parts composed into one immutable `ReplayOptions`.
 
 - `Server`: where requests go and what they carry (URL, served models, API, credentials, extra body).
-- `Connection`: the pool and its timeouts.
+- `Connection`: the pool, its timeouts and how an https server's certificate is checked.
 - `load`: how load is offered, a tagged union by `mode`: `AgentxLoad`, `ClosedLoad` (lanes of session trees),
   `TraceLoad`, `RateLoad` (open loop).
 - `Scenario`: what is replayed and how the trace becomes requests (sessions, timing, limits, idle caps).
@@ -13,8 +13,8 @@
 Constraints sit on the fields (`Meta`: ranges, choices); rules that tie fields together are in `__post_init__`.
 `checked(options)` applies both, once, at the start of a run; the CLI derives its flags from the same fields
 (agentx.cli.flags), so `replay`, `sweep` and `decode` cannot drift. `Meta.extra` carries what the CLI needs
-beyond the type: `help` (one line), `flag` (when not `--field-name`), `metavar`, and `none` (the word that
-means None on the command line, e.g. "off").
+beyond the type: `help` (one line), `flag` (when not `--field-name`), `alias`, `metavar`, `none` (the word that
+means None on the command line, e.g. "off") and `repeat` (a flag given once per value).
 """
 
 from __future__ import annotations
