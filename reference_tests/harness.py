@@ -63,8 +63,13 @@ RATE_LOW: Final = 0.80
 RATE_HIGH: Final = 1.25
 REFERENCE_MARKER_TOKENS: Final = wordtok.count_tokens("[rid:0123456789ab]")
 MAX_ROWS: Final = 60
-DISPATCH_LAG_P99_MAX_S: Final = 0.005
-"""agentx's own timing error: the p99 of its profiling requests' dispatch lag (sent − due) in a case."""
+DISPATCH_LAG_P99_MAX_S: Final = 0.1
+"""A schedule bug's guard: the p99 of agentx's profiling requests' dispatch lag (sent − due) in a case.
+
+Both tools run at once on the same cores, so a few milliseconds of lag here is the machine, not agentx (CI
+saw p99 8-17 ms where a quiet machine sees 1-7 ms). The bugs this guards against put requests due in the past
+by seconds. The precision target (p99 < 5 ms) is a benchmark figure: bench/corpus_replay.py and
+bench/replay_overhead.py measure it with agentx alone on the machine (bench/README.md)."""
 
 Tool = Literal["reference", "agentx"]
 Key = tuple[str, int, str, int]
@@ -974,7 +979,8 @@ def load_case(name: str, base: Path, duration: float, against: Tool = "agentx") 
 
 def dispatch_lag_check(records_path: Path) -> Check:
     """agentx's dispatch lag over its profiling requests: a request sent later than it was due measures the
-    client, not the server (docs/agentx.md §4b); p99 must stay within `DISPATCH_LAG_P99_MAX_S`."""
+    client, not the server (docs/agentx.md §4b); p99 must stay within `DISPATCH_LAG_P99_MAX_S`, a schedule bug's
+    guard (the figure is printed either way)."""
     import agentx
 
     table = agentx.read_records(records_path)
