@@ -33,7 +33,8 @@ DECODE_SKIPS = frozenset({"tokenizer", "affinity_headers"})
 def _options(command: str) -> dict[str, click.Option]:
     group = main
     assert isinstance(group, click.Group)
-    found = group.commands[command]
+    found = group.get_command(click.Context(group), command)
+    assert found is not None
     return {name: param for param in found.params if isinstance(param, click.Option) for name in param.opts}
 
 

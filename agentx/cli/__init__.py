@@ -8,16 +8,29 @@ import sys
 import click
 
 from agentx.cli.common import Group
-from agentx.cli.replay import decode_command, export, replay
-from agentx.cli.report import report_command
-from agentx.cli.sim import sim
-from agentx.cli.spec import spec
-from agentx.cli.sweep import sweep_command
-from agentx.cli.synth import synth
-from agentx.cli.trace import compare_command, convert, inspect, validate
+
+COMMANDS = {
+    "validate": "agentx.cli.trace:validate",
+    "convert": "agentx.cli.trace:convert",
+    "inspect": "agentx.cli.trace:inspect",
+    "compare": "agentx.cli.trace:compare_command",
+    "sim": "agentx.cli.sim:sim",
+    "replay": "agentx.cli.replay:replay",
+    "decode": "agentx.cli.replay:decode_command",
+    "export": "agentx.cli.replay:export",
+    "sweep": "agentx.cli.sweep:sweep_command",
+    "report": "agentx.cli.report:report_command",
+    "spec": "agentx.cli.spec:spec",
+    "synth": "agentx.cli.synth:synth",
+}
+"""Every command, by name: its module and attribute (imported when used; see `Group`)."""
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=Group,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="agentx")
 def main() -> None:
     """Replay agentic LLM workloads against OpenAI-compatible inference servers."""
@@ -30,20 +43,3 @@ def main() -> None:
         log.addHandler(handler)
         log.setLevel(logging.WARNING)
         log.propagate = False
-
-
-for _command in (
-    validate,
-    convert,
-    inspect,
-    sim,
-    replay,
-    decode_command,
-    export,
-    sweep_command,
-    report_command,
-    spec,
-    synth,
-    compare_command,
-):
-    main.add_command(_command)

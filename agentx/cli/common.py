@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import os
 import secrets
 import signal
@@ -104,7 +105,26 @@ def exit_code(error: AgentxError) -> int:
 
 class Group(click.Group):
     """A click group that ends an agentx error escaping any of its commands as `fail(str(error), exit_code(error))`:
-    a command catches one only to say more than its message."""
+    a command catches one only to say more than its message.
+
+    `lazy` names commands by "module:attribute", imported only when the command line names them (or `--help`
+    lists them), so `agentx replay` does not import report's, synth's or the simulator's modules before its first
+    request (bench/startup.py)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module_name, attribute = self.lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attribute)
+            assert isinstance(command, click.Command), self.lazy[cmd_name]
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
