@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+
+import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import traces
 
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
-from agentx.trace.stats import join_index, lru_hit, parse_token_counts, prefix_cache_hits, trace_stats
+from agentx.trace.stats import (
+    StartOrderHits,
+    join_index,
+    lru_hit,
+    parse_token_counts,
+    prefix_cache_hits,
+    trace_stats,
+)
 
 
 def _agent(calls: list[tuple[float, float | None, list[int]]], **fields: object) -> Agent:
@@ -112,3 +125,45 @@ def test_parse_token_counts() -> None:
     assert parse_token_counts("1e6, 2.5e7,100") == [1_000_000, 25_000_000, 100]
     with pytest.raises(ValueError, match="not a non-negative"):
         parse_token_counts("-1")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    trace=traces(max_sessions=6),
+    starts=st.lists(st.sampled_from([0.0, 0.5, 1.0, 7.5]), min_size=6, max_size=6) | st.none(),
+    data=st.data(),
+)
+def test_start_order_hits_equal_the_whole_traces_in_any_order_of_asking(
+    trace: Trace, starts: list[float] | None, data: st.DataObject
+) -> None:
+    """Counted one session at a time, as far as each asks, the global hits are the whole trace's, row for row;
+    sessions sharing a start (ties broken by row) included."""
+    sessions = [
+        msgspec.structs.replace(session, start_s=starts[index]) if starts else session
+        for index, session in enumerate(trace.sessions)
+    ]
+    trace = msgspec.structs.replace(trace, sessions=sessions, hash_id_scope="global")
+    expected_hits, expected_totals = prefix_cache_hits(trace, causal=False)
+    first_rows = [0, *itertools.accumulate(session.request_count for session in sessions)]
+    counter = StartOrderHits([session.start_s for session in sessions], sessions.__getitem__)
+    asked = data.draw(st.permutations(range(len(sessions))))
+    for index in asked:
+        hits, totals = counter.of(index)
+        rows = slice(first_rows[index], first_rows[index + 1])
+        assert hits.tolist() == expected_hits[rows].tolist()
+        assert totals.tolist() == expected_totals[rows].tolist()
+    with pytest.raises(IndexError):
+        counter.of(len(sessions))
+
+
+def test_start_order_hits_break_a_tie_by_row_across_sessions_added_late() -> None:
+    """Session 1 starts first, but its second request starts with session 0's first: session 0's comes first (row
+    order), so session 1's sees its blocks, even when session 1 is asked for first."""
+    early = Session(session_id="b", start_s=0.0, root=_agent([(0.0, 0.1, [7]), (1.0, 0.1, [1, 2])]))
+    late = Session(session_id="a", start_s=1.0, root=_agent([(0.0, 0.1, [1, 2])]))
+    sessions = [late, early]
+    counter = StartOrderHits([session.start_s for session in sessions], sessions.__getitem__)
+    assert counter.of(1)[0].tolist() == [0, 2]
+    assert counter.of(0)[0].tolist() == [0]
+    whole, _ = prefix_cache_hits(Trace(sessions=sessions, block_size=4, hash_id_scope="global"), causal=False)
+    assert whole.tolist() == [0, 0, 2]

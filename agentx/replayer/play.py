@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -19,7 +19,7 @@ from agentx.replayer.sessions import ReplaySessions
 from agentx.replayer.tstar import Snapshot
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Session
-from agentx.trace.stats import prefix_cache_hits
+from agentx.trace.stats import StartOrderHits, prefix_cache_hits
 
 
 class PreparedSession(msgspec.Struct, frozen=True, gc=False):
@@ -104,7 +104,8 @@ def prepare(
 
 class Hits:
     """Theoretical prefix-cache hits per session: computed per session for session-scoped ids (a session is
-    its own namespace, so start-up does not pay for the whole corpus), once for the whole trace otherwise.
+    its own namespace, so start-up does not pay for the whole corpus); for global ids, in start order only as far
+    as the sessions asked for (`StartOrderHits`), so the first request does not wait for the whole trace.
 
     A block counts as seen once its request has *started*, in recorded start order, as the reference computes
     it (`dataset/loader/weka_metric_prepass.py`, `compute_shared_prefix_cache_metrics`; docs/agentx.md §6), not
@@ -112,22 +113,21 @@ class Hits:
 
     def __init__(self, sessions: ReplaySessions) -> None:
         self.sessions = sessions
-        # (hits, totals, first row of each session), set in one assignment: a plan made on a worker thread
-        # (agentx.replayer.offloop) and one made on the loop may both ask.
-        self._whole: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+        self._global: StartOrderHits | None = None
+        # A plan made on a worker thread (agentx.replayer.offloop) and one made on the loop may both ask.
+        self._lock = threading.Lock()
 
     def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         sessions = self.sessions
         if sessions.trace.hash_id_scope == "session":
             alone = msgspec.structs.replace(sessions.trace, sessions=[sessions.session(index)])
             return prefix_cache_hits(alone, causal=False)
-        if self._whole is None:
-            whole = sessions.whole()
-            hits, totals = prefix_cache_hits(whole, causal=False)
-            self._whole = hits, totals, [0, *itertools.accumulate(s.request_count for s in whole.sessions)]
-        hits, totals, first_rows = self._whole
-        start, end = first_rows[index], first_rows[index + 1]
-        return hits[start:end], totals[start:end]
+        with self._lock:
+            if self._global is None:
+                # A request never starts before its session (t >= 0, which validation checks).
+                earliest_s = [session.start_s for session in sessions.trace.sessions]
+                self._global = StartOrderHits(earliest_s, sessions.session)
+            return self._global.of(index)
 
 
 class PreparedTrace:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import msgspec
 import numpy as np
@@ -236,6 +236,37 @@ def _namespaces(trace: Trace) -> Iterator[tuple[list[Session], int]]:
         row += session.request_count
 
 
+class _InfiniteCache:
+    """One hash-id namespace's infinite cache, counting the hits of requests fed in (start, row) order."""
+
+    def __init__(self) -> None:
+        self.available: set[int] = set()
+        self.pending: list[tuple[float, int, _Step]] = []
+        """Requests counted, by when their blocks become available (`_Step.row` is unique)."""
+
+    def count(self, step: _Step) -> tuple[int, int]:
+        """(hit blocks, total blocks) of `step`."""
+        pending, available = self.pending, self.available
+        while pending and pending[0][0] <= step.start:
+            _, _, done = heapq.heappop(pending)
+            done.released = True
+            available.update(done.ids)
+        ids, kept = step.ids, step.request.hash_ids_kept
+        # The kept prefix came from the agent's previous request; once that one was released
+        # its ids are all available, so only the added ids need looking up.
+        hit = kept if step.previous is not None and step.previous.released else 0
+        while hit < len(ids) and ids[hit] in available:
+            hit += 1
+        total = len(ids)
+        heapq.heappush(pending, (step.available_at, step.row, step))
+        if step.previous is not None:
+            if step.previous.released:
+                # Its kept ids are already available: release only what is new.
+                step.ids = ids[kept:]
+            step.previous = None  # the chain is not needed once counted: the id tuples can be large
+        return hit, total
+
+
 def prefix_cache_hits(trace: Trace, *, causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per request (in row order: session, agent depth first, request): (hit blocks, total blocks)."""
     rows = trace.request_count
@@ -248,27 +279,70 @@ def prefix_cache_hits(trace: Trace, *, causal: bool = True) -> tuple[np.ndarray,
             steps.extend(_steps(session, row, causal))
             row = first_row + len(steps)  # one step a request
         steps.sort(key=lambda step: (step.start, step.row))
-        available: set[int] = set()
-        pending: list[tuple[float, int, _Step]] = []
+        cache = _InfiniteCache()
         for step in steps:
-            while pending and pending[0][0] <= step.start:
-                _, _, done = heapq.heappop(pending)
-                done.released = True
-                available.update(done.ids)
-            ids, kept = step.ids, step.request.hash_ids_kept
-            # The kept prefix came from the agent's previous request; once that one was released
-            # its ids are all available, so only the added ids need looking up.
-            hit = kept if step.previous is not None and step.previous.released else 0
-            while hit < len(ids) and ids[hit] in available:
-                hit += 1
-            hits[step.row], totals[step.row] = hit, len(ids)
-            heapq.heappush(pending, (step.available_at, step.row, step))
-            if step.previous is not None and step.previous.released:
-                # Its kept ids are already available: release only what is new.
-                step.ids = ids[kept:]
-        for step in steps:  # drop references early: the id tuples can be large
-            step.previous = None
+            hits[step.row], totals[step.row] = cache.count(step)
     return hits, totals
+
+
+class StartOrderHits:
+    """`prefix_cache_hits(trace, causal=False)` of a global-scope trace, one session at a time: `of(i)` counts
+    requests in start order only as far as session `i`'s last one, so a replay's first request does not wait for
+    the whole trace (~40 ms for 6,000 Mooncake requests; bench/startup.py).
+
+    `session(i)` gives session `i` as it is replayed; `earliest_s[i]` is a time no request of it starts before.
+    Not thread-safe: the caller serializes `of`."""
+
+    def __init__(self, earliest_s: Sequence[float], session: Callable[[int], Session]) -> None:
+        self._earliest_s = earliest_s
+        self._session = session
+        self._order = sorted(range(len(earliest_s)), key=lambda index: (earliest_s[index], index))
+        self._added = 0
+        self._queue: list[tuple[float, int, int, _Step]] = []
+        """Requests not counted yet: (start, session, position in the session, step), i.e. (start, row) order."""
+        self._cache = _InfiniteCache()
+        self._counting: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        """Sessions with requests still queued: hits, totals and how many are left."""
+        self._done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows = 0
+
+    def of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Session `index`'s (hit blocks, total blocks) per request, in its row order."""
+        if not 0 <= index < len(self._order):
+            raise IndexError(index)
+        while index not in self._done:
+            self._count_next()
+        return self._done[index]
+
+    def _count_next(self) -> None:
+        order, queue = self._order, self._queue
+        # A session not added yet may hold a request due before (or with) the queue's first: add it first.
+        while self._added < len(order) and (not queue or self._earliest_s[order[self._added]] <= queue[0][0]):
+            self._add(order[self._added])
+            self._added += 1
+        if not queue:
+            return
+        _, index, position, step = heapq.heappop(queue)
+        hits, totals, left = self._counting[index]
+        hits[position], totals[position] = self._cache.count(step)
+        left[0] -= 1
+        if not left[0]:
+            self._done[index] = hits, totals
+            del self._counting[index]
+
+    def _add(self, index: int) -> None:
+        session = self._session(index)
+        steps = list(_steps(session, self._rows, causal=False))
+        self._rows += len(steps)
+        if not steps:
+            self._done[index] = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return
+        earliest = self._earliest_s[index]
+        for position, step in enumerate(steps):
+            if step.start < earliest:
+                raise ValueError(f"session {session.session_id!r} has a request at {step.start} s, before {earliest}")
+            heapq.heappush(self._queue, (step.start, index, position, step))
+        self._counting[index] = np.zeros(len(steps), dtype=np.int64), np.zeros(len(steps), dtype=np.int64), [len(steps)]
 
 
 def lru_hit(trace: Trace, capacity_tokens: int, *, causal: bool = True) -> LruHit:
