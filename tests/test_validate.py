@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentx.trace.errors import Finding, Findings, TraceError
 from agentx.trace.model import Agent, Request, Session, Trace
-from agentx.trace.validate import MAX_AGENT_DEPTH, MAX_BLOCK_SIZE, MAX_TOKENS_PER_REQUEST, validate
+from agentx.trace.validate import (
+    MAX_AGENT_DEPTH,
+    MAX_BLOCK_SIZE,
+    MAX_TOKENS_PER_REQUEST,
+    _plainly_fine,
+    check_request,
+    validate,
+)
 
 BLOCK = 64
 
@@ -241,3 +251,68 @@ def test_trace_error_is_one_paragraph_about_the_first_error() -> None:
     warned = Findings()
     warned.warning("w")
     warned.raise_if_errors()
+
+
+_TIMES = st.none() | st.sampled_from([0.0, 0.5, 1.0, 1.0 + 5e-7, 2.0, -0.0, -1e-9, -1.0, math.inf, -math.inf, math.nan])
+_COUNTS = st.sampled_from(
+    [-1, 0, 1, 63, 64, 65, 127, 128, 129, 192, MAX_TOKENS_PER_REQUEST, MAX_TOKENS_PER_REQUEST + 1]
+)
+_IDS = st.integers(-(1 << 63), (1 << 63) - 1) | st.sampled_from([-(1 << 63) - 1, 1 << 63])
+
+
+def _mostly(clean: object, odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """The clean value three times in four, else one of `odd`: most examples differ from a clean request in a
+    field or two, where a shortcut's mistake would show."""
+    return st.sampled_from([True, True, True, False]).flatmap(lambda keep: st.just(clean) if keep else odd)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    t=_mostly(1.0, _TIMES.filter(lambda value: value is not None)),
+    think_time=_mostly(None, _TIMES),
+    api_time=_mostly(1.0, _TIMES),
+    ttft=_mostly(None, _TIMES),
+    in_tokens=_mostly(2 * BLOCK, _COUNTS),
+    out_tokens=_mostly(10, _COUNTS),
+    kept=_mostly(0, st.integers(-1, 4)),
+    added=_mostly((1, 2), st.lists(_IDS, max_size=4).map(tuple)),
+    acceptance=_mostly(None, st.sampled_from([0.5, 1.0, 2.5, math.inf, math.nan])),
+    kind=st.sampled_from(["n", "s"]),
+    previous_len=st.integers(0, 3),
+    block_size=_mostly(BLOCK, st.sampled_from([0, 1, 64])),
+)
+def test_the_fast_path_passes_exactly_the_requests_with_nothing_to_report(
+    t: float,
+    think_time: float | None,
+    api_time: float | None,
+    ttft: float | None,
+    in_tokens: int,
+    out_tokens: int,
+    kept: int,
+    added: tuple[int, ...],
+    acceptance: float | None,
+    kind: str,
+    previous_len: int,
+    block_size: int,
+) -> None:
+    """The loaders check a large trace's requests with plain comparisons first and build a reporter only for a
+    request with something to say: that shortcut must agree with the full check."""
+    request = _request(
+        t=t,
+        think_time=think_time,
+        api_time=api_time,
+        ttft=ttft,
+        in_tokens=in_tokens,
+        out_tokens=out_tokens,
+        hash_ids_kept=kept,
+        hash_ids_added=added,
+        acceptance_length=acceptance,
+        type=kind,
+    )
+    reported: list[tuple[str, str]] = []
+    check_request(request, previous_len, block_size, lambda severity, message: reported.append((severity, message)))
+    fine = _plainly_fine(request, previous_len, block_size)
+    if fine:  # what it lets through has nothing to report
+        assert not reported
+    elif block_size > 0:  # and it lets through every such request (a trace's block size is never 0)
+        assert reported

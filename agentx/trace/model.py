@@ -144,6 +144,8 @@ class Session(msgspec.Struct, kw_only=True):
 
     @property
     def request_count(self) -> int:
+        if not self.root.subagents:  # most sessions of a Mooncake-size trace: no tree to walk
+            return len(self.root.requests)
         return sum(len(agent.requests) for agent, _, _ in self.agents())
 
 
