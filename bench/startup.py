@@ -7,7 +7,8 @@ POST (the stream-usage probe) and the first request carrying an `X-Correlation-I
 warmup primer in the AgentX scenario) arrive. Everything is measured through the command line, from outside the
 process: the clock starts just before the `agentx replay` subprocess is spawned, so interpreter start, imports,
 trace load, planning, the probes and the first request's body are all inside. The subprocess is then
-interrupted (Ctrl-C) and stops as a user's would (grace, run.json, the partial summary).
+interrupted (Ctrl-C) and stops as a user's would (grace, run.json, the partial summary). agentx/ is
+byte-compiled first, as an installed package is (`make install` does it for the editable tree).
 
 Peak RSS is the child's `ru_maxrss` from `os.wait4`, taken by a small launcher process (Linux counts the forking
 process's resident size into a child's `ru_maxrss`, so this benchmark, a hundred MB with aiohttp and the trace
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import contextlib
 import json
 import os
@@ -302,6 +304,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             traces[name] = _mooncake(args.out)
         else:
             traces[name] = _corpus(args.out, max(1, round(FULL_SESSIONS * args.scale)))
+    # An installed wheel carries its bytecode, and `make install` compiles the editable tree; without it, a process
+    # started with PYTHONDONTWRITEBYTECODE (some CI and sandbox images) compiles ~140 agentx modules every time.
+    if not compileall.compile_dir(ROOT / "agentx", quiet=1):
+        parser.error("cannot byte-compile agentx/")
+    print(
+        "agentx byte-compiled first (as installed); PYTHONDONTWRITEBYTECODE is",
+        os.environ.get("PYTHONDONTWRITEBYTECODE", "unset"),
+    )
     levels = [int(part) for part in args.concurrency.split(",") if part.strip()]
     helps = [] if args.no_help else [["--help"], ["replay", "--help"]]
     mock = _Mock()
