@@ -7,6 +7,10 @@ and constraints; `extra["none"]` is the word that means None (e.g. `--idle-timeo
 need parsing (headers, JSON, NAME=VALUE pairs, LOW,HIGH) take a parser from the caller (`extra["repeat"]`: the
 flag may be given more than once). The values come back as
 keyword arguments named `part__field`; `part_values` gathers one part's, with the flags the user set.
+
+`--help` lists the options in sections, `HELP_GROUPS`, most used first (`GroupedCommand`): a derived flag in its
+field's `extra["group"]`, else its part's (`part_flags(group=...)`); an option a command defines itself in
+`OWN_OPTION_GROUPS`, by parameter name.
 """
 
 from __future__ import annotations
@@ -14,13 +18,51 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import click
 import msgspec
 import msgspec.inspect as mi
 
 Command = Callable[..., Any]
+HELP_GROUPS: Final = (
+    "Server",
+    "Load",
+    "Output",
+    "Sweep",
+    "AgentX scenario",
+    "Trace",
+    "Prompts",
+    "Speculative decoding",
+    "Connection",
+    "Run",
+)
+"""The sections of `replay --help`, `sweep --help` and `decode --help`, in order."""
+OWN_OPTION_GROUPS: Final[Mapping[str, str]] = {
+    "served_models": "Server",
+    "api_key_env": "Server",
+    "mode": "Load",
+    "levels": "Load",
+    "out_dir": "Output",
+    "overwrite": "Output",
+    "resume": "Output",
+    "as_json": "Output",
+    "gpus": "Output",
+    "gpu_sku": "Output",
+    "before_level": "Sweep",
+    "before_level_timeout": "Sweep",
+    "level_settings": "Sweep",
+    "input_format": "Trace",
+    "block_size": "Trace",
+    "spec_golden": "Speculative decoding",
+    "spec_thinking": "Speculative decoding",
+    "workers": "Run",
+    "sim_time_scale": "Run",
+}
+"""The section of each option `replay`, `sweep` and `decode` define themselves (not derived from a field); `--help`
+goes last, in "Run"."""
+UNGROUPED: Final = "Other"
+"""Where an option of no known section would go (a test keeps this section empty)."""
 Parser = Callable[[str, Any], Any]
 """`parser(flag, raw)`: the field's value from what click parsed; click.BadParameter when it cannot be one."""
 
@@ -91,11 +133,53 @@ def _finite(inner: Any) -> Any:
     return _Value(inner) if inner is float or isinstance(inner, click.FloatRange) else inner
 
 
-def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], **overrides: Any) -> Any:
-    """The click option of one field (see the module docstring)."""
+class GroupedOption(click.Option):
+    """An option that knows its `--help` section (`group`, one of `HELP_GROUPS`)."""
+
+    def __init__(self, *args: Any, group: str, **attrs: Any) -> None:
+        super().__init__(*args, **attrs)
+        self.group = group
+
+
+def option_group(param: click.Option) -> str:
+    """The `--help` section of `param`: a derived flag's own, else `OWN_OPTION_GROUPS`' (else `UNGROUPED`)."""
+    if "--help" in param.opts:
+        return HELP_GROUPS[-1]
+    group = getattr(param, "group", None) or OWN_OPTION_GROUPS.get(param.name or "")
+    return group if group in HELP_GROUPS else UNGROUPED
+
+
+HELP_TERM_MAX = 30
+"""Option names longer than this put their help on the next line (click's default)."""
+
+
+class GroupedCommand(click.Command):
+    """A command whose `--help` lists its options in sections, `HELP_GROUPS` order, each in definition order."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+            if isinstance(param, click.Option) and record is not None:
+                sections.setdefault(option_group(param), []).append(record)
+        # One column for the help texts of every section, as one list would have.
+        width = min(HELP_TERM_MAX, max((len(term) for rows in sections.values() for term, _ in rows), default=0))
+        order = (*HELP_GROUPS, UNGROUPED)
+        for name in sorted(sections, key=order.index):
+            with formatter.section(name):
+                formatter.write_dl([(term.ljust(width), text) for term, text in sections[name]], col_max=HELP_TERM_MAX)
+
+
+def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], group: str, **overrides: Any) -> Any:
+    """The click option of one field (see the module docstring), listed under its `extra["group"]`, else `group`."""
     kind, extra = _field_meta(field)
     names = [flag_name(field)] + ([extra["alias"]] if "alias" in extra else [])
-    settings: dict[str, Any] = {"help": extra["help"], "metavar": extra.get("metavar")}
+    settings: dict[str, Any] = {
+        "help": extra["help"],
+        "metavar": extra.get("metavar"),
+        "cls": GroupedOption,
+        "group": extra.get("group", group),
+    }
     default = None if field.required else field.default
     inner, _ = _inner(kind)
     if field.name in parsers:
@@ -138,13 +222,16 @@ def part_flags(
     parsers: Mapping[str, Parser] = {},
     skip: frozenset[str] = frozenset(),
     overrides: Mapping[str, Mapping[str, Any]] = {},
+    *,
+    group: str,
 ) -> Callable[[Command], Command]:
-    """A decorator adding the flags of `kinds`' fields (several kinds: the variants of a union, each field once)."""
+    """A decorator adding the flags of `kinds`' fields (several kinds: the variants of a union, each field once),
+    listed in `--help` under `group` unless a field names its own."""
     seen: dict[str, mi.Field] = {}
     for kind in kinds:
         for field in fields_with_flags(kind, skip):
             seen.setdefault(field.name, field)
-    decorators = [field_option(part, field, parsers, **overrides.get(field.name, {})) for field in seen.values()]
+    decorators = [field_option(part, field, parsers, group, **overrides.get(field.name, {})) for field in seen.values()]
 
     def apply(command: Command) -> Command:
         for decorator in reversed(decorators):

@@ -58,13 +58,21 @@ def parse_extra_body(text: str | None) -> dict[str, object] | None:
     return body
 
 
-def api_key(env_name: str, headers: tuple[tuple[str, str], ...], *, say: bool = True) -> str | None:
-    """The API key in `$env_name`, unless `--header Authorization:...` was given: that explicit header wins, and a
-    key also set in the environment is said (`say`) to be unused."""
+def api_key(
+    env_name: str, headers: tuple[tuple[str, str], ...], *, given: str | None = None, say: bool = True
+) -> str | None:
+    """The API key: `--api-key` (`given`), else the one in `$env_name`, unless `--header Authorization:...` was given:
+    that explicit header wins over the environment's key, which is said (`say`) to be unused; with `--api-key` too,
+    click.BadParameter (two credentials, neither obviously meant). The key itself is never said."""
     from agentx.cli.common import stderr
 
+    explicit = any(name.lower() == "authorization" for name, _ in headers)
+    if given is not None:
+        if explicit:
+            raise click.BadParameter("pass --api-key KEY or --header Authorization:..., not both")
+        return given
     key = os.environ.get(env_name) or None
-    if key is not None and any(name.lower() == "authorization" for name, _ in headers):
+    if key is not None and explicit:
         if say:
             stderr.print(f"note: --header Authorization is sent; the key in ${env_name} is not used", markup=False)
         return None
@@ -155,9 +163,10 @@ PARSERS: dict[str, Parser] = {
 URL_HELP: Final = (
     "Server base URL (host:port means http://host:port); without it, the built-in simulator is started on a free port."
 )
-URL_OVERRIDES: Final = {"callback": server_url, "help": URL_HELP}
+URL_FLAG: Final = {"url": {"callback": server_url, "help": URL_HELP}}
+SERVER_FIELDS: Final = frozenset(Server.__struct_fields__)
 SERVER_SKIP: Final = frozenset({"model"})
-"""`--model` is repeatable on the command line (the served models), and the API key comes from the environment."""
+"""`--model` is repeatable on the command line (the served models)."""
 DECODE_SERVER_SKIP: Final = SERVER_SKIP | {"tokenizer", "affinity_headers"}
 """`decode` sends no trace: no chat calibration, no session affinity."""
 
@@ -172,11 +181,11 @@ def _stack(*decorators: Callable[[Command], Command]) -> Callable[[Command], Com
 
 
 def server_flags(skip: frozenset[str] = SERVER_SKIP) -> Callable[[Command], Command]:
-    """`Server`'s flags, `--model` (repeatable) and `--api-key-env`; with `Connection`'s."""
+    """`Server`'s flags, `--model` (repeatable) and `--api-key-env`; with `Connection`'s. `--help` lists `--url`,
+    `--model`, `--api-key` and `--api-key-env` first."""
+    first = ("url", "api_key")
     return _stack(
-        part_flags(
-            "server", (Server,), PARSERS, skip=skip, overrides={"url": {"callback": server_url, "help": URL_HELP}}
-        ),
+        part_flags("server", (Server,), skip=SERVER_FIELDS - {"url"}, overrides=URL_FLAG, group="Server"),
         click.option(
             "--model",
             "served_models",
@@ -184,15 +193,21 @@ def server_flags(skip: frozenset[str] = SERVER_SKIP) -> Callable[[Command], Comm
             help="Served model (default: the server's only one). Repeat it to map each session's i-th distinct "
             "recorded model, main model first, to the (i mod n)-th --model.",
         ),
+        part_flags("server", (Server,), skip=SERVER_FIELDS - {"api_key"}, group="Server"),
         click.option(
-            "--api-key-env", default="OPENAI_API_KEY", show_default=True, help="Environment variable of the key."
+            "--api-key-env",
+            default="OPENAI_API_KEY",
+            show_default=True,
+            metavar="NAME",
+            help="Environment variable holding the key (unless --api-key).",
         ),
-        part_flags("connection", (Connection,)),
+        part_flags("server", (Server,), PARSERS, skip=skip.union(first), group="Server"),
+        part_flags("connection", (Connection,), group="Connection"),
     )
 
 
 speculative_flags = _stack(
-    part_flags("speculative", (Speculative,)),
+    part_flags("speculative", (Speculative,), group="Speculative decoding"),
     click.option(
         "--spec-golden",
         metavar="MODEL",
@@ -217,9 +232,9 @@ def replay_flags(*, sweep: bool = False) -> Callable[[Command], Command]:
             help="agentx: lanes resume at t* after a warmup, trees carry cache-bust markers; closed: every tree from "
             "turn 0; trace: sessions start at their recorded times (open loop); rate: sessions arrive at --rate per s.",
         ),
-        part_flags("load", LOADS, PARSERS, skip=frozenset({"concurrency"}) if sweep else frozenset()),
-        part_flags("scenario", (Scenario,), PARSERS),
-        part_flags("runtime", (Runtime,)),
+        part_flags("load", LOADS, PARSERS, skip=frozenset({"concurrency"}) if sweep else frozenset(), group="Load"),
+        part_flags("scenario", (Scenario,), PARSERS, group="Load"),
+        part_flags("runtime", (Runtime,), group="Run"),
         speculative_flags,
         click.option(
             "--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s)."
@@ -240,7 +255,7 @@ def server_part(flags: Mapping[str, Any], url: str, models: tuple[str, ...], *, 
     """The `Server` part: the flags, the URL and served models as resolved, the key from `--api-key-env`."""
     values = part_values("server", Server, flags, PARSERS)
     values.update(url=url, model=models[0], models=models[1:])
-    values["api_key"] = api_key(flags["api_key_env"], values.get("headers", ()), say=say)
+    values["api_key"] = api_key(flags["api_key_env"], values.get("headers", ()), given=values.get("api_key"), say=say)
     result: Server = convert_part(Server, values, "--url/--header")
     return result
 

@@ -13,6 +13,7 @@ import msgspec
 
 if TYPE_CHECKING:
     from agentx.results.summary import Summary
+    from agentx.run.replay import ReplayResult
 
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
@@ -28,7 +29,7 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.cli.flags import part_flags, part_values
+from agentx.cli.flags import GroupedCommand, part_flags, part_values
 from agentx.cli.options import (
     DECODE_SERVER_SKIP,
     connection_part,
@@ -45,7 +46,7 @@ from agentx.replayer.options import DecodeOptions
 from agentx.trace.io import Format
 
 
-@click.command()
+@click.command(cls=GroupedCommand)
 @click.argument("trace", type=click.Path(path_type=Path))
 @replay_flags()
 @click.option(
@@ -143,7 +144,12 @@ def replay(
             else:
                 work = interruptible(
                     run_and_summarize(
-                        loaded, options, num_gpus=gpus, on_record=progress.on_record, on_sent=progress.on_sent
+                        loaded,
+                        options,
+                        num_gpus=gpus,
+                        on_record=progress.on_record,
+                        on_sent=progress.on_sent,
+                        trace_path=trace,
                     )
                 )
                 with asyncio.Runner(loop_factory=loop_factory()) as runner, progress:
@@ -177,11 +183,21 @@ def replay(
             stdout.print(table)
         stdout.print(f"records: {result.run.records_path}", markup=False)
         stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
+        if options.scenario.num_requests is not None:
+            stdout.print(cap_line(options.scenario.num_requests, result.run.request_cap_reached, result), markup=False)
     if result.run.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
+
+
+def cap_line(cap: int, reached: bool, result: ReplayResult) -> str:
+    """What `--num-requests` did, in one line under the summary."""
+    if reached:
+        return f"stopped at --num-requests {cap}: no request started after those, and those in flight finished"
+    sent = result.summary.counts.profiling
+    return f"--num-requests {cap} not reached: the run ended by itself after {sent:,} profiling requests"
 
 
 def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | None) -> str | None:
@@ -201,9 +217,9 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
     return None
 
 
-@click.command("decode")
+@click.command("decode", cls=GroupedCommand)
 @server_flags(DECODE_SERVER_SKIP)
-@part_flags("decode", (DecodeOptions,))
+@part_flags("decode", (DecodeOptions,), group="Load")
 @speculative_flags
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

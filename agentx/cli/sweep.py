@@ -23,6 +23,7 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
+from agentx.cli.flags import GroupedCommand
 from agentx.cli.options import only_model, replay_flags, replay_options, server_part, sim_fields, speculative_part
 from agentx.trace.io import Format
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from agentx.sim.process import SimServer
 
 
-@click.command("sweep")
+@click.command("sweep", cls=GroupedCommand)
 @click.argument("trace", type=click.Path(path_type=Path))
 @replay_flags(sweep=True)
 @click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")

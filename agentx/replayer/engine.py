@@ -30,10 +30,11 @@ How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
   streamed request forcing `out` output tokens (at least 1). Its body is built while its anchor is still in
   flight. The lane recycles only when every step of the tree, background subagents included, has
   settled; the next tree starts at turn 0.
-- End: after `sessions` trees have started (default with no duration: one pass, `len(trace.sessions)` trees)
-  the lanes drain and stop. At `duration_s` (or on cancellation of `run_replay`) no new tree or step starts,
-  in-flight requests get `grace_s`, then are cancelled and recorded as errors of kind `cancelled`; steps never
-  sent are counted in `RunResult.skipped`, not recorded.
+- End: after `sessions` trees have started (default with no duration and no request cap: one pass,
+  `len(trace.sessions)` trees) the lanes drain and stop. Once `num_requests` profiling requests have been sent, no
+  new request or tree starts and the run ends when those in flight have finished. At `duration_s` (or on
+  cancellation of `run_replay`) no new tree or step starts, in-flight requests get `grace_s`, then are cancelled
+  and recorded as errors of kind `cancelled`; steps never sent are counted in `RunResult.skipped`, not recorded.
 - A failed request still completes its step: its dependents go on (the error is in its record).
 - Records stream to `out_dir/records.arrow`; a ticker flushes the writer every `FLUSH_EVERY_S` (50 ms), in a gap
   between due requests, and the writer is closed on every exit path. In agentx mode every play carries its own
@@ -219,4 +220,5 @@ async def run_replay(
         idle_skipped_s=runner.idle.skipped_ns / 1e9,
         warmup_expected_s=runner.warmup_expected_s,
         notices=runner.notices,
+        request_cap_reached=runner.sender.cap_reached,
     )

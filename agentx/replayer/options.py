@@ -14,7 +14,8 @@ Constraints sit on the fields (`Meta`: ranges, choices); rules that tie fields t
 `checked(options)` applies both, once, at the start of a run; the CLI derives its flags from the same fields
 (agentx.cli.flags), so `replay`, `sweep` and `decode` cannot drift. `Meta.extra` carries what the CLI needs
 beyond the type: `help` (one line), `flag` (when not `--field-name`), `alias`, `metavar`, `none` (the word that
-means None on the command line, e.g. "off") and `repeat` (a flag given once per value).
+means None on the command line, e.g. "off"), `repeat` (a flag given once per value) and `group` (the section of
+`--help` it is listed in, when not its part's; agentx.cli.flags.HELP_GROUPS).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ Mode = Literal["agentx", "closed", "trace", "rate"]
 SessionOrder = Literal["sequential", "shuffle", "random"]
 AffinityHeader = Literal["X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"]
 
+# The `--help` sections of fields listed apart from their part's (agentx.cli.flags.HELP_GROUPS orders them all).
+LOAD: Final = "Load"
+AGENTX: Final = "AgentX scenario"
+TRACE: Final = "Trace"
+PROMPTS: Final = "Prompts"
+
 Seconds = Annotated[float, Meta(ge=0)]
 PositiveSeconds = Annotated[float, Meta(gt=0)]
 Fraction = Annotated[float, Meta(ge=0, le=1)]
@@ -71,9 +78,16 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     `(model, *models)[i % n]`."""
     api: Annotated[
         Literal["completions", "chat"],
-        _help("completions: token-id prompts (exact); chat: messages of calibrated text."),
+        _help("completions: token-id prompts (exact); chat: messages of calibrated text.", group=PROMPTS),
     ] = "completions"
-    api_key: str | None = None
+    api_key: Annotated[
+        str | None,
+        _help(
+            "The key sent as Authorization: Bearer KEY (default: from --api-key-env). Other users may see a "
+            "command line; the environment variable is safer.",
+            metavar="KEY",
+        ),
+    ] = None
     """Bearer token; never written to records, logs or reports."""
     headers: Annotated[
         tuple[tuple[str, str], ...],
@@ -94,6 +108,7 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
         _help(
             "With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
             metavar="PATH",
+            group=PROMPTS,
         ),
     ] = None
     affinity_headers: Annotated[
@@ -177,22 +192,26 @@ class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_fi
     concurrency: Concurrency = 1
     ramp_s: Ramp = 0.0
     tstar_window: Annotated[
-        tuple[Fraction, Fraction], _help("agentx: where in each session's span a lane's t* falls.", metavar="LOW,HIGH")
+        tuple[Fraction, Fraction],
+        _help("agentx: where in each session's span a lane's t* falls.", metavar="LOW,HIGH", group=AGENTX),
     ] = DEFAULT_WINDOW
     """InferenceX runs 0.25–0.75, the scenario file 0–1."""
-    warmup: Annotated[Literal["spread", "burst"], _help("agentx: primer timing.")] = "spread"
+    warmup: Annotated[Literal["spread", "burst"], _help("agentx: primer timing.", group=AGENTX)] = "spread"
     """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
     reference's `--burst-phase-starts`): all primers at once."""
     warmup_requests_per_lane: Annotated[
-        int, Meta(ge=0), _help("agentx: cache-pressure requests per lane after the primers (InferenceX: 10).")
+        int,
+        Meta(ge=0),
+        _help("agentx: cache-pressure requests per lane after the primers (InferenceX: 10).", group=AGENTX),
     ] = 0
     warmup_max_tokens: Annotated[
         Annotated[int, Meta(ge=1)] | None,
-        _help("agentx: output tokens of a warmup primer.", none="recorded", metavar="N|recorded"),
+        _help("agentx: output tokens of a warmup primer.", none="recorded", metavar="N|recorded", group=AGENTX),
     ] = 1
     """The reference's code sends 1; None: the recorded output."""
     cache_bust: Annotated[
-        Literal["marker", "salt", "off"], _help("agentx: a per-tree marker in every prompt, or as cache_salt, or none.")
+        Literal["marker", "salt", "off"],
+        _help("agentx: a per-tree marker in every prompt, or as cache_salt, or none.", group=AGENTX),
     ] = "marker"
     benchmark_id: str | None = None
     """The run-level key of the cache-bust markers (docs/agentx.md §2e); None: the run id, fresh every run."""
@@ -243,21 +262,42 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: Annotated[PositiveSeconds | None, _help("Run this long.", flag="--duration", metavar="SECONDS")] = None
     """Stop starting new requests after this long; None: until `sessions` trees are done."""
     sessions: Annotated[Annotated[int, Meta(ge=1)] | None, _help("Stop after this many session trees.")] = None
-    """Stop after this many session trees have been started (None with no duration: one pass)."""
+    """Stop after this many session trees have been started (None with no duration and no request cap: one
+    pass)."""
+    num_requests: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        _help(
+            "Stop after sending this many profiling requests (warmup not counted); those in flight finish.",
+            metavar="N",
+        ),
+    ] = None
+    """A cap on the requests sent in the profiling phase, failed ones included (the AgentX warmup's primers and
+    cache-pressure requests are not counted): once the N-th is sent, no new request or tree starts, the requests in
+    flight finish (the grace period does not cut them; their timeouts still apply) and the run ends
+    (`RunResult.request_cap_reached`). Without `sessions` or `duration_s`, trees recycle until the cap. vLLM
+    bench's --num-prompts, AIPerf's --request-count."""
     session_order: Annotated[SessionOrder, _help("The order lanes draw sessions in.")] = "sequential"
     seed: Annotated[int, Meta(ge=0), _help("Seed of session order and prompt content.")] = 0
     delay_scale: Annotated[Seconds, _help("Multiply every recorded delay (0: none).")] = 1.0
     """Multiplies every planned delay (think times, subagent offsets): 1.0 replays the recorded timing, 0.01 runs
     a trace's idle gaps 100x faster, 0 sends each request as soon as its dependencies complete."""
-    child_offset: Literal["branch_start", "anchor_end"] = "branch_start"
+    child_offset: Annotated[
+        Literal["branch_start", "anchor_end"],
+        _help(
+            "A subagent's first turn: at its recorded offset within its branch, or the recorded gap after the "
+            "parent turn before its spawn.",
+            group=TRACE,
+        ),
+    ] = "branch_start"
+    """docs/replay.md, "The plan of a session"."""
     max_context_length: Annotated[
         Annotated[int, Meta(ge=1)] | None,
-        _help("Drop sessions whose peak in+out exceeds this, whole.", metavar="TOKENS"),
+        _help("Drop sessions whose peak in+out exceeds this, whole.", metavar="TOKENS", group=TRACE),
     ] = None
     """Sessions whose peak `in + out` (any agent, output uncapped) exceeds this are dropped before the run."""
     max_output_tokens: Annotated[
         Annotated[int, Meta(ge=1)] | None,
-        _help("Cap the output of the root's turns (subagent turns are never capped).", metavar="TOKENS"),
+        _help("Cap the output of the root's turns (subagent turns are never capped).", metavar="TOKENS", group=PROMPTS),
     ] = None
     chain_rules: Annotated[
         ChainRules,
@@ -266,10 +306,12 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
             flag="--chain-rule",
             metavar="NAME=VALUE",
             repeat=True,
+            group=TRACE,
         ),
     ] = DEFAULT_RULES
     split_flattened_agents: Annotated[
-        bool, _help("Split agents recorded flattened into their parent's requests into agents of their own.")
+        bool,
+        _help("Split agents recorded flattened into their parent's requests into agents of their own.", group=TRACE),
     ] = True
     context_overflow_substrings: Annotated[
         tuple[str, ...],
@@ -277,32 +319,44 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
             "An error answer whose text holds this is a context overflow (repeatable; replaces the defaults).",
             flag="--context-overflow-substring",
             metavar="TEXT",
+            group=AGENTX,
         ),
     ] = CONTEXT_OVERFLOW_SUBSTRINGS
-    token_low: Annotated[int, Meta(ge=0)] = 1000
-    token_high: Annotated[int, Meta(ge=1)] = 30000
-    """Token ids of synthetic prompts are drawn from [token_low, token_high)."""
+    token_low: Annotated[
+        int, Meta(ge=0), _help("Completions prompts: the lowest token id drawn (inclusive).", group=PROMPTS)
+    ] = 1000
+    token_high: Annotated[
+        int, Meta(ge=1), _help("Completions prompts: the highest token id drawn (exclusive).", group=PROMPTS)
+    ] = 30000
+    """Token ids of synthetic prompts are drawn from [token_low, token_high), inside every common vocabulary."""
     system_idle_cap_s: Annotated[
         Seconds | None,
         _help(
             "When nothing is in flight, pull every pending timer in to at most this long (AgentX: 10).",
             none="off",
             metavar="SECONDS|off",
+            group=AGENTX,
         ),
     ] = 10.0
     tree_idle_cap_s: Annotated[
-        Seconds | None, _help("The same per session tree (InferenceX: 300); also caps warmup leads.", metavar="SECONDS")
+        Seconds | None,
+        _help("The same per session tree (InferenceX: 300); also caps warmup leads.", metavar="SECONDS", group=AGENTX),
     ] = None
     tree_idle_cap_mode: Annotated[
         Literal["runtime", "warp"],
         _help(
             "warp: cut each tree's recorded idle gaps before the run (the reference, AIPerf 0.13.0); runtime: "
-            "act on the live schedule when a tree goes idle (as InferenceX describes a newer one)."
+            "act on the live schedule when a tree goes idle (as InferenceX describes a newer one).",
+            group=AGENTX,
         ),
     ] = "warp"
     failed_request_threshold: Annotated[
         Fraction | None,
-        _help("Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).", metavar="FRACTION"),
+        _help(
+            "Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
+            metavar="FRACTION",
+            group=AGENTX,
+        ),
     ] = None
 
     def __post_init__(self) -> None:

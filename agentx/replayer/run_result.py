@@ -75,3 +75,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     """agentx mode: how long the primers' spread schedule was expected to take, idle caps applied."""
     notices: list[str] = []
     """What the run announced as it went (e.g. a warmup of many minutes), as logged."""
+    request_cap_reached: bool = False
+    """The run stopped because it had sent `num_requests` profiling requests (`Scenario.num_requests`)."""
+    trace_path: str | None = None
+    """The trace file (or folder) replayed, as an absolute path; None for a trace made in memory."""

@@ -42,18 +42,21 @@ _log = logging.getLogger(__name__)
 
 
 def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
-    """How many trees this shard starts: `sessions`, else one pass without a duration; None: until the deadline."""
-    limit: int
+    """How many trees this shard starts: `sessions`, else one pass without a duration or a request cap; None: until
+    the deadline or the cap."""
+    scenario = options.scenario
     if trace.request_count == 0:
-        limit = 0
-    elif options.scenario.sessions is not None:
-        limit = options.scenario.sessions
-    elif options.scenario.duration_s is None:
-        limit = len(trace.sessions)
-    else:
-        return None
+        return 0
+    if scenario.sessions is not None:
+        return _share(scenario.sessions, options)
+    if scenario.duration_s is None and scenario.num_requests is None:
+        return _share(len(trace.sessions), options)
+    return None
+
+
+def _share(limit: int, options: ReplayOptions) -> int:
+    """This shard's share of a run-wide count: the positions below `limit` dealt to it round-robin."""
     shard_index, shard_count = options.runtime.shard
-    # This shard's share of the positions below the global limit.
     return max(0, -(-(limit - shard_index) // shard_count))
 
 
@@ -109,6 +112,8 @@ class Runner:
         load = options.load
         self.delay_scale = options.scenario.delay_scale / (load.speedup if isinstance(load, TraceLoad) else 1.0)
         self.stopped = asyncio.Event()
+        self.graceful = asyncio.Event()
+        """Set with `stopped` by every stop but the request cap's: the grace period runs (`_stopper`)."""
         # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c).
         runtime_tree_cap = (
             options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "runtime" else None
@@ -117,6 +122,9 @@ class Runner:
         self.idle = IdleCaps(options.scenario.system_idle_cap_s, runtime_tree_cap, clock)
         self.gate = ProfilingGate()
         self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
+        cap = options.scenario.num_requests
+        self.sender.request_cap = None if cap is None else _share(cap, options)
+        self.sender.on_cap = self.halt
         self.tstar: list[LaneStart] = []
         self.skipped_context_overflow = 0
         self.passes: dict[int, int] = {}
@@ -131,6 +139,11 @@ class Runner:
 
     def stop(self) -> None:
         """No new tree or request starts from now on; in-flight requests get the grace period."""
+        self.graceful.set()
+        self.halt()
+
+    def halt(self) -> None:
+        """No new tree or request starts from now on; in-flight requests finish (the request cap's stop)."""
         self.stopped.set()
         self.idle.wake_all()
 
@@ -282,17 +295,18 @@ class Runner:
 
     async def _stopper(self) -> None:
         """End the run `duration_s` after the profiling start (the warmup is not counted, as in the reference),
-        or when it is stopped; in-flight requests then get `grace_s`, pending timers none."""
+        or when it is stopped; in-flight requests then get `grace_s`, pending timers none. After the request cap's
+        `halt` the requests in flight run on until the deadline or a stop."""
         duration = self.options.scenario.duration_s
         if duration is None:
-            await self.stopped.wait()
+            await self.graceful.wait()
         else:
-            await self.gate.wait(self.stopped)
-            if not self.stopped.is_set():
+            await self.gate.wait(self.graceful)
+            if not self.graceful.is_set():
                 end_ns = self.gate.start_ns + int(duration * 1e9)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, (end_ns - time.perf_counter_ns()) / 1e9)):
-                        await self.stopped.wait()
+                        await self.graceful.wait()
         self.stop()
         await asyncio.sleep(self.options.runtime.grace_s)
         self.hard_stop()
@@ -435,6 +449,9 @@ class Runner:
                 self.skipped += 1
                 return
             if self._ended(tree, step):
+                return
+            if not self.sender.admit():  # the request cap was reached
+                self.skipped += 1
                 return
             await self.sender.send(tree, step, due_ns, sent_tokens, body)
         finally:

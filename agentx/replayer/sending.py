@@ -1,7 +1,8 @@
 """Sending a step and turning its exchange into a record and the run's live counters.
 
 - `Sender.send`: streams the body (agentx.replayer.client), keeps the idle caps informed, and after the grace
-  period (`hard_stop`) ends what is in flight as cancelled, keeping what had arrived.
+  period (`hard_stop`) ends what is in flight as cancelled, keeping what had arrived. `Sender.admit` counts the
+  profiling requests against the request cap (`Scenario.num_requests`).
 - `Recorder.record`: the exchange as a `RequestRecord`, written (agentx.replayer.record_writer) and handed to
   `on_record` as its request ends. The counters are what the run needs while it goes: requests and errors for
   `RunResult`, and the profiling error ratio that `failed_request_threshold` judges (docs/agentx.md §5).
@@ -187,6 +188,23 @@ class Sender:
         self._hard_stopped = False
         self._cancel_message = f"cancelled after the {grace_s:g} s grace period"
         self._in_flight: set[asyncio.Timeout] = set()
+        self.request_cap: int | None = None
+        """Profiling requests this process may send (None: no cap)."""
+        self.on_cap: Callable[[], None] = lambda: None
+        """Called as the last request the cap allows is sent: no new request or tree starts from then on."""
+        self.profiling_sent = 0
+        self.cap_reached = False
+
+    def admit(self) -> bool:
+        """Whether one more profiling request may go out now, counted if so (call it right before `send`)."""
+        if self.request_cap is None:
+            return True
+        admitted = self.profiling_sent < self.request_cap
+        self.profiling_sent += admitted
+        if self.profiling_sent >= self.request_cap and not self.cap_reached:  # a shard's share may be 0
+            self.cap_reached = True
+            self.on_cap()
+        return admitted
 
     def hard_stop(self, why: str | None = None) -> None:
         """Cancel every in-flight request: the grace period is over, or `why` it was cut short (said in records)."""

@@ -141,4 +141,5 @@ def run_workers(
         server=results[0].server,
         idle_jumps=sum(r.idle_jumps for r in results),
         idle_skipped_s=max(r.idle_skipped_s for r in results),
+        request_cap_reached=all(r.request_cap_reached for r in results),  # each shard sent its share
     )

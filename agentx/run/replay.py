@@ -74,9 +74,11 @@ async def replay(
     num_gpus: int | None = None,
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """Drive the server at `options.server.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
-    summarize the records it wrote.
+    summarize the records it wrote; `trace_path`, the file `trace` was read from, is kept in run.json
+    (`run.trace_path`).
 
     The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
     (after the warmup, whose primers would count otherwise) and after the run, so the summary carries its own
@@ -102,7 +104,7 @@ async def replay(
         for scrape in scrapes:
             scrape.cancel()
         after = None
-    return _finish(options, run, before, after, num_gpus)
+    return _finish(options, run, before, after, num_gpus, trace_path)
 
 
 def _finish(
@@ -111,8 +113,11 @@ def _finish(
     before: dict[str, float] | None,
     after: dict[str, float] | None,
     num_gpus: int | None,
+    trace_path: str | os.PathLike[str] | None,
 ) -> ReplayResult:
     """Summarize a run's records and write its `run.json`."""
+    if trace_path is not None:
+        run.trace_path = os.path.abspath(trace_path)  # readable wherever run.json is read
     metrics = ServerMetrics(before=before, after=after) if before is not None and after is not None else None
     table = read_records(run.records_path)
     summary = summarize(table, num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s)
@@ -148,12 +153,18 @@ def replay_workers(
     before = asyncio.run(_scrape(options))
     run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
     after = asyncio.run(_scrape(options)) if before is not None else None
-    return _finish(options, run, before, after, num_gpus)
+    return _finish(options, run, before, after, num_gpus, trace_path)
 
 
-def replay_sync(trace: Trace, options: ReplayOptions, *, num_gpus: int | None = None) -> ReplayResult:
+def replay_sync(
+    trace: Trace,
+    options: ReplayOptions,
+    *,
+    num_gpus: int | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+) -> ReplayResult:
     """`replay` for code without an event loop."""
-    return asyncio.run(replay(trace, options, num_gpus=num_gpus))
+    return asyncio.run(replay(trace, options, num_gpus=num_gpus, trace_path=trace_path))
 
 
 _END: Final = object()

@@ -287,7 +287,14 @@ async def _level(
         if level_server is not None:
             server = msgspec.structs.replace(level.server, url=level_server(concurrency, settings))
             level = msgspec.structs.replace(level, server=server)
-        result = await replay(trace, level, num_gpus=options.num_gpus, on_record=on_record, on_sent=on_sent)
+        result = await replay(
+            trace,
+            level,
+            num_gpus=options.num_gpus,
+            on_record=on_record,
+            on_sent=on_sent,
+            trace_path=options.trace_label or None,
+        )
     except asyncio.CancelledError:
         if (current := asyncio.current_task()) is not None:
             current.uncancel()
