@@ -3,6 +3,7 @@ and `decode` cannot drift, and a flag's default is the field's."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -12,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.cli.flags import fields_with_flags, flag_name
+from agentx.cli.flags import HELP_GROUPS, GroupedCommand, fields_with_flags, flag_name
 from agentx.cli.options import SERVER_SKIP
 from agentx.replayer.options import (
     LOADS,
@@ -87,3 +88,68 @@ def test_a_flags_default_and_help_are_its_fields(kind: type[msgspec.Struct]) -> 
 def test_a_flag_of_another_mode_is_refused(tmp_path: Path, args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--url", "http://127.0.0.1:9", "--model", "m", *args])
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_flag_of_another_mode_is_refused_before_the_simulator_starts(tmp_path: Path) -> None:
+    """No --url: the check comes first, so no simulator is started for a run that cannot be made."""
+    for args, message in [
+        (["--mode", "rate"], "it needs --rate"),
+        (["--speedup", "2"], "--speedup applies to --mode trace, not agentx"),
+        (["--mode", "trace", "--rate", "3"], "--rate applies to --mode rate, not trace"),
+        (["--mode", "closed", "--burstiness", "2"], "--burstiness applies to --mode rate, not closed"),
+    ]:
+        out = tmp_path / "run"
+        result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--out", str(out), *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "simulator" not in result.output and "Traceback" not in result.output and not out.exists()
+
+
+HELP_ROW = re.compile(r"^  (-\S.*?)(?:\s{2,}|$)")
+
+
+def _help_sections(command: str) -> dict[str, list[str]]:
+    """`agentx COMMAND --help`'s option sections: each section's option names, in order."""
+    result = CliRunner().invoke(main, [command, "--help"], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in result.output.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":") and not line.startswith("Usage"):
+            current = sections.setdefault(line.removesuffix(":"), [])
+        elif current is not None and (row := HELP_ROW.match(line)):
+            current.extend(word.strip(",") for word in row.group(1).split() if word.startswith("-"))
+    return sections
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep", "decode"])
+def test_help_lists_every_option_in_exactly_one_section_in_the_intended_order(command: str) -> None:
+    assert isinstance(main, click.Group)
+    found = main.get_command(click.Context(main), command)
+    assert isinstance(found, GroupedCommand)
+    sections = _help_sections(command)
+    assert list(sections) == [group for group in HELP_GROUPS if group in sections]  # no "Other", in order
+    assert {"Server", "Load", "Output", "Speculative decoding", "Connection", "Run"} <= set(sections)
+    listed = [name for names in sections.values() for name in names]
+    assert len(listed) == len(set(listed)), "an option listed twice"
+    for param in found.get_params(click.Context(found)):
+        if isinstance(param, click.Option):
+            assert sum(param.opts[0] in names for names in sections.values()) == 1, param.opts
+    assert sections["Server"][0] == "--url" and sections["Run"][-1] == "--help"
+
+
+def test_the_most_used_replay_flags_come_first() -> None:
+    sections = _help_sections("replay")
+    assert sections["Server"][:3] == ["--url", "--model", "--api-key"]
+    assert sections["Load"][:2] == ["--mode", "--concurrency"]
+    assert {"--duration", "--sessions", "--num-requests"} <= set(sections["Load"])
+    assert sections["Output"][:2] == ["--out", "--overwrite"]
+    assert "--tstar-window" in sections["AgentX scenario"] and "--system-idle-cap" in sections["AgentX scenario"]
+    assert {"--api", "--tokenizer", "--token-low", "--token-high"} <= set(sections["Prompts"])
+
+
+def test_every_derived_flag_names_a_known_section() -> None:
+    for kind in (*SHARED, *LOADS, Scenario, Runtime, DecodeOptions):
+        for field in fields_with_flags(kind):
+            meta = field.type
+            assert isinstance(meta, mi.Metadata) and meta.extra is not None
+            assert meta.extra.get("group", "Server") in HELP_GROUPS, (kind.__name__, field.name)

@@ -85,7 +85,7 @@ def sweep_command(
 ) -> None:
     """Replay TRACE once per concurrency level (same seed), each level into OUT/c{N}, the index into OUT/sweep.json.
 
-    A level that fails is recorded with its error and the sweep goes on (exit 1 when any failed). `agentx report
+    A level that fails is recorded with its error and the sweep goes on (exit 3 when any failed). `agentx report
     OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
     sweep (exit 130); `--resume` picks it up.
     """
