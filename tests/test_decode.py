@@ -133,7 +133,7 @@ def test_cli_decode_prints_tables_and_flags_a_mismatch(sim: SimServer) -> None:
     args = ["decode", "--url", sim.url, "--osl", "300", "--repetitions", "1", "--spec-al", "2", "--spec-k", "3"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 3, result.output  # the measurement does not stand
-    assert "decode tokens/s per user p50 / p90" in result.output
+    assert "decode tokens/s per user p50 · p90" in result.output
     assert "MISMATCH" in result.output
     assert "error: the realized speculative acceptance disagrees with the forced one" in result.output
 

@@ -36,8 +36,14 @@ realized speculative acceptance disagrees with the forced one, or it could not c
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
 
-# Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default.
+# Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default, unless COLUMNS
+# says how wide the reader is.
 PIPED_WIDTH = 120
+
+
+def _piped_width() -> int:
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 20 else PIPED_WIDTH
 
 
 class LazyConsole:
@@ -54,7 +60,7 @@ class LazyConsole:
     def console(self) -> Console:
         from rich.console import Console
 
-        width = None if self._stream().isatty() else PIPED_WIDTH
+        width = None if self._stream().isatty() else _piped_width()
         return Console(stderr=self._stderr, highlight=False, soft_wrap=True, width=width)
 
     def print(self, *objects: Any, **options: Any) -> None:
