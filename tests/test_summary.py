@@ -20,7 +20,7 @@ from agentx.cli.summary_tables import summary_table
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
-from agentx.results.stats import percentile
+from agentx.results.stats import percentile, rate_percentile
 from agentx.results.summary import summarize
 from agentx.results.summary_model import Slowdown, Summary
 
@@ -115,6 +115,20 @@ def test_percentile_is_monotone_in_p(values: list[float], p: float, q: float) ->
     tolerance = 1e-9 * max(1.0, *map(abs, values))
     assert percentile(values, low) <= percentile(values, high) + tolerance
     assert min(values) - tolerance <= percentile(values, low) <= max(values) + tolerance
+
+
+RATES = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
+
+
+@given(st.lists(RATES, min_size=1, max_size=50), st.floats(min_value=0, max_value=100), st.floats(0, 100))
+def test_a_rates_percentile_is_the_slow_tail_and_falls_with_p(rates: list[float], p: float, q: float) -> None:
+    """One direction for every throughput-like percentile: pN is the rate N% of the population reached at least
+    (1 / pN of the times), so it falls as N rises, as InferenceX's interactivity (1 / p90 TPOT) does."""
+    low, high = sorted((p, q))
+    assert rate_percentile(rates, low) >= rate_percentile(rates, high) * (1 - 1e-9)
+    assert rate_percentile(rates, p) == pytest.approx(1 / percentile([1 / r for r in rates], p), rel=1e-9)
+    reached = sum(r >= rate_percentile(rates, p) * (1 - 1e-9) for r in rates)
+    assert reached >= len(rates) * p / 100 - 1  # at least p% (less one: interpolation) reached it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -63,6 +63,14 @@ def percentile(values: Sequence[float] | FloatArray, p: float) -> float:
     return percentiles_sorted(data, [p])[0]
 
 
+def rate_percentile(rates: Sequence[float] | FloatArray, p: float) -> float:
+    """The `p`-th percentile of a rate (tokens/s per user) in agentx's one direction, the slow tail: the rate
+    `p`% of the population reached at least, 1 / (the `p`-th percentile of 1/rate), as InferenceX's
+    interactivity is 1 / (p90 TPOT). Rates must be > 0."""
+    times = 1.0 / np.asarray(rates, dtype=np.float64)
+    return 1.0 / percentile(times, p)
+
+
 def stats(values: FloatArray) -> Stats | None:
     """`Stats` of `values` (taken as they are: filter first); None when there are none."""
     if values.size == 0:

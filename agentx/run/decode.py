@@ -5,7 +5,8 @@ sends `repetitions` waves of `concurrency` simultaneous streamed requests, each 
 output tokens (`min_tokens`, `ignore_eos`). Per request, decode speed = tokens after the first chunk /
 (last token time − first token time): the first chunk holds the token the prefill sampled, so neither the
 prompt nor the queueing before it counts (the measurement behind figures like "842 decode tokens per second
-per user at batch 1, AL fixed at 6"). p50 / p90 are over all repetitions × concurrency requests. The
+per user at batch 1, AL fixed at 6"). p50 / p90 are over all repetitions × concurrency requests, p90 the slow
+tail (the speed 90% of requests reached at least). The
 realized AL comes from the server's speculative-decoding counters scraped before and after, else from the
 stream's tokens per chunk (agentx.results.acceptance).
 """
@@ -31,7 +32,7 @@ from agentx.results.acceptance import (
     counter_acceptance,
     stream_acceptance,
 )
-from agentx.results.stats import percentile
+from agentx.results.stats import rate_percentile
 from agentx.run.replay import scrape_counters
 
 _log = logging.getLogger(__name__)
@@ -125,15 +126,16 @@ def sample(exchange: Exchange, repetition: int, user: int) -> DecodeSample:
 
 
 def decode_speed(samples: list[DecodeSample]) -> DecodeSpeed | None:
-    """p50 / p90 (InferenceX interpolation), mean and range of the samples' decode tokens/s."""
+    """p50 / p90 in the summary's direction (`rate_percentile`: p90 is the speed 90% of requests reached at
+    least), mean and range of the samples' decode tokens/s."""
     speeds = [s.decode_tps for s in samples if s.decode_tps is not None]
     if not speeds:
         return None
     return DecodeSpeed(
         count=len(speeds),
         mean=sum(speeds) / len(speeds),
-        p50=percentile(speeds, 50.0),
-        p90=percentile(speeds, 90.0),
+        p50=rate_percentile(speeds, 50.0),
+        p90=rate_percentile(speeds, 90.0),
         min=min(speeds),
         max=max(speeds),
     )
