@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from tables80 import WIDTHS, assert_fits
 from test_sweep import run_small_sweep
 
 from agentx.cli import main
+from agentx.cli.layout import FittedTable
 from agentx.cli.report_tables import MISSING, report_markdown, report_tables
 from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.report import ReportOptions, build_report, load_series
+from agentx.results.report_notes import suggest_targets, with_target
 
 SIM = f"agentx-sim {package_version('agentx')}"
 """How the simulator's runs name their engine."""
@@ -193,3 +196,49 @@ def test_a_directory_without_runs_is_a_clear_error(tmp_path: Path) -> None:
         assert "Traceback" not in result.output
     result = CliRunner().invoke(main, ["report", str(tmp_path / "empty")])
     assert "holds no run" in result.output
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_report_tables_fit_the_terminal(sweep_dir: Path, width: int) -> None:
+    report = build_report([load_series(sweep_dir)], ReportOptions(kw_per_gpu=1.4))
+    items = report_tables(report)
+    text = assert_fits([item for item in items if isinstance(item, FittedTable)], width)
+    assert "levels of sweep" in text and "TTFT" in text
+
+
+def test_the_report_says_why_targets_and_prices_are_missing_and_what_to_pass(sweep_dir: Path) -> None:
+    speeds = _interactivity(_report([str(sweep_dir)]))
+    low, high = min(speeds.values()), max(speeds.values())
+    document = _report([str(sweep_dir), "--gpu-sku", "h200"])
+    (series,) = document["series"]
+    assert all(row["total_tps_per_gpu"] is None for row in series["targets"])  # the simulator is far faster
+    note = series["target_note"]
+    assert note.startswith("sweep: every target lies outside its front") and f"{low:,.0f}–{high:,.0f}" in note
+    suggested = [float(t) for t in note.split("--targets ")[1].split(",")]
+    assert suggested and all(low <= t <= high for t in suggested)
+    assert series["price_note"] == (
+        "sweep: no hyperscaler price for H200 (no single current on-demand figure found): "
+        "pass --tier neocloud (priced: neocloud, retail) or --price"
+    )
+    # The suggested targets all land on the front; the cost table's --target gets a row of its own.
+    target = round((low + high) / 2)
+    args = ["--targets", ",".join(f"{t:g}" for t in suggested), "--target", str(target), "--tier", "neocloud"]
+    document = _report([str(sweep_dir), "--gpu-sku", "h200", *args])
+    (series,) = document["series"]
+    assert series["target_note"] is None and series["price_note"] is None
+    assert sorted([*suggested, target]) == [row["target_tps"] for row in series["targets"]]
+    assert all(row["total_tps_per_gpu"] is not None and row["cost"] is not None for row in series["targets"])
+    result = CliRunner().invoke(main, ["report", str(sweep_dir), "--gpu-sku", "h200"])
+    assert result.exit_code == 0 and "note: sweep: no hyperscaler price for H200" in result.stdout
+    assert "> note: sweep: every target lies outside" in report_markdown(
+        build_report([load_series(sweep_dir)], ReportOptions(gpu_sku="h200"))
+    )
+
+
+def test_suggested_targets_are_round_and_inside_the_range() -> None:
+    assert suggest_targets(335.4, 656.9) == [380.0, 460.0, 540.0, 620.0]
+    assert suggest_targets(2.0, 2.0) == [2.0]
+    assert suggest_targets(0.0, 10.0) == []
+    assert with_target((30.0, 50.0), 40.0) == (30.0, 40.0, 50.0)
+    assert with_target((50.0, 30.0), 40.0) == (50.0, 30.0, 40.0)
+    assert with_target((30.0, 50.0), 50.0) == (30.0, 50.0)

@@ -142,8 +142,11 @@ def report_command(
     elif markdown:
         sys.stdout.write(report_markdown(report))
     else:
-        for table in report_tables(report):
-            stdout.print(table)
+        for item in report_tables(report):
+            if isinstance(item, str):  # a note: wrapped to the width, its brackets text
+                stdout.print(item, markup=False, soft_wrap=False)
+            else:
+                stdout.print(item)
         unknown = [s.label for s in report.series if not s.gpus_known]
         if unknown:
             stderr.print(

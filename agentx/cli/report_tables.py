@@ -1,12 +1,15 @@
-"""A report (agentx.results.report) as tables: rich for the terminal, Markdown for `agentx report --markdown`.
+"""A report (agentx.results.report) as tables: for the terminal (laid out for its width, agentx.cli.layout) and
+Markdown for `agentx report --markdown`.
 
-Both come from one list of (title, header, rows) of text (`report_sections`), so they always agree.
+Both come from one list of sections of text (`report_sections`), so they always agree; the notes that say why a
+figure is missing follow the tables in both.
 """
 
 from __future__ import annotations
 
-from rich.table import Table
+import msgspec
 
+from agentx.cli.layout import Column, FittedTable, text_column
 from agentx.results.cost import Cost
 from agentx.results.report import Report, SeriesReport, TargetRow
 
@@ -34,15 +37,40 @@ def _at(between: tuple[str, str] | None) -> str:
     return between[0] if between[0] == between[1] else f"{between[0]}–{between[1]}"
 
 
+TEXT_HEADERS = frozenset({"at", "source", "series", "level", "status", "tier", "error", "front"})
+"""Columns of words (wrapped to fit), not numbers."""
+DROP_FIRST = {"input": 3, "output": 2, "source": 1}
+"""Columns the terminal drops to fit its width, the highest first (the Markdown keeps every column)."""
+
+
+class Section(msgspec.Struct, kw_only=True):
+    """One table of the report as text."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+
+    def columns(self) -> list[Column]:
+        return [
+            text_column(name) if i == 0 or name in TEXT_HEADERS else Column(name, drop=DROP_FIRST.get(name, 0))
+            for i, name in enumerate(self.header)
+        ]
+
+
+def report_notes(report: Report) -> list[str]:
+    """Why figures are missing, one line each (targets off a front, no price), with what to pass instead."""
+    return [note for s in report.series for note in (s.target_note, s.price_note) if note is not None]
+
+
 def _name(s: SeriesReport) -> str:
     parts = [s.label] + [part for part in (s.engine, s.model) if part] + ([s.gpu_sku.upper()] if s.gpu_sku else [])
     return " · ".join(parts)
 
 
-def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
-    """Each table as (title, header, rows) of text: the one source of the rich and the Markdown forms."""
+def report_sections(report: Report) -> list[Section]:
+    """Each table as text: the one source of the terminal and the Markdown forms."""
     stat, basis = report.statistic, report.basis
-    sections: list[tuple[str, list[str], list[list[str]]]] = []
+    sections: list[Section] = []
     header = ["tok/s/user"]
     for s in report.series:
         header += [f"{_name(s)}: tok/s/GPU", f"$/M ({report.tier})", "at"]
@@ -53,7 +81,11 @@ def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]
             t = s.targets[i]
             row += [_n(_basis(t, basis)), _usd(_basis_cost(t.cost, basis)), _at(t.between)]
         rows.append(row)
-    sections.append((f"throughput at every interactivity target ({basis} tokens, {stat} ITL)", header, rows))
+    sections.append(
+        Section(
+            title=f"throughput at every interactivity target ({basis} tokens, {stat} TPOT)", header=header, rows=rows
+        )
+    )
 
     header = (
         ["tier", "$/GPU/hr"]
@@ -76,7 +108,9 @@ def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]
             + [_usd(c.output_usd_per_m if c else None) for c in found]
             + [source]
         )
-    sections.append((f"what serving actually costs at {report.target_tps:g} tok/s/user", header, rows))
+    sections.append(
+        Section(title=f"what serving actually costs at {report.target_tps:g} tok/s/user", header=header, rows=rows)
+    )
 
     header = [
         "series",
@@ -104,7 +138,7 @@ def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]
                 s.peak_output_tps_per_gpu.label if s.peak_output_tps_per_gpu else MISSING,
             ]
         )
-    sections.append(("best latency and peak throughput across levels", header, rows))
+    sections.append(Section(title="best latency and peak throughput across levels", header=header, rows=rows))
 
     for s in report.series:
         header = [
@@ -134,17 +168,17 @@ def report_sections(report: Report) -> list[tuple[str, list[str], list[list[str]
             ]
             for r in s.levels
         ]
-        sections.append((f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header, rows))
+        sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
         errors = [[r.label, r.error] for r in s.levels if r.error is not None]
         if errors:
-            sections.append((f"failed levels of {s.label}", ["level", "error"], errors))
+            sections.append(Section(title=f"failed levels of {s.label}", header=["level", "error"], rows=errors))
         if s.energy_at_target is not None:
             e = s.energy_at_target
             sections.append(
-                (
-                    f"energy of {s.label} at {report.target_tps:g} tok/s/user ({e.kw_per_gpu:g} kW per GPU)",
-                    ["J/token", "J/output token", "tok/s per MW", "output tok/s per MW"],
-                    [
+                Section(
+                    title=f"energy of {s.label} at {report.target_tps:g} tok/s/user ({e.kw_per_gpu:g} kW per GPU)",
+                    header=["J/token", "J/output token", "tok/s per MW", "output tok/s per MW"],
+                    rows=[
                         [
                             _n(e.joules_per_token, 3),
                             _n(e.joules_per_output_token, 3),
@@ -171,24 +205,25 @@ def _basis_cost(found: Cost | None, basis: str) -> float | None:
     return found.input_usd_per_m if basis == "input" else found.total_usd_per_m
 
 
-def report_tables(report: Report) -> list[Table]:
-    """The report as rich tables."""
-    tables = []
-    for title, header, rows in report_sections(report):
-        table = Table(title=title, title_justify="left")
-        for i, name in enumerate(header):
-            table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
-        for row in rows:
-            table.add_row(*row)
-        tables.append(table)
-    return tables
+def report_tables(report: Report) -> list[FittedTable | str]:
+    """The report for the terminal: its tables, then its notes."""
+    tables: list[FittedTable | str] = [
+        FittedTable(section.title, section.columns(), section.rows) for section in report_sections(report)
+    ]
+    return tables + [f"note: {note}" for note in report_notes(report)]
 
 
 def report_markdown(report: Report) -> str:
-    """The report as Markdown tables."""
+    """The report as Markdown tables, then its notes."""
     lines: list[str] = []
-    for title, header, rows in report_sections(report):
-        lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    for section in report_sections(report):
+        lines += [
+            f"### {section.title}",
+            "",
+            "| " + " | ".join(section.header) + " |",
+            "|" + "---|" * len(section.header),
+        ]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in section.rows]
         lines.append("")
-    return "\n".join(lines)
+    lines += [f"> note: {note}" for note in report_notes(report)]
+    return "\n".join(lines) + ("\n" if report_notes(report) else "")

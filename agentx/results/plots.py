@@ -147,10 +147,11 @@ def plot_cost(report: Report, out_dir: Path) -> list[Path]:
         knots = [(p.interactivity_tps, usd_per_million_tokens(price, p.throughput(basis))) for p in front]
         ax.scatter([x for x, u in knots if u is not None], [u for x, u in knots if u is not None], color=f"C{i}")
     if not priced:
+        reasons = [s.price_note for s in report.series if s.price_note is not None]
         ax.text(
             0.5,
             0.5,
-            f"no {report.tier} price for these GPUs: pass --gpu-sku or --price",
+            "\n".join(reasons) or f"no {report.tier} price for these GPUs",
             ha="center",
             va="center",
             transform=ax.transAxes,

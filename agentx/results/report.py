@@ -32,6 +32,7 @@ from agentx.results.cost import (
 )
 from agentx.results.folders import SWEEP_FILE, RunFile, read_index, read_run_file
 from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
+from agentx.results.report_notes import price_problem, target_note, with_target
 from agentx.results.summary import Summary, summarize
 
 
@@ -132,6 +133,10 @@ class SeriesReport(msgspec.Struct, kw_only=True):
     best_tpot_s: Best | None = None
     peak_total_tps_per_gpu: Best | None = None
     peak_output_tps_per_gpu: Best | None = None
+    target_note: str | None = None
+    """Why targets show no throughput (off the front), with targets that would, when some do not."""
+    price_note: str | None = None
+    """Why there is no $/M at the report's tier, and what to pass instead."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -314,7 +319,11 @@ def _best(rows: Sequence[LevelRow], value: Callable[[LevelRow], float | None], *
 
 
 def series_report(series: Series, options: ReportOptions, prices: PriceTable) -> SeriesReport:
-    """One series' part of the report."""
+    """One series' part of the report; the targets table also holds `options.target_tps`."""
+    targets_tps = with_target(options.frontier.targets_tps, options.target_tps)
+    options = msgspec.structs.replace(
+        options, frontier=msgspec.structs.replace(options.frontier, targets_tps=targets_tps)
+    )
     front, points, num_gpus = _frontier_of(series, options)
     on_front = {p.label for p in front.front}
     rows = [_level_row(level, points.get(level.label), level.label in on_front) for level in series.levels]
@@ -362,6 +371,10 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
         best_tpot_s=_best(rows, lambda r: r.tpot_p50_s, lowest=True),
         peak_total_tps_per_gpu=_best(rows, lambda r: r.total_tps_per_gpu, lowest=False),
         peak_output_tps_per_gpu=_best(rows, lambda r: r.output_tps_per_gpu, lowest=False),
+        target_note=target_note(
+            series.label, [p.interactivity_tps for p in front.front], targets_tps, options.frontier.statistic
+        ),
+        price_note=price_problem(series.label, sku, tier, tiers, prices),
     )
 
 
