@@ -53,7 +53,8 @@ def validate(trace: Path, input_format: Format | None, block_size: int | None, m
     "--to",
     "output_format",
     type=click.Choice(("arrow", "parquet", "weka", "mooncake")),
-    help="Output format (default: from DESTINATION's suffix: .arrow, .parquet, else Weka JSONL).",
+    help="Output format (default: from DESTINATION's suffix: .arrow, .ipc or .feather Arrow, .parquet Parquet, "
+    ".jsonl or .json Weka JSONL; Mooncake only when named here).",
 )
 @format_option
 @block_size_option
@@ -61,6 +62,10 @@ def convert(
     source: Path, destination: Path, output_format: Format | None, input_format: Format | None, block_size: int | None
 ) -> None:
     """Convert SOURCE to DESTINATION (Arrow, Parquet, Weka JSONL or Mooncake JSONL)."""
+    from agentx.trace.io import suffix_format, unknown_suffix
+
+    if output_format is None and suffix_format(destination) is None:  # before reading a large trace for nothing
+        fail(f"{unknown_suffix(destination)}; pass --to arrow, parquet, weka or mooncake to choose one")
     started = time.perf_counter()
     findings = Findings()
     try:

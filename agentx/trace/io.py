@@ -1,4 +1,5 @@
-"""Loading and saving traces in any supported format, detected from the content."""
+"""Loading and saving traces in any supported format: read as the content says, written as the file's suffix (or
+`format=`) says; a file name is never guessed from."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
+from agentx.errors import ConfigError
 from agentx.trace import bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
 from agentx.trace.model import Trace
@@ -19,7 +21,16 @@ from agentx.trace.validate import MAX_BLOCK_SIZE
 
 Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
 FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")
-_SUFFIXES: dict[str, Format] = {".arrow": "arrow", ".ipc": "arrow", ".feather": "arrow", ".parquet": "parquet"}
+OUTPUT_SUFFIXES: Final[dict[str, Format]] = {
+    ".arrow": "arrow",
+    ".ipc": "arrow",
+    ".feather": "arrow",
+    ".parquet": "parquet",
+    ".jsonl": "weka",
+    ".json": "weka",
+}
+"""The output format a file's last suffix names (any case); Mooncake JSONL, also `.jsonl`, is written only when asked
+for by name (`format="mooncake"`, `--to mooncake`)."""
 
 
 def detect_format(path: str | os.PathLike[str]) -> Format:
@@ -111,20 +122,29 @@ def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findin
     raise TraceError.at(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", file=str(path))
 
 
+def suffix_format(path: str | os.PathLike[str]) -> Format | None:
+    """The output format `path`'s last suffix names (`OUTPUT_SUFFIXES`), or None when it names none."""
+    return OUTPUT_SUFFIXES.get(Path(path).suffix.lower())
+
+
+def unknown_suffix(path: str | os.PathLike[str]) -> str:
+    """Why `path`'s suffix says no output format, naming the ones that do."""
+    suffix = Path(path).suffix
+    said = f"its suffix {suffix!r}" if suffix else "it has no suffix, which"
+    known = ".arrow, .ipc, .feather (Arrow), .parquet (Parquet), .jsonl, .json (Weka JSONL)"
+    return f"{path}: {said} names no trace format (known: {known})"
+
+
 def format_for_path(path: str | os.PathLike[str]) -> Format:
-    """The output format a file name asks for: .arrow/.parquet by suffix, else Weka JSONL."""
-    suffixes = Path(path).suffixes
-    for suffix in reversed(suffixes):
-        if suffix in _SUFFIXES:
-            return _SUFFIXES[suffix]
-    name = Path(path).name
-    if "mooncake" in name:
-        return "mooncake"
-    return "weka"
+    """The output format `path`'s suffix names (`suffix_format`); ConfigError naming the known suffixes otherwise."""
+    fmt = suffix_format(path)
+    if fmt is None:
+        raise ConfigError(f"{unknown_suffix(path)}; pass format= to choose one of arrow, parquet, weka, mooncake")
+    return fmt
 
 
 def save_trace(trace: Trace, path: str | os.PathLike[str], *, format: Format | None = None) -> None:
-    """Write a trace; the format defaults to what the file name says (see format_for_path)."""
+    """Write a trace; the format defaults to what the file's suffix names (`format_for_path`)."""
     fmt = format or format_for_path(path)
     if fmt == "arrow":
         from agentx.trace.arrow import write_arrow  # pyarrow (and numpy) load only for these formats
