@@ -62,15 +62,26 @@ def spec_flags(
 
 
 @spec.command("golden")
-@click.option("--model", required=True, help="Model name or alias (case, -, _ and . ignored; e.g. kimi-k3).")
+@click.option("--list", "list_curves", is_flag=True, help="List the published curves: model, variant, modes, K.")
+@click.option("--model", help="Model name or alias (case, -, _ and . ignored; e.g. kimi-k3).")
 @click.option("--k", "spec_k", type=int, help="One K (draft tokens); without it, the whole curve.")
 @click.option("--thinking/--no-thinking", default=True, show_default=True, help="Which curve.")
 @click.option("--variant", help="The recipe variant (source file stem, or part of it); default: the plain recipe.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: the value with its source, or the whole curve.")
-def spec_golden(model: str, spec_k: int | None, thinking: bool, variant: str | None, as_json: bool) -> None:
-    """Print a published golden AL (the number alone on stdout, its source on stderr) or a model's curve."""
+def spec_golden(
+    list_curves: bool, model: str | None, spec_k: int | None, thinking: bool, variant: str | None, as_json: bool
+) -> None:
+    """Print a published golden AL (the number alone on stdout, its source on stderr), a model's curve, or with
+    --list every curve shipped with agentx."""
     from agentx.spec.golden import curve_lines, find_curve, golden_al, source_line
 
+    if list_curves:
+        if model is not None or spec_k is not None or variant is not None:
+            fail("--list lists every curve; pass it alone (or with --json), or --model M [--k K] for one")
+        _list_golden(as_json)
+        return
+    if model is None:
+        fail("pass --model M (a curve, or its AL at --k K), or --list to see the published models")
     try:
         if spec_k is not None:
             golden = golden_al(model, spec_k, thinking, variant)
@@ -92,5 +103,53 @@ def spec_golden(model: str, spec_k: int | None, thinking: bool, variant: str | N
         click.echo("\n".join(lines))
 
 
-# ---------------------------------------------------------------------------------------------
-# synth and compare: making traces and judging them (agentx.synth)
+class CurveListing(msgspec.Struct, frozen=True, kw_only=True):
+    """One published curve, as `spec golden --list` shows it."""
+
+    model: str
+    variant: str
+    default: bool
+    """The curve a lookup without --variant takes."""
+    thinking: tuple[str, ...]
+    """The modes published: "on" (--thinking), "off" (--no-thinking)."""
+    spec_k: tuple[int, ...]
+    method: str
+    hardware: str
+    source_url: str
+
+
+def _list_golden(as_json: bool) -> None:
+    """`spec golden --list`: one line per curve (a model measured with several recipes has one per variant)."""
+    from agentx.spec.golden import load_golden_table
+
+    listing = [
+        CurveListing(
+            model=curve.model,
+            variant=curve.variant,
+            default=curve.default,
+            thinking=tuple(mode for mode, ks in (("on", curve.thinking_on), ("off", curve.thinking_off)) if ks),
+            spec_k=tuple(sorted(set(curve.thinking_on) | set(curve.thinking_off))),
+            method=curve.method,
+            hardware=curve.hardware,
+            source_url=curve.source_url,
+        )
+        for curve in load_golden_table().curves
+    ]
+    if as_json:
+        click.echo(msgspec.json.encode(listing).decode())
+        return
+    header = ("model", "variant", "thinking", "K", "method")
+    table = [
+        (
+            row.model,
+            row.variant + (" (default)" if row.default else ""),
+            "/".join(row.thinking),
+            f"{row.spec_k[0]}..{row.spec_k[-1]}" if row.spec_k else "-",
+            f"{row.method} on {row.hardware}",
+        )
+        for row in listing
+    ]
+    widths = [max(len(line[column]) for line in (header, *table)) for column in range(len(header))]
+    for line in (header, *table):
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    click.echo("one value: agentx spec golden --model M --k K [--no-thinking] [--variant V]")
