@@ -139,7 +139,10 @@ def format_for_path(path: str | os.PathLike[str]) -> Format:
     """The output format `path`'s suffix names (`suffix_format`); ConfigError naming the known suffixes otherwise."""
     fmt = suffix_format(path)
     if fmt is None:
-        raise ConfigError(f"{unknown_suffix(path)}; pass format= to choose one of arrow, parquet, weka, mooncake")
+        raise ConfigError(
+            f"{unknown_suffix(path)}; use one of those suffixes, or name the format: format= (arrow, parquet, weka or "
+            "mooncake), `agentx convert --to`"
+        )
     return fmt
 
 
