@@ -190,7 +190,7 @@ def test_the_file_opens_in_plain_pyarrow(tmp_path: Path) -> None:
     with RecordWriter(path, RUN) as writer:
         writer.append(make())
     with pa.OSFile(str(path), "rb") as source:
-        table = ipc.open_stream(source).read_all()
+        table = ipc.open_file(source).read_all()  # closed: an IPC file (docs/replay.md, Records and summary)
     assert table.column("itl_s").to_pylist() == pytest.approx([0.01])
 
 
@@ -346,8 +346,8 @@ def test_a_file_cut_anywhere_yields_its_complete_batches(tmp_path: Path) -> None
         if turn % 3 == 2:
             writer.flush()
             ends.append(path.stat().st_size)
+    data = path.read_bytes()  # the stream a killed run leaves (closing makes it an IPC file)
     writer.close()
-    data = path.read_bytes()
     offsets = sorted({*range(0, len(data), 7), *ends, *(end - 1 for end in ends), len(data) - 1, len(data)})
     cut = tmp_path / "cut.arrow"
     for offset in offsets:

@@ -6,12 +6,14 @@ is stored once per file, so wall time = `agentx.wall_epoch_ns` + offset. The der
 (`dispatch_lag_s`, `ttft_s`, `e2e_s`, `itl_s`) are computed by the record itself from the raw times,
 so every consumer gets the same definitions (docs/agentx.md §6).
 
-The file is an Arrow IPC **stream** (zstd buffers), not the IPC file format: the file format is only
-readable once its footer is written at close, while a stream is a sequence of self-delimiting
-messages, so after a crash (even SIGKILL) every record batch written before it reads back.
-`RecordWriter` (agentx.replayer.record_writer) buffers rows column-wise and writes a batch every `flush_rows`
-rows, once `flush_interval_s` (1 s by default) has passed, and whenever its owner calls `flush`: a replay does
-every 50 ms (agentx.replayer.engine, `FLUSH_EVERY_S`). `read_records` returns the complete batches and ignores a
+While a run goes the file is an uncompressed Arrow IPC **stream**: a sequence of self-delimiting
+messages, so after a crash (even SIGKILL) every record batch written before it reads back, whereas the IPC
+file format is only readable once its footer is written. `RecordWriter` (agentx.replayer.record_writer)
+buffers rows column-wise and writes a batch every `flush_rows` rows, once `flush_interval_s` (1 s by default)
+has passed, and whenever its owner calls `flush`: a replay does every 50 ms (agentx.replayer.engine,
+`FLUSH_EVERY_S`). When the writer closes (any end but a hard kill) it rewrites the stream as an IPC **file**
+(with footer, what `polars.read_ipc`, `pyarrow.feather` and Arrow's other file readers expect) and swaps it in
+atomically. `read_records` (`RecordsReader`) opens both containers and returns the complete batches, ignoring a
 torn last one.
 The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
 
@@ -23,7 +25,8 @@ scrubbed of bearer tokens and key-like strings); the caller's run options pass t
 from __future__ import annotations
 
 import os
-from typing import Any, Final, Literal
+from collections.abc import Iterator
+from typing import Any, Final, Literal, Self
 
 import msgspec
 import pyarrow as pa
@@ -237,33 +240,99 @@ META_RUN = b"agentx.run"
 # ---------------------------------------------------------------------------------------------
 # reading
 
+FILE_MAGIC: Final = b"ARROW1"
+"""The first bytes of an Arrow IPC file (a stream starts with a message length or 0xFFFFFFFF)."""
+_FILE_PREFIX_BYTES: Final = 8
+"""The magic padded to 8 bytes: an IPC file's messages start here, laid out exactly as a stream's."""
 
-def read_records(path: str | os.PathLike[str]) -> pa.Table:
-    """The records of a file as a table with the writer's schema and metadata.
 
-    A file cut short (a crashed run, a copy in progress) yields its complete record batches; a torn
-    last batch is dropped silently. Raises `RecordsError` if the file has no complete schema, is not
-    a records file, or was written by a newer major format version.
+class RecordsReader:
+    """An open records file, either container: its schema, then its complete record batches.
+
+    An IPC file with its footer (a run that closed its writer) is read through the footer. An IPC stream
+    (a run still going, or killed) is read message by message up to its last complete batch. An IPC file
+    whose footer is missing or torn (a copy in progress) is read as the stream of messages after its magic,
+    the same way. `footer` says which: True when the file already opens in every Arrow file reader.
+    Raises `RecordsError` when the file cannot be opened, has no complete schema, is not a records file or
+    was written by a newer major format version.
     """
-    file = os.fspath(path)
-    batches: list[pa.RecordBatch] = []
-    try:
-        with pa.OSFile(file, "rb") as source:
-            reader = ipc.open_stream(source)
-            schema = reader.schema
-            while True:
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._file: ipc.RecordBatchFileReader | None = None
+        self._stream: ipc.RecordBatchStreamReader | None = None
+        try:
+            self._source = pa.OSFile(self.path, "rb")
+        except OSError as exc:
+            raise RecordsError(f"{self.path}: cannot read the file ({' '.join(str(exc).split())})") from None
+        try:
+            self.schema = self._open()
+        except OSError as exc:
+            self.close()
+            raise RecordsError(f"{self.path}: cannot read the file ({' '.join(str(exc).split())})") from None
+        except pa.ArrowException as exc:
+            self.close()
+            raise RecordsError(f"{self.path}: no readable Arrow stream schema ({' '.join(str(exc).split())})") from None
+        except RecordsError:
+            self.close()
+            raise
+
+    @property
+    def footer(self) -> bool:
+        """True for an IPC file read through its footer; False for a stream (or a file without its footer)."""
+        return self._file is not None
+
+    def _open(self) -> pa.Schema:
+        if self._source.read(len(FILE_MAGIC)) == FILE_MAGIC:
+            self._source.seek(0)
+            try:
+                self._file = ipc.open_file(self._source)
+            except pa.ArrowException:  # no footer yet: the messages after the magic are a stream
+                self._source.seek(_FILE_PREFIX_BYTES)
+        else:
+            self._source.seek(0)
+        if self._file is None:
+            self._stream = ipc.open_stream(self._source)
+            schema: pa.Schema = self._stream.schema
+        else:
+            schema = self._file.schema
+        _check_schema(self.path, schema)
+        return schema
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The complete record batches in file order; stops silently at the first torn or invalid one."""
+        if self._file is not None:
+            for index in range(self._file.num_record_batches):
                 try:
-                    batch = reader.read_next_batch()
+                    batch = self._file.get_batch(index)
                     batch.validate(full=True)
-                except StopIteration:
-                    break
-                except (pa.ArrowException, OSError):  # the torn tail of a crashed run
-                    break
-                batches.append(batch)
-    except OSError as exc:
-        raise RecordsError(f"{file}: cannot read the file ({' '.join(str(exc).split())})") from None
-    except pa.ArrowException as exc:
-        raise RecordsError(f"{file}: no readable Arrow stream schema ({' '.join(str(exc).split())})") from None
+                except (pa.ArrowException, OSError):
+                    return
+                yield batch
+            return
+        assert self._stream is not None
+        while True:
+            try:
+                batch = self._stream.read_next_batch()
+                batch.validate(full=True)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError):  # the torn tail of a crashed run
+                return
+            yield batch
+
+    def close(self) -> None:
+        """Close the file; idempotent."""
+        self._source.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _check_schema(file: str, schema: pa.Schema) -> None:
     metadata = schema.metadata or {}
     if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
         raise RecordsError(f"{file}: not an agentx records file (schema metadata lacks {META_FORMAT.decode()})")
@@ -271,7 +340,17 @@ def read_records(path: str | os.PathLike[str]) -> pa.Table:
     major = version.split(".", 1)[0]
     if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
         raise RecordsError(f"{file}: records format version {version!r}; this agentx reads {FORMAT_VERSION[0]}.x")
-    return pa.Table.from_batches(batches, schema=schema)
+
+
+def read_records(path: str | os.PathLike[str]) -> pa.Table:
+    """The records of a file (an IPC file or stream) as a table with the writer's schema and metadata.
+
+    A file cut short (a crashed run, a copy in progress) yields its complete record batches; a torn
+    last batch is dropped silently. Raises `RecordsError` if the file has no complete schema, is not
+    a records file, or was written by a newer major format version.
+    """
+    with RecordsReader(path) as reader:
+        return pa.Table.from_batches(list(reader.batches()), schema=reader.schema)
 
 
 def run_info(table: pa.Table) -> RunInfo:
@@ -303,9 +382,14 @@ def describe_layout() -> str:
         "",
         f"Generated from `agentx/replayer/records.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); do not edit.",
         "",
-        "One row per request sent by a replay run, warmup included. The file is an Arrow IPC **stream**",
-        "(zstd buffers; `pyarrow.ipc.open_stream`, `polars.read_ipc_stream`), written a record batch at a time",
-        "(every 50 ms during a replay), so the file of a crashed run reads back up to its last complete batch.",
+        "One row per request sent by a replay run, warmup included. After a run that ended (by itself, or",
+        "stopped by Ctrl-C or SIGTERM) the file is an Arrow IPC **file** (zstd buffers, with its footer): it opens",
+        "in `pyarrow.ipc.open_file`, `pyarrow.feather.read_table`, `polars.read_ipc` and every Arrow file reader.",
+        "While the run goes it is an Arrow IPC **stream** (uncompressed), written a record batch at a time (every",
+        "50 ms during a replay), so a killed run's file reads back up to its last complete batch: open it with",
+        "`agentx.read_records`, `pyarrow.ipc.open_stream` or `polars.read_ipc_stream`, or make it a file with",
+        "`agentx export RUN_DIR --format arrow`. The closing writer swaps the file in atomically, so a crash",
+        "while it does leaves the whole stream.",
         "",
         "All `*_ns` columns are integer nanoseconds on the run's monotonic clock, counted from the run start;",
         f"wall-clock time = `{META_EPOCH.decode()}` (schema metadata) + the offset. `*_s` columns are seconds.",
