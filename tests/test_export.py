@@ -528,7 +528,7 @@ def test_cli_export_refuses_a_missing_or_unreadable_run_dir(tmp_path: Path) -> N
 
 def test_export_run_refuses_an_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown export format"):
-        export_run(_write_run(tmp_path / "run", [rec()]), "csv")
+        export_run(_write_run(tmp_path / "run", [rec()]), "xlsx")
     with pytest.raises(ExportError):
         export_run(tmp_path / "missing", "aiperf-jsonl")
 

@@ -287,21 +287,43 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
 @click.option(
     "--format",
     "export_format",
-    type=click.Choice(("aiperf-jsonl", "aiperf-summary")),
+    type=click.Choice(("aiperf-jsonl", "aiperf-summary", "arrow", "parquet", "csv")),
     required=True,
     help="aiperf-jsonl: profile_export.jsonl (one object per request); "
-    "aiperf-summary: profile_export_aiperf.json (statistics and submission validity).",
+    "aiperf-summary: profile_export_aiperf.json (statistics and submission validity); "
+    "arrow: records.arrow as an Arrow IPC file (without --out: a killed run's stream made a file in place); "
+    "parquet: records.parquet; csv: records.csv (one header row, list columns as JSON arrays).",
 )
 @click.option(
     "--out", type=click.Path(path_type=Path), metavar="PATH", help="File to write, or a directory (default: RUN_DIR)."
 )
-def export(run_dir: Path, export_format: str, out: Path | None) -> None:
-    """Export the run in RUN_DIR (records.arrow, run.json) in AIPerf's file formats, for InferenceX tooling."""
-    from agentx.results.export import ExportError, export_run
+@click.option("--overwrite", is_flag=True, help="Replace the file if it exists (refused otherwise).")
+def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool) -> None:
+    """Export the run in RUN_DIR: AIPerf's file formats (for InferenceX tooling) or its records as a table."""
+    from agentx.results.export import (
+        ExportError,
+        OutputExists,
+        RunInProgress,
+        export_run,
+        export_target,
+        finalize_in_place,
+        is_own_records,
+    )
 
     started = time.perf_counter()
     try:
-        written = export_run(run_dir, export_format, out)
+        if export_format == "arrow" and is_own_records(run_dir, export_target(run_dir, export_format, out)):
+            done = finalize_in_place(run_dir)
+            seconds = time.perf_counter() - started
+            if done.rewritten:
+                note = f"rewrote {done.path} as an Arrow IPC file ({done.rows} rows) in {seconds:.2f} s"
+            else:
+                note = f"{done.path} is already an Arrow IPC file ({done.rows} rows); nothing written"
+            stdout.print(note, markup=False)
+            return
+        written = export_run(run_dir, export_format, out, overwrite=overwrite)
+    except (OutputExists, RunInProgress) as exc:
+        fail(str(exc))
     except ExportError as exc:
         fail(f"{exc}. Pass the directory a replay wrote (its --out), which holds records.arrow and run.json.")
     except OSError as exc:
