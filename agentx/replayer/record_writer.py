@@ -216,21 +216,22 @@ def finalize_records(path: str | os.PathLike[str]) -> bool:
         ) from None
     except OSError:  # no such file (the reader says so), or a file system without flock
         lock = None
+    temp: str | None = None
     try:
         with RecordsReader(target) as reader:
             if reader.footer:
                 return False
             handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
             os.close(handle)
-            try:
-                write_records_file(reader.batches(), reader.schema, temp)
-                os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
-                os.replace(temp, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp)
-                raise
+            write_records_file(reader.batches(), reader.schema, temp)
+        # Renamed once the stream is closed: some systems refuse to replace a file that is open.
+        os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(temp, target)
+        temp = None
     finally:
+        if temp is not None:  # failed or interrupted: the stream stays as it was
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
         _unlock(lock)
     _sync(directory)  # the rename itself must reach the disk before the file counts as written
     return True
