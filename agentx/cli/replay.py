@@ -80,15 +80,17 @@ def replay(
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
     Records stream to RUN_DIR/records.arrow as the run goes; RUN_DIR/run.json (options, run, summary) is
-    written at the end. Progress shows on stderr when it is a terminal (not with --json). Ctrl-C (or SIGTERM)
+    written at the end. Progress shows on stderr: live on a terminal, else a line every 10 s. Ctrl-C (or SIGTERM)
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130).
     """
     import asyncio
 
-    from agentx.cli.progress import ReplayProgress, planned_requests
+    from agentx.cli.planned import planned_requests
+    from agentx.cli.progress import ReplayProgress
     from agentx.replayer.calibrate import CalibrationError
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
+    from agentx.replayer.preparation import prepare_trace
     from agentx.replayer.run_folder import RUN_FILE
     from agentx.replayer.warmup import WarmupFailed
     from agentx.run.replay import replay as run_and_summarize
@@ -131,10 +133,13 @@ def replay(
         except click.BadParameter as exc:
             fail(exc.format_message())
         options = msgspec.structs.replace(options, server=server)
+        # Prepared once for the progress's count and the run: an agentx run's first trees are planned once.
+        prepared = prepare_trace(loaded, options)
         progress = ReplayProgress(
-            console=None if as_json else stderr,
+            console=stderr,  # with --json too: stdout carries only the JSON
             duration_s=options.scenario.duration_s,
-            planned=planned_requests(loaded, options),
+            planned=planned_requests(prepared, options) if workers == 1 else None,
+            grace_s=options.runtime.grace_s,
         )
         try:
             if workers > 1:
@@ -144,11 +149,12 @@ def replay(
             else:
                 work = interruptible(
                     run_and_summarize(
-                        loaded,
+                        prepared,
                         options,
                         num_gpus=gpus,
                         on_record=progress.on_record,
                         on_sent=progress.on_sent,
+                        on_profiling=progress.on_profiling,
                         trace_path=trace,
                     )
                 )

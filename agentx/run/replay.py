@@ -74,6 +74,7 @@ async def replay(
     num_gpus: int | None = None,
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
+    on_profiling: OnSent | None = None,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """Drive the server at `options.server.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
@@ -83,7 +84,8 @@ async def replay(
     The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
     (after the warmup, whose primers would count otherwise) and after the run, so the summary carries its own
     hit rate next to the one from usage, and the realized acceptance next to `spec_al`.
-    `on_record(record)` is called as each request finishes, `on_sent()` as each is sent. At the end,
+    `on_record(record)` is called as each request finishes, `on_sent()` as each is sent, `on_profiling()` once as
+    the profiling phase starts (progress displays: the window's clock starts then). At the end,
     interrupted runs included, `run.json` (`RunFile`) is written into the run directory. Cancelling the
     caller acts like reaching the deadline (grace period, flush, a partial result).
     """
@@ -91,6 +93,8 @@ async def replay(
 
     def scrape_at_profiling_start() -> None:
         scrapes.append(asyncio.ensure_future(_scrape(options)))
+        if on_profiling is not None:
+            on_profiling()
 
     run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent, on_profiling=scrape_at_profiling_start)
     before: dict[str, float] | None = None
