@@ -91,7 +91,9 @@ def sweep_command(
     """
     import asyncio
 
+    from agentx.cli.planned import planned_requests
     from agentx.cli.progress import ReplayProgress
+    from agentx.replayer.options import LaneLoad
     from agentx.results.cost import load_price_table
     from agentx.results.folders import SWEEP_FILE
     from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
@@ -152,27 +154,35 @@ def sweep_command(
             before_level_timeout_s=before_level_timeout,
             level_settings=settings,
         )
-        console = None if as_json else stderr
-        # One live progress line per level (drawn on a terminal only), replaced as each level starts.
+        # Each level's progress on stderr (live on a terminal, else a line every 10 s), then its headline numbers.
         progress = ReplayProgress(console=None)
 
         def start(position: int, count: int, level: int) -> None:
             nonlocal progress
             stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
-            progress = ReplayProgress(console=console, duration_s=base.scenario.duration_s)
+            assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops before the first level
+            level_options = msgspec.structs.replace(base, load=msgspec.structs.replace(base.load, concurrency=level))
+            progress = ReplayProgress(
+                console=stderr,
+                duration_s=base.scenario.duration_s,
+                planned=planned_requests(loaded, level_options),
+                grace_s=base.runtime.grace_s,
+            )
             progress.start()
 
         def done(result: LevelResult) -> None:
             progress.close()
-            entry = result.entry
-            what = entry.status if entry.error is None else f"{entry.status}: {entry.error}"
-            stderr.print(f"  c{entry.concurrency}: {what} ({entry.elapsed_s:.1f} s)", markup=False)
+            for line in level_lines(result):
+                stderr.print(line, markup=False)
 
         def on_record(record: Any) -> None:
             progress.on_record(record)
 
         def on_sent() -> None:
             progress.on_sent()
+
+        def on_profiling() -> None:
+            progress.on_profiling()
 
         work = interruptible(
             sweep(
@@ -183,6 +193,7 @@ def sweep_command(
                 on_level_done=done,
                 on_record=on_record,
                 on_sent=on_sent,
+                on_profiling=on_profiling,
                 level_server=level_server,
             )
         )
@@ -212,6 +223,53 @@ def sweep_command(
     if failed_levels:
         named = "; ".join(f"c{entry.concurrency}: {entry.error}" for entry in failed_levels)
         fail(f"{len(failed_levels)} of {len(result.levels)} level(s) failed ({named})", EXIT_RUN_FAILED)
+
+
+_STATUS = {"ok": "ok", "skipped": "kept", "failed": "failed", "interrupted": "interrupted"}
+"""How a level's status reads in its line ("skipped": kept from an earlier run by --resume)."""
+
+
+def _seconds_text(seconds: float | None) -> str:
+    """A latency in 3 significant digits: `850 us`, `12.3 ms`, `1.23 s`, `123 s`; `n/a` when unknown."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def level_lines(result: LevelResult) -> list[str]:
+    """A finished level's headline numbers in two lines (a third names a failure), within 80 columns up to
+    7-digit counts and throughput:
+
+    `  c4: ok in 58.0 s, 1,234 requests, 0 errors, 3,456 out tok/s`
+    `    TTFT p50 123 ms p99 456 ms, 45.6 tok/s/user p90, dispatch lag p99 1.2 ms`
+    """
+    from agentx.cli.progress import clock_text
+
+    entry, summary = result.entry, result.summary
+    took = f"{entry.elapsed_s:.1f} s" if entry.elapsed_s < 60 else clock_text(entry.elapsed_s)
+    head = f"  c{entry.concurrency}: {_STATUS.get(entry.status, entry.status)} in {took}"
+    if summary is None:
+        return [f"{head}: {entry.error}" if entry.error else head]
+    counts, latency = summary.counts, summary.latency
+    first = f"{head}, {counts.profiling:,} requests, {counts.errors:,} errors"
+    if counts.cancelled:
+        first += f", {counts.cancelled:,} cancelled"
+    if summary.throughput is not None:
+        first += f", {summary.throughput.output_tps:,.0f} out tok/s"
+    ttft = latency.ttft_s
+    p50, p99 = (None, None) if ttft is None else (ttft.p50, ttft.p99)
+    second = f"    TTFT p50 {_seconds_text(p50)} p99 {_seconds_text(p99)}"
+    if latency.interactivity_tps is not None:  # at p90, the statistic `agentx report` plots by default
+        user = latency.interactivity_tps.p90
+        second += f", {user:,.0f}" if user >= 100 else f", {user:.3g}"
+        second += " tok/s/user p90"
+    lag = None if summary.dispatch_lag is None else summary.dispatch_lag.p99_s
+    second += f", dispatch lag p99 {_seconds_text(lag)}"
+    return [first, second] + ([f"    {entry.error}"] if entry.error else [])
 
 
 class _LevelSims:

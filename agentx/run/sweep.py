@@ -202,12 +202,14 @@ async def sweep(
     on_level_done: OnLevelDone | None = None,
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
+    on_profiling: OnSent | None = None,
     level_server: LevelServer | None = None,
 ) -> SweepResult:
     """Replay `trace` once per level of `options.concurrency` with `base`'s options (its concurrency, out_dir and
     forced acceptance replaced per level), writing each level into `out_dir/c{N}` and the index into sweep.json.
     The trace is prepared once (`prepare_trace`): a session split or planned for one level is reused by the next.
     `level_server`, when given, names each level's server (its URL replaces `base.url` for that level).
+    `on_record`, `on_sent` and `on_profiling` go to every level's replay (`agentx.run.replay.replay`).
 
     Cancelling the caller stops the current level as a deadline would (its partial run is kept, marked
     "interrupted"), writes the index and returns with `interrupted` set.
@@ -237,7 +239,16 @@ async def sweep(
         if on_level_start is not None:
             on_level_start(position, len(options.concurrency), concurrency)
         result = await _level(
-            prepared, base, concurrency, level_options, settings, options, on_record, on_sent, level_server
+            prepared,
+            base,
+            concurrency,
+            level_options,
+            settings,
+            options,
+            on_record,
+            on_sent,
+            on_profiling,
+            level_server,
         )
         results.append(result)
         index.levels.append(result.entry)
@@ -259,6 +270,7 @@ async def _level(
     options: SweepOptions,
     on_record: OnRecord | None,
     on_sent: OnSent | None,
+    on_profiling: OnSent | None,
     level_server: LevelServer | None,
 ) -> LevelResult:
     run_dir = Path(level.out_dir)
@@ -293,6 +305,7 @@ async def _level(
             num_gpus=options.num_gpus,
             on_record=on_record,
             on_sent=on_sent,
+            on_profiling=on_profiling,
             trace_path=options.trace_label or None,
         )
     except asyncio.CancelledError:
