@@ -158,9 +158,8 @@ class GroupedCommand(click.Command):
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
-            if isinstance(param, click.Option) and record is not None:
+        for param in self.get_params(ctx):  # arguments are named in the usage line, not listed
+            if isinstance(param, click.Option) and (record := param.get_help_record(ctx)) is not None:
                 sections.setdefault(option_group(param), []).append(record)
         # One column for the help texts of every section, as one list would have.
         width = min(HELP_TERM_MAX, max((len(term) for rows in sections.values() for term, _ in rows), default=0))
