@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.replayer import records
+from agentx.replayer import records, telemetry_file
 from agentx.trace import arrow, weka
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
@@ -19,6 +19,7 @@ def generated() -> dict[str, str]:
         + "\n",
         "trace.arrow.md": arrow.describe_layout(),
         "records.arrow.md": records.describe_layout(),
+        "server_metrics.arrow.md": telemetry_file.describe_layout(),
     }
 
 

@@ -17,6 +17,9 @@ Speculative decoding (agentx.results.acceptance, which says how each set gives a
 `parse_counters` reads the samples of the wanted names with `prometheus_client`'s text parser, one line at a
 time: a line it rejects (a malformed sample) is skipped and the rest are read, so an odd exposition costs the
 figures of that line, never the run. A sample whose value is NaN or ±Inf counts as absent.
+
+The series scraped over a run (server_metrics.arrow), each engine's names mapped onto agentx's:
+agentx.replayer.telemetry_series.
 """
 
 from __future__ import annotations
