@@ -6,7 +6,8 @@ from __future__ import annotations
 from agentx.cli.layout import Column, FittedTable, text_column
 from agentx.results.acceptance import Acceptance
 from agentx.results.summary_model import Summary
-from agentx.results.validity import DISPATCH_LAG_MAX_P99_S
+from agentx.results.telemetry import ServerTelemetry
+from agentx.results.validity import DISPATCH_LAG_MAX_P99_S, Validity
 
 
 def _s(value: float | None, digits: int = 3) -> str:
@@ -35,7 +36,7 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     rows: list[tuple[str, str]] = []
     c = summary.counts
     errors = ", ".join(f"{k} {v:,}" for k, v in c.errors_by_kind.items()) or "none"
-    rows.append(("requests kept / profiling", f"{c.kept:,} / {c.profiling:,}"))
+    rows.append(("profiling requests succeeded / sent", f"{c.kept:,} / {c.profiling:,}"))
     rows.append(("errors", f"{c.errors:,} ({errors})"))
     rows.append(("cancelled · warmup excluded", f"{c.cancelled:,} · {c.warmup_excluded:,}"))
     t = summary.throughput
@@ -64,8 +65,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             ("event-loop lag p50 · p99 · max (ms)", f"{_ms(loop.p50_s)} · {_ms(loop.p99_s)} · {_ms(loop.max_s)}")
         )
     if summary.validity is not None:
-        verdict = "yes" if summary.validity.valid else "no: " + ", ".join(summary.validity.reasons)
-        rows.append(("valid AgentX submission", verdict))
+        why = " (why below)" if summary.validity.applies and not summary.validity.valid else ""
+        rows.append(("valid AgentX submission", summary.validity.verdict() + why))
     if summary.stream_usage:
         rows.append(("stream usage", summary.stream_usage))
     if summary.calibration:
@@ -127,6 +128,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     tables: list[FittedTable] = [overview, latency]
     if summary.acceptance is not None:
         tables.insert(1, acceptance_table(summary.acceptance))
+    if summary.validity is not None and summary.validity.applies and not summary.validity.valid:
+        tables.insert(1, validity_table(summary.validity))
     slow = summary.slowdown
     if any(x is not None for x in (slow.requests, slow.sessions, slow.plays, slow.ttft)):
         slowdown_rows: list[list[str]] = []
@@ -159,7 +162,44 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         ["theoretical (trace)", _pct(summary.cache.theoretical_hit_rate)],
     ]
     tables.append(FittedTable("prefix-cache hit", [text_column("source"), Column("hit rate")], cache_rows))
+    if summary.server_telemetry is not None:
+        tables.append(telemetry_table(summary.server_telemetry))
     return tables
+
+
+def telemetry_table(telemetry: ServerTelemetry) -> FittedTable:
+    """The server's `/metrics` over the profiling phase: running and waiting requests, KV-cache usage, hit rate."""
+    rows: list[list[str]] = []
+    for name, level, mean, peak in (
+        ("running requests", telemetry.requests_running, lambda v: _s(v, 1), lambda v: _s(v, 0)),
+        ("waiting requests", telemetry.requests_waiting, lambda v: _s(v, 1), lambda v: _s(v, 0)),
+        ("KV-cache usage", telemetry.kv_cache_usage_ratio, _pct, _pct),
+    ):
+        if level is not None:
+            rows.append([name, mean(level.mean), peak(level.peak)])
+    if telemetry.prefix_cache_hit_rate is not None:
+        rows.append(
+            [f"prefix-cache hit ({telemetry.prefix_cache_hit_source})", _pct(telemetry.prefix_cache_hit_rate), ""]
+        )
+    scrapes = f"{telemetry.window_scrapes:,} scrapes, every {telemetry.interval_s:g} s"
+    return FittedTable(
+        f"server telemetry ({telemetry.engine}, {scrapes})",
+        [text_column("series"), Column("mean"), Column("peak")],
+        rows,
+    )
+
+
+def validity_table(validity: Validity) -> FittedTable:
+    """Why a run is not a valid AgentX submission: each reason's code and its sentence with the figure."""
+    explained = [(reason.code, reason.message) for reason in validity.explained]
+    known = {code for code, _ in explained}
+    # A run.json from before the sentences existed has the codes only.
+    explained += [(code, code.replace("_", " ")) for code in validity.reasons if code not in known]
+    return FittedTable(
+        "why the run is not a valid AgentX submission (docs/agentx.md §5)",
+        [text_column("reason"), text_column("because")],
+        explained,
+    )
 
 
 def acceptance_table(result: Acceptance) -> FittedTable:

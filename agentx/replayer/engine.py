@@ -51,6 +51,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -83,6 +84,9 @@ from agentx.replayer.sending import OnRecord
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)
+OnStart = Callable[[RunInfo, int, DispatchClock], None]
+"""Called once as the run starts, its records file created: the run, its start (`perf_counter_ns`, the records'
+time origin) and the clock of its due times (agentx.run.replay starts the server telemetry with them)."""
 
 
 async def run_replay(
@@ -92,9 +96,10 @@ async def run_replay(
     on_record: OnRecord | None = None,
     on_sent: OnSent | None = None,
     on_profiling: OnSent | None = None,
+    on_start: OnStart | None = None,
 ) -> RunResult:
     """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
-    `on_profiling()` is called once, as the profiling phase starts (after the warmup).
+    `on_profiling()` is called once, as the profiling phase starts (after the warmup), `on_start` as the run starts.
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
@@ -159,6 +164,8 @@ async def run_replay(
             RecordWriter(records_path, info, flush_interval_s=math.inf) as writer,
             DispatchClock() as clock,
         ):
+            if on_start is not None:
+                on_start(info, start_ns, clock)
             bodies = BodyBuilder(options, trace, space)
             bodies.stream_options = STREAM_OPTIONS[stream_usage]
             if calibration is not None:

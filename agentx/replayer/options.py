@@ -401,6 +401,16 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
 
     grace_s: Annotated[Seconds, _help("In-flight allowance after the end, s.", flag="--grace")] = 30.0
     """After the deadline, in-flight requests may finish within this; then they are cancelled."""
+    metrics_interval_s: Annotated[
+        Annotated[float, Meta(ge=0.1)] | None,
+        _help(
+            "Scrape the server's /metrics every S seconds into server_metrics.arrow (off: never).",
+            none="off",
+            metavar="S|off",
+            flag="--metrics-interval",
+        ),
+    ] = 1.0
+    """Server telemetry over the run (agentx.replayer.telemetry); None: not scraped."""
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
     shard: tuple[Annotated[int, Meta(ge=0)], Annotated[int, Meta(ge=1)]] = (0, 1)

@@ -42,6 +42,7 @@ from agentx.results.summary_model import (
     Summary,
     Throughput,
 )
+from agentx.results.telemetry import summarize_telemetry
 
 __all__ = ["ServerMetrics", "Summary", "summarize"]
 """What callers of `summarize` need; the structs are in agentx.results.summary_model."""
@@ -53,10 +54,12 @@ def summarize(
     num_gpus: int | None = None,
     server_metrics: ServerMetrics | None = None,
     loop_lag_s: Sequence[float] | None = None,
+    telemetry: pa.Table | None = None,
 ) -> Summary:
     """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
 
     `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
+    `telemetry`: its server_metrics.arrow (`load_server_metrics`), summarized over the profiling phase.
     """
     if num_gpus is not None and num_gpus < 1:
         raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
@@ -107,6 +110,7 @@ def summarize(
         loop_lag=_loop_lag(loop_lag_s),
         rollups=rollups(records, kept_mask),
         slowdown=slowdown(table),
+        server_telemetry=summarize_telemetry(telemetry, records),
     )
 
 

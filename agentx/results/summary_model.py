@@ -11,6 +11,7 @@ import msgspec
 
 from agentx.results.acceptance import Acceptance
 from agentx.results.stats import Stats
+from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import Validity
 
 
@@ -148,3 +149,5 @@ class Summary(msgspec.Struct, kw_only=True):
     """Whether the run is a valid AgentX submission, and why not (agentx.results.validity), when known."""
     acceptance: Acceptance | None = None
     """Forced and realized speculative acceptance (agentx.results.acceptance), when forced or seen on the server."""
+    server_telemetry: ServerTelemetry | None = None
+    """The server's `/metrics` over the profiling phase (agentx.results.telemetry), when it was scraped."""

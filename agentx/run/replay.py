@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -18,15 +19,18 @@ from typing import Any, Final, Self
 import msgspec
 
 from agentx.replayer.client import Client
+from agentx.replayer.clock import DispatchClock
 from agentx.replayer.connect import server_client
 from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ReplayOptions, flat_options
 from agentx.replayer.play import PreparedTrace
-from agentx.replayer.records import RequestRecord, read_records
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.replayer.records import RequestRecord, RunInfo, read_records
+from agentx.replayer.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
 from agentx.replayer.run_result import OnSent, RunResult
 from agentx.replayer.sending import OnRecord
 from agentx.replayer.server_metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
+from agentx.replayer.telemetry import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
+from agentx.replayer.telemetry_file import load_server_metrics
 from agentx.replayer.workers import run_workers
 from agentx.results.acceptance import run_acceptance
 from agentx.results.folders import RunFile
@@ -96,7 +100,29 @@ async def replay(
         if on_profiling is not None:
             on_profiling()
 
-    run = await run_replay(trace, options, on_record=on_record, on_sent=on_sent, on_profiling=scrape_at_profiling_start)
+    telemetry: list[TelemetryTask] = []
+
+    def start_scraping(info: RunInfo, start_ns: int, clock: DispatchClock) -> None:
+        task = start_telemetry(
+            options, run_id=info.run_id, wall_epoch_ns=info.wall_epoch_ns, start_ns=start_ns, clock=clock
+        )
+        if task is not None:
+            telemetry.append(task)
+
+    try:
+        run = await run_replay(
+            trace,
+            options,
+            on_record=on_record,
+            on_sent=on_sent,
+            on_profiling=scrape_at_profiling_start,
+            on_start=start_scraping,
+        )
+    finally:
+        for task in telemetry:
+            await task.stop()
+    for task in telemetry:
+        run.notices += task.notices
     before: dict[str, float] | None = None
     try:
         before = await scrapes[0] if scrapes else None
@@ -124,7 +150,13 @@ def _finish(
         run.trace_path = os.path.abspath(trace_path)  # readable wherever run.json is read
     metrics = ServerMetrics(before=before, after=after) if before is not None and after is not None else None
     table = read_records(run.records_path)
-    summary = summarize(table, num_gpus=num_gpus, server_metrics=metrics, loop_lag_s=run.loop_lag_s)
+    summary = summarize(
+        table,
+        num_gpus=num_gpus,
+        server_metrics=metrics,
+        loop_lag_s=run.loop_lag_s,
+        telemetry=load_server_metrics(Path(run.records_path).parent),
+    )
     summary.stream_usage = run.stream_usage or None
     summary.calibration = msgspec.to_builtins(run.calibration) if run.calibration is not None else None
     run_file = {"options": flat_options(options), "run": msgspec.to_builtins(run, enc_hook=str)}
@@ -155,7 +187,19 @@ def replay_workers(
     """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
     blocking. No per-record callbacks: records cross processes only through the files."""
     before = asyncio.run(_scrape(options))
-    run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
+    # The parent scrapes the telemetry while its workers replay: the run's id is fixed here so the file carries it.
+    options = msgspec.structs.replace(
+        options, runtime=msgspec.structs.replace(options.runtime, run_id=options.runtime.run_id or uuid.uuid4().hex)
+    )
+    refuse_existing_run(Path(options.out_dir), options.overwrite)  # before the telemetry touches the folder
+    telemetry = TelemetryThread(options, options.runtime.run_id or "")
+    telemetry.start()
+    try:
+        run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
+    finally:
+        records = Path(options.out_dir) / RECORDS_FILE
+        telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
+    run.notices += telemetry.notices
     after = asyncio.run(_scrape(options)) if before is not None else None
     return _finish(options, run, before, after, num_gpus, trace_path)
 
