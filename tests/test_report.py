@@ -129,7 +129,7 @@ def test_every_plot_renders_as_png_and_svg_with_several_series(sweep_dir: Path, 
         main, ["report", str(sweep_dir), str(single), "--label", "swept", "--label", "one", "--plots", str(plots)]
     )
     assert result.exit_code == 0, result.output
-    names = {"frontier", "cost", "latency", "swimlanes", "chunks"}
+    names = {"frontier", "cost", "latency", "swimlanes", "server_metrics", "chunks"}
     assert {p.name for p in plots.iterdir()} == {f"{n}.{s}" for n in names for s in ("png", "svg")}
     for name in names:
         _check_png(plots / f"{name}.png")

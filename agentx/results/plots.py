@@ -3,8 +3,10 @@
 `write_plots(report, out_dir)` writes, every series of the report on the same axes where that makes sense:
 `frontier` (throughput per GPU vs interactivity, the interpolated front and the targets marked), `cost` ($/M vs
 interactivity along the front at the report's tier), `latency` (TTFT and ITL distributions per level),
-`swimlanes` (each series' highest level: a lane per row, a bar per request, the in-flight count beneath) and
-`chunks` (tokens per streamed chunk). Records are read from the levels' directories.
+`swimlanes` (each series' highest level: a lane per row, a bar per request, the in-flight count beneath),
+`server_metrics` (the same level's server telemetry on the same time axis: running and waiting requests beside the
+client's in-flight count, KV-cache usage, prefix-cache hit rate) and `chunks` (tokens per streamed chunk). Records
+and server_metrics.arrow are read from the levels' directories.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentx.errors import ConfigError
-from agentx.replayer.records import read_records
+from agentx.replayer.records import read_records, run_info
 from agentx.replayer.run_folder import RECORDS_FILE
+from agentx.replayer.telemetry_file import aligned_times_ns, load_server_metrics, server_metrics_info
 from agentx.results.cost import usd_per_million_tokens
 from agentx.results.frontier import Point, curve
 from agentx.results.report import LevelRow, Report, SeriesReport
@@ -264,6 +267,59 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
     return _save(figure, out_dir, "swimlanes")
 
 
+def plot_server_metrics(report: Report, out_dir: Path) -> list[Path]:
+    """Per series (the swimlanes' level, on their time axis): the server's running and waiting requests beside the
+    client's in-flight count, its KV-cache usage, and its prefix-cache hit rate between consecutive scrapes."""
+    count = max(len(report.series), 1)
+    figure, axes = _new_figure(3 * count, 1, height_in=2.2, sharex=False)
+    for i, s in enumerate(report.series):
+        requests_ax: Axes = axes[3 * i][0]
+        usage_ax: Axes = axes[3 * i + 1][0]
+        hit_ax: Axes = axes[3 * i + 2][0]
+        level = _highest_level(s)
+        telemetry = load_server_metrics(level.run_dir) if level is not None else None
+        if level is None or telemetry is None or telemetry.num_rows == 0:
+            requests_ax.set_title(f"{s.label}: no server telemetry (server_metrics.arrow)")
+            continue
+        records = read_records(Path(level.run_dir) / RECORDS_FILE)
+        times = np.asarray(aligned_times_ns(telemetry, run_info(records).wall_epoch_ns), dtype=np.float64) / 1e9
+        engine = server_metrics_info(telemetry.schema).engine
+        sent = np.asarray(records.column("sent_ns").to_numpy(zero_copy_only=False), dtype=np.float64) / 1e9
+        end = np.asarray(records.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64) / 1e9
+        edges = np.concatenate([sent, end])
+        steps = np.concatenate([np.ones_like(sent), -np.ones_like(end)])
+        order = np.lexsort((steps, edges))
+        requests_ax.step(edges[order], np.cumsum(steps[order]), where="post", color="grey", label="in flight (client)")
+        for name, color in (("requests_running", "C0"), ("requests_waiting", "C3")):
+            requests_ax.plot(times, _series(telemetry, name), color=color, marker=".", label=name.replace("_", " "))
+        requests_ax.set_ylabel("requests")
+        requests_ax.set_title(f"{s.label} {level.label}: server telemetry ({engine})")
+        requests_ax.legend(fontsize=7, loc="upper right")
+        usage_ax.plot(times, 100 * _series(telemetry, "kv_cache_usage_ratio"), color="C2", marker=".")
+        usage_ax.set_ylabel("KV cache used (%)")
+        hits, queries = _series(telemetry, "prefix_cache_hits_total"), _series(telemetry, "prefix_cache_queries_total")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(np.diff(queries) > 0, np.diff(hits) / np.diff(queries), np.nan)
+        if np.isfinite(rate).any():
+            hit_ax.step(times[1:], 100 * rate, where="pre", color="C1")
+            hit_ax.set_ylabel("prefix hit (%)\nper interval")
+        else:  # engines without counters expose a hit-rate gauge of their own
+            hit_ax.plot(times, 100 * _series(telemetry, "prefix_cache_hit_ratio"), color="C1", marker=".")
+            hit_ax.set_ylabel("prefix hit (%)\n(engine's gauge)")
+        hit_ax.set_xlabel("time since the run start (s)")
+        for ax in (requests_ax, usage_ax, hit_ax):
+            ax.grid(alpha=0.3)
+            if ax is not requests_ax:
+                ax.sharex(requests_ax)
+    return _save(figure, out_dir, "server_metrics")
+
+
+def _series(table: pa.Table, name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """A server_metrics column as float64, nulls as NaN (gaps in the plot)."""
+    column = pc.cast(table.column(name), pa.float64())
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
 def plot_chunks(report: Report, out_dir: Path) -> list[Path]:
     """Tokens per streamed content chunk, every level of each series together."""
     from matplotlib.ticker import MaxNLocator
@@ -301,7 +357,7 @@ def plot_chunks(report: Report, out_dir: Path) -> list[Path]:
     return _save(figure, out_dir, "chunks")
 
 
-PLOTS: Final = (plot_frontier, plot_cost, plot_latency, plot_swimlanes, plot_chunks)
+PLOTS: Final = (plot_frontier, plot_cost, plot_latency, plot_swimlanes, plot_server_metrics, plot_chunks)
 
 
 def write_plots(report: Report, out_dir: Path) -> list[Path]:
