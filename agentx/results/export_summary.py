@@ -33,6 +33,10 @@ request of the phase; `adj_request_latency`, `adj_time_to_first_token`, `adj_int
 nearest rank, non-finite statistics left out; `theoretical_prefix_cache_hit`: 100·Σhit/Σtotal blocks (hits
 clamped to the total) over successful requests, `sum` = hit blocks, `count` = blocks.
 
+**Server telemetry**: `server_metrics`, when the run scraped its server's `/metrics` (server_metrics.arrow): the
+document AIPerf writes to `server_metrics_export.json`, for the metrics agentx maps, over the profiling phase
+(agentx.results.export_server_metrics says where it differs).
+
 **Run fields**: `schema_version`, `benchmark_id` (the `benchmark_id` option, else the run id), `run_info`
 (`benchmark_id`, `random_seed` = `--seed`, `trial` 0), `was_cancelled` / `is_complete` / `incomplete_reason`
 (an interrupted run, or one without run.json), `error_summary` (`{error_details, count}` per distinct error
@@ -81,6 +85,7 @@ from agentx.results.export_metrics import (
     run_context,
     strings,
 )
+from agentx.results.export_server_metrics import server_metrics_export
 from agentx.results.export_sweeps import sweep_metrics
 from agentx.results.validity import Validity, validity
 
@@ -357,6 +362,9 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
         document["warmup_metrics"] = phase_metrics(
             table, metrics, warmup & ~skipped, windows["warmup"], int((warmup & skipped).sum())
         )
+    server_metrics = server_metrics_export(_summary_part(run_file, "server_telemetry"), _url(ctx), ctx.epoch_ns)
+    if server_metrics is not None:
+        document["server_metrics"] = server_metrics
     verdict: Validity = validity(table, run_file)
     document["metadata"] = {
         "scenario": ctx.scenario,
@@ -365,3 +373,15 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
         "agentx": {"run_id": ctx.run_id, "validity": verdict.details},
     }
     return document
+
+
+def _summary_part(run_file: Mapping[str, Any] | msgspec.Struct | None, name: str) -> Any:
+    """A part of the run file's summary (None without a run file, a summary or that part)."""
+    document = msgspec.to_builtins(run_file) if isinstance(run_file, msgspec.Struct) else run_file
+    summary = document.get("summary") if isinstance(document, Mapping) else None
+    return summary.get(name) if isinstance(summary, Mapping) else None
+
+
+def _url(ctx: RunContext) -> str | None:
+    url = ctx.options.get("url")
+    return url if isinstance(url, str) else None
