@@ -216,11 +216,12 @@ def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_pat
     faithful = ReplayOptions(server=Server(url="u", model="m"), out_dir=tmp_path, scenario=Scenario(duration_s=1800.0))
     assert locks_broken(faithful) == []
     assert locks_broken(msgspec.structs.replace(faithful, load=ClosedLoad())) == [
-        "mode 'closed' is not the agentx scenario"
+        "mode closed: the AgentX rules apply to --mode agentx only"
     ]
-    assert (
-        len(locks_broken(msgspec.structs.replace(faithful, scenario=Scenario(duration_s=60.0, delay_scale=0.5)))) == 2
-    )
+    assert locks_broken(msgspec.structs.replace(faithful, scenario=Scenario(duration_s=60.0, delay_scale=0.5))) == [
+        "duration 60 s, below the rules' 900 s minimum (--duration)",
+        "recorded delays scaled by 0.5 (--delay-scale); the rules replay them as recorded",
+    ]
     trace = Trace(sessions=[_chain("v", 6)], block_size=BLOCK)
     result = asyncio.run(replay(trace, _options(sim, tmp_path / "run", sessions=1)))
     validity = result.summary.validity

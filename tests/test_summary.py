@@ -378,7 +378,7 @@ def test_from_a_records_file_and_json(tmp_path: Path) -> None:
     decoded = msgspec.json.decode(msgspec.json.encode(summary), type=Summary)
     assert decoded == summary
     text = _render(summary)
-    assert "TTFT" in text and "requests kept" in text
+    assert "TTFT" in text and "profiling requests succeeded / sent" in text
 
 
 def _render(summary: Summary) -> str:

@@ -18,17 +18,26 @@ SYSTEM_IDLE_CAP_S: Final = 10.0
 
 
 def locks_broken(options: ReplayOptions) -> list[str]:
-    """The locked rules `options` break, as short sentences (empty: a run that can be a valid submission)."""
+    """The locked rules `options` break, each a sentence naming the value and its flag (empty: a run that can be a
+    valid submission); agentx.results.validity says them as the reasons of `unsafe_override`."""
     load = options.load
     if not isinstance(load, AgentxLoad):
-        return [f"mode {load.mode!r} is not the agentx scenario"]
+        return [f"mode {load.mode}: the AgentX rules apply to --mode agentx only"]
     broken = []
-    if options.scenario.duration_s is None or options.scenario.duration_s < MIN_DURATION_S:
-        broken.append(f"duration below {MIN_DURATION_S:g} s")
+    duration_s = options.scenario.duration_s
+    if duration_s is None:
+        broken.append(f"no --duration: the rules need a profiling window of at least {MIN_DURATION_S:g} s")
+    elif duration_s < MIN_DURATION_S:
+        broken.append(f"duration {duration_s:g} s, below the rules' {MIN_DURATION_S:g} s minimum (--duration)")
     if options.scenario.delay_scale != 1.0:
-        broken.append(f"delays scaled by {options.scenario.delay_scale:g}")
-    if options.scenario.system_idle_cap_s != SYSTEM_IDLE_CAP_S:
-        broken.append(f"system idle cap {options.scenario.system_idle_cap_s} instead of {SYSTEM_IDLE_CAP_S:g} s")
+        broken.append(
+            f"recorded delays scaled by {options.scenario.delay_scale:g} (--delay-scale); the rules replay them as "
+            "recorded"
+        )
+    cap_s = options.scenario.system_idle_cap_s
+    if cap_s != SYSTEM_IDLE_CAP_S:
+        given = "off" if cap_s is None else f"{cap_s:g} s"
+        broken.append(f"system idle cap {given} instead of the rules' {SYSTEM_IDLE_CAP_S:g} s (--system-idle-cap)")
     if load.cache_bust != "marker":
-        broken.append(f"cache-bust {load.cache_bust!r} instead of the first-turn marker")
+        broken.append(f"cache-bust {load.cache_bust} instead of the rules' first-turn marker (--cache-bust)")
     return broken

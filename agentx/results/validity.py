@@ -33,6 +33,11 @@ A run is valid unless one of these applies (reasons are reported in this order):
 
 Apart from the reasons, `details["inferencex_gate_passed"]` is InferenceX's post-run gate:
 `error_request_count / completed_request_count ≤ 0.10` (inclusive), with completed = successes + errors > 0.
+
+Each reason is also said in words with the figure that caused it (`Validity.explained`: one entry per broken lock
+under `unsafe_override`, whose sentences agentx.replayer.locks wrote into the records' metadata). The rules judge the
+AgentX scenario only: a run of another mode (`mode` in its options) gets `applies = False`, and its reasons are
+kept but beside the point (the summary says "not applicable (closed mode)").
 """
 
 from __future__ import annotations
@@ -66,12 +71,32 @@ DISPATCH_LAG_EXCEEDED: Final = "dispatch_lag_exceeded"
 _NS_PER_S: Final = 1e9
 
 
+class Reason(msgspec.Struct, frozen=True, kw_only=True):
+    """One reason a run is not a valid submission: its code (`Validity.reasons`) and a sentence with the figure."""
+
+    code: str
+    message: str
+
+
 class Validity(msgspec.Struct, kw_only=True):
     """The verdict on a run: `valid` is true exactly when `reasons` is empty; `details` holds the figures."""
 
     valid: bool
     reasons: list[str]
+    """The codes, each once, in the module docstring's order (AIPerf's `submission_invalid_reasons`)."""
     details: dict[str, Any]
+    explained: list[Reason] = []
+    """Every reason in words, with the value that caused it; a code may appear more than once (one per lock)."""
+    applies: bool = True
+    """False for a run outside the agentx mode: the AgentX rules do not judge it (`mode` says which it was)."""
+    mode: str | None = None
+    """The run's mode from its options, when they say."""
+
+    def verdict(self) -> str:
+        """One short answer: "yes", "no", or "not applicable (closed mode)"."""
+        if not self.applies:
+            return f"not applicable ({self.mode} mode)"
+        return "yes" if self.valid else "no"
 
 
 def _builtins(run_file: Mapping[str, Any] | msgspec.Struct | None) -> dict[str, Any] | None:
@@ -89,6 +114,33 @@ def _unsafe(options: Any) -> bool:
     rules = options.get("rules")
     nested = isinstance(rules, Mapping) and rules.get("unsafe_override") is True
     return nested or options.get("unsafe_override") is True
+
+
+def _locks(*options: Any) -> list[str]:
+    """The broken locks' sentences (agentx.replayer.locks) the options carry, from the first that has them."""
+    for found in options:
+        locks = found.get("locks_broken") if isinstance(found, Mapping) else None
+        if isinstance(locks, list) and locks:
+            return [str(lock) for lock in locks]
+    return []
+
+
+def _mode(*options: Any) -> str | None:
+    for found in options:
+        mode = found.get("mode") if isinstance(found, Mapping) else None
+        if isinstance(mode, str):
+            return mode
+    return None
+
+
+def _cancelled(document: Mapping[str, Any] | None, interrupted: bool, cancel_reason: Any) -> str:
+    if document is None:
+        return "the run has no run.json, which every run that ends writes: it crashed or is still going"
+    if cancel_reason == "failure_threshold":
+        return "the run was cancelled: more requests failed than --failed-request-threshold allows"
+    if interrupted or cancel_reason == "interrupted":
+        return "the run was interrupted (Ctrl-C or SIGTERM) before its end"
+    return f"the run was cancelled ({cancel_reason})"
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -181,12 +233,19 @@ def validity(
     except RecordsError:  # a table built in memory, without the file's metadata
         record_options = {}
     reasons: list[str] = []
+    explained: list[Reason] = []
     details: dict[str, Any] = {"run_file_missing": document is None}
+
+    def fail(code: str, message: str) -> None:
+        if code not in reasons:
+            reasons.append(code)
+        explained.append(Reason(code=code, message=message))
 
     unsafe = _unsafe(options) or _unsafe(record_options)
     details["unsafe_override"] = unsafe
     if unsafe:
-        reasons.append(UNSAFE_OVERRIDE)
+        for lock in _locks(record_options, options) or ["a locked rule of the scenario was overridden"]:
+            fail(UNSAFE_OVERRIDE, lock)
 
     profiling = ~equals(table, "phase", "warmup", missing=False)
     ok = equals(table, "status", "ok", missing=True)
@@ -206,35 +265,57 @@ def validity(
         "context_overflow_rate": overflow_rate,
     }
     if overflow_rate > CONTEXT_OVERFLOW_MAX_RATE:
-        reasons.append(CONTEXT_OVERFLOW_RATE_EXCEEDED)
+        fail(
+            CONTEXT_OVERFLOW_RATE_EXCEEDED,
+            f"{overflows:,} of {denominator:,} profiling requests ({overflow_rate:.1%}) overflowed the model's "
+            f"context; at most {CONTEXT_OVERFLOW_MAX_RATE:.0%} may",
+        )
 
     interrupted = bool(run.get("interrupted", False)) if isinstance(run, Mapping) else False
     cancel_reason = run.get("cancel_reason") if isinstance(run, Mapping) else None
     details |= {"interrupted": interrupted, "cancel_reason": cancel_reason or None}
     if interrupted or cancel_reason or document is None:
-        reasons.append(RUN_CANCELLED)
+        fail(RUN_CANCELLED, _cancelled(document, interrupted, cancel_reason))
 
     coverage = _coverage(table, profiling, ok)
     details["coverage"] = coverage
     fraction = coverage["covered_fraction"]
     if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
-        reasons.append(INSUFFICIENT_COVERAGE)
+        share = "none" if fraction is None else f"{fraction:.1%}"
+        fail(
+            INSUFFICIENT_COVERAGE,
+            f"successful streamed requests cover {share} of the {coverage['phase_s']:,.0f} s profiling window; "
+            f"the rules need {COVERAGE_MIN_FRACTION:.0%}",
+        )
 
     lag = floats(table, "dispatch_lag_s")[profiling]
     lag = lag[np.isfinite(lag)]
     lag_p99 = float(np.percentile(lag, 99)) if lag.size else None
     details["dispatch_lag_p99_s"] = lag_p99
     if lag_p99 is not None and lag_p99 > DISPATCH_LAG_MAX_P99_S:
-        reasons.append(DISPATCH_LAG_EXCEEDED)
+        fail(
+            DISPATCH_LAG_EXCEEDED,
+            f"dispatch lag p99 {lag_p99:.2f} s is above {DISPATCH_LAG_MAX_P99_S:g} s: the client fell behind its "
+            "schedule, so the run measured the client",
+        )
 
     verdict = _acceptance_mismatch(acceptance, document)
     if verdict is not None:
         details["acceptance"] = verdict
         if verdict["mismatch"]:
-            reasons.append(ACCEPTANCE_MISMATCH)
+            because = "; ".join(verdict["reasons"]) or "it differs"
+            fail(ACCEPTANCE_MISMATCH, f"the realized speculative acceptance disagrees with the forced one: {because}")
 
     completed = request_count + error_count
     error_rate = error_count / completed if completed else None
     details["inferencex_error_rate"] = error_rate
     details["inferencex_gate_passed"] = error_rate is not None and error_rate <= INFERENCEX_MAX_ERROR_RATE
-    return Validity(valid=not reasons, reasons=reasons, details=details)
+    mode = _mode(options, record_options)
+    return Validity(
+        valid=not reasons,
+        reasons=reasons,
+        details=details,
+        explained=explained,
+        applies=mode in (None, "agentx"),
+        mode=mode,
+    )
