@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from agentx.results.report import Report, Series
 
 from agentx.cli.common import (
     fail,
@@ -30,6 +34,14 @@ def _targets(text: str) -> tuple[float, ...]:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--markdown", is_flag=True, help="Print the report as Markdown tables.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write PNG and SVG plots.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    metavar="OUT.html",
+    help="Write the whole report as one self-contained page (tables, validity, plots as inline SVG).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing --html file (refused otherwise).")
 @click.option(
     "--target",
     "target_tps",
@@ -84,6 +96,8 @@ def report_command(
     as_json: bool,
     markdown: bool,
     plots_dir: Path | None,
+    html_path: Path | None,
+    overwrite: bool,
     target_tps: float,
     targets: str,
     tier: str,
@@ -108,6 +122,8 @@ def report_command(
 
     if as_json and markdown:
         fail("pass --json or --markdown, not both: each prints the whole report")
+    if html_path is not None and html_path.exists() and not overwrite:
+        fail(f"{html_path} exists: pass --overwrite to replace it")
     for flag, given in (("--label", labels), ("--engine", engines)):
         if len(given) > len(dirs):
             fail(f"{len(given)} {flag} for {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}: one per directory")
@@ -152,6 +168,8 @@ def report_command(
             stderr.print(
                 f"{', '.join(unknown)}: no GPU count recorded; throughput is per server (pass --gpus N)", markup=False
             )
+    if html_path is not None:
+        _write_html(html_path, report, series)
     if plots_dir is not None:
         from agentx.results.plots import PlotsUnavailableError, write_plots
 
@@ -163,3 +181,19 @@ def report_command(
         except OSError as exc:
             fail(f"{exc.filename or plots_dir}: cannot write the plots ({exc.strerror or exc})")
         stderr.print(f"wrote {len(written)} plot files into {plots_dir}", markup=False)
+
+
+def _write_html(path: Path, report: Report, series: list[Series]) -> None:
+    """The page, written beside `path` and renamed over it, so a failure never leaves half a page."""
+    from agentx.cli.report_tables import report_notes, report_sections
+    from agentx.results.html import html_report
+
+    page = html_report(report, series, report_sections(report), report_notes(report))
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(page, encoding="utf-8")
+        partial.replace(path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        fail(f"{exc.filename or path}: cannot write the page ({exc.strerror or exc})")
+    stderr.print(f"wrote {path}", markup=False)
