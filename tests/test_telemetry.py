@@ -5,6 +5,7 @@ the AIPerf export."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +32,7 @@ from agentx.replayer.telemetry import Telemetry
 from agentx.replayer.telemetry_file import (
     SCHEMA,
     SERVER_METRICS_FILE,
+    ServerMetricsError,
     ServerMetricsInfo,
     TelemetryWriter,
     aligned_times_ns,
@@ -696,3 +698,47 @@ def test_a_workers_run_scrapes_from_the_parent_onto_the_merged_records_clock(tmp
     busy = (times > sent.min()) & (times < end.max())
     assert np.array(table.column("requests_running").to_pylist())[busy].max() >= 1
     assert result.summary.server_telemetry is not None and result.summary.server_telemetry.window_scrapes >= 3
+
+
+def test_a_killed_replay_keeps_every_scrape_up_to_the_kill(tmp_path: Path) -> None:
+    """SIGKILL mid-run: server_metrics.arrow stays a stream that reads back up to its last scrape."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    with SimServer(time_scale=0.05) as sim:
+        args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "2", "--mode", "closed"]
+        args += ["--delay-scale", "0.05", "--metrics-interval", "0.2", "--out", str(out), "--json"]
+        child = subprocess.Popen([sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, text=True)
+        path = out / SERVER_METRICS_FILE
+        rows = 0
+        try:
+            deadline = time.monotonic() + 120
+            while rows < 5 and time.monotonic() < deadline and child.poll() is None:
+                time.sleep(0.1)
+                with contextlib.suppress(ServerMetricsError):  # not created yet, or its first row half written
+                    rows = read_server_metrics(path).num_rows
+        finally:
+            child.kill()
+            child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL and rows >= 5
+    assert not path.read_bytes().startswith(b"ARROW1") and not (out / "run.json").exists()
+    table = read_server_metrics(path)
+    assert table.num_rows >= rows and (np.diff(table.column("time_ns").to_pylist()) > 0).all()
+    records = read_records(out / "records.arrow")
+    assert server_metrics_info(table.schema).run_id == run_info(records).run_id
+
+
+def test_scraping_off_starts_nothing_and_still_removes_a_replaced_runs_file(tmp_path: Path) -> None:
+    from agentx.replayer.telemetry import start_telemetry
+
+    (tmp_path / SERVER_METRICS_FILE).write_bytes(b"an older run's telemetry")
+    options = ReplayOptions(
+        server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, runtime=Runtime(metrics_interval_s=None)
+    )
+    assert start_telemetry(options, run_id="r", wall_epoch_ns=0, start_ns=0) is None
+    assert not (tmp_path / SERVER_METRICS_FILE).exists()
+    flags = CliRunner().invoke(main, ["replay", "--help"]).output
+    assert "--metrics-interval S|off" in flags

@@ -212,8 +212,12 @@ def start_telemetry(
     """Start scraping for the run in `options.out_dir` on the running loop (None when `metrics_interval_s` is off).
     A `server_metrics.arrow` already there, a replaced run's, is removed first: it must not pass for this run's."""
     path = Path(options.out_dir) / SERVER_METRICS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+    except OSError as exc:  # the run must not fail for its telemetry
+        _log.warning("server telemetry: not started (%s)", exc)
+        return None
     interval_s = options.runtime.metrics_interval_s
     if interval_s is None:
         return None

@@ -78,7 +78,8 @@ class ServerMetricsInfo(msgspec.Struct, kw_only=True):
 
 class TelemetryWriter:
     """Appends one row per scrape to `path` as an Arrow IPC stream (uncompressed, written through on every row);
-    `close` makes it an IPC file. Created at the first scrape that found series: a server without them leaves none.
+    `close` makes it an IPC file (when that fails, a full disk, the complete stream stays and a warning says so).
+    Created at the first scrape that found series: a server without them leaves none.
     """
 
     def __init__(self, path: str | os.PathLike[str], info: ServerMetricsInfo) -> None:
@@ -109,7 +110,11 @@ class TelemetryWriter:
         finally:
             self._writer = None
             self._sink.close()
-        self.finalized = finalize(self.path, info=self.info, epoch_ns=epoch_ns)
+        try:
+            self.finalized = finalize(self.path, info=self.info, epoch_ns=epoch_ns)
+        except (OSError, pa.ArrowException, ServerMetricsError) as exc:
+            # The stream is complete and agentx reads it: losing the footer loses no scrape.
+            _log.warning("%s stays an Arrow IPC stream: writing the IPC file failed (%s)", self.path, exc)
 
 
 def _metadata(info: ServerMetricsInfo) -> dict[bytes, bytes]:
