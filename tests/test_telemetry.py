@@ -742,3 +742,21 @@ def test_scraping_off_starts_nothing_and_still_removes_a_replaced_runs_file(tmp_
     assert not (tmp_path / SERVER_METRICS_FILE).exists()
     flags = CliRunner().invoke(main, ["replay", "--help"]).output
     assert "--metrics-interval S|off" in flags
+
+
+def test_what_a_refusing_server_says_is_kept_without_the_credentials(tmp_path: Path) -> None:
+    from agentx.replayer.telemetry import start_telemetry
+
+    key = "sk-telemetry-0123456789abcdef"
+
+    async def go() -> list[str]:
+        async with _stand_in({"/metrics": (401, f'{{"error": "invalid key {key}"}}')}) as url:
+            options = ReplayOptions(server=Server(url=url, model="m", api_key=key), out_dir=tmp_path)
+            task = start_telemetry(options, run_id="r", wall_epoch_ns=0, start_ns=0)
+            assert task is not None
+            await asyncio.wait_for(asyncio.shield(task.task), timeout=10)  # it stops by itself after a 401
+            await task.stop()
+            return task.notices
+
+    [notice] = asyncio.run(go())
+    assert "HTTP 401: invalid key" in notice and key not in notice

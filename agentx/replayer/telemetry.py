@@ -26,6 +26,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -34,8 +35,10 @@ from agentx.replayer.client import Client
 from agentx.replayer.clock import DispatchClock
 from agentx.replayer.collector import QUIET_SPAN_NS
 from agentx.replayer.connect import server_client
-from agentx.replayer.exchange import error_message
+from agentx.replayer.credentials import Credentials, without_userinfo
+from agentx.replayer.exchange import MESSAGE_MAX_CHARS, error_message
 from agentx.replayer.options import ReplayOptions
+from agentx.replayer.secrets import scrub
 from agentx.replayer.telemetry_file import SERVER_METRICS_FILE, ServerMetricsInfo, TelemetryWriter
 from agentx.replayer.telemetry_series import (
     Engine,
@@ -70,8 +73,11 @@ class Telemetry:
         start_ns: int,
         interval_s: float,
         clock: DispatchClock | None = None,
+        scrub: Callable[[str], str] = scrub,
     ) -> None:
         self.client = client
+        self.scrub = scrub
+        """Hides credentials from what a server's error answer says before it is logged or kept."""
         self.path = path
         self.run_id = run_id
         self.wall_epoch_ns = wall_epoch_ns
@@ -116,12 +122,12 @@ class Telemetry:
             return await self._next_endpoint("HTTP 404")
         if status in (401, 403):
             self._say(
-                f"server telemetry: GET {self.endpoint}: HTTP {status}: {error_message(body)}; the server refused the "
+                f"server telemetry: GET {self.endpoint}: HTTP {status}: {self._message(body)}; the server refused the "
                 "credentials, so server_metrics.arrow is not written further"
             )
             return False
         if status != 200:
-            self._failed(f"GET {self.endpoint}: HTTP {status}: {error_message(body)}")
+            self._failed(f"GET {self.endpoint}: HTTP {status}: {self._message(body)}")
             return True
         if self.clock is not None:
             await self.clock.until_quiet(QUIET_SPAN_NS, READ_PATIENCE_S)
@@ -169,6 +175,9 @@ class Telemetry:
         elif not values.keys() <= self.writer.info.sources.keys():  # a series that appeared since (kept at close)
             self.writer.info.sources |= telemetry_sources(samples, self.engine)
         self.writer.append(time_ns, scrape_s, values)
+
+    def _message(self, body: bytes) -> str:
+        return self.scrub(error_message(body))
 
     def _failed(self, why: str) -> None:
         self.failures += 1
@@ -224,9 +233,27 @@ def start_telemetry(
     client = server_client(options.server, options.connection, limit=1)
     client.open()
     telemetry = Telemetry(
-        client, path, run_id=run_id, wall_epoch_ns=wall_epoch_ns, start_ns=start_ns, interval_s=interval_s, clock=clock
+        client,
+        path,
+        run_id=run_id,
+        wall_epoch_ns=wall_epoch_ns,
+        start_ns=start_ns,
+        interval_s=interval_s,
+        clock=clock,
+        scrub=_scrubber(options),
     )
     return TelemetryTask(telemetry)
+
+
+def _scrubber(options: ReplayOptions) -> Callable[[str], str]:
+    """What the run's client hides from messages (its key, header values, a URL's password), and what looks like a
+    credential."""
+    server = options.server
+    url, user, password = without_userinfo(server.url)
+    if server.api_key or any(name.lower() == "authorization" for name, _ in server.headers):
+        user = password = None  # unused, as the client says (once) itself
+    credentials = Credentials(url, api_key=server.api_key, headers=dict(server.headers), user=user, password=password)
+    return lambda text: credentials.scrub(scrub(text), MESSAGE_MAX_CHARS)
 
 
 class TelemetryThread:
