@@ -10,7 +10,8 @@ keyword arguments named `part__field`; `part_values` gathers one part's, with th
 
 `--help` lists the options in sections, `HELP_GROUPS`, most used first (`GroupedCommand`): a derived flag in its
 field's `extra["group"]`, else its part's (`part_flags(group=...)`); an option a command defines itself in
-`OWN_OPTION_GROUPS`, by parameter name.
+`OWN_OPTION_GROUPS`, by parameter name. A field with `extra["late"]` is listed after its section's other options
+(a derived flag less used than the options a command defines after the derived ones, such as `--out`).
 """
 
 from __future__ import annotations
@@ -134,11 +135,12 @@ def _finite(inner: Any) -> Any:
 
 
 class GroupedOption(click.Option):
-    """An option that knows its `--help` section (`group`, one of `HELP_GROUPS`)."""
+    """An option that knows its `--help` section (`group`, one of `HELP_GROUPS`) and whether it goes last there."""
 
-    def __init__(self, *args: Any, group: str, **attrs: Any) -> None:
+    def __init__(self, *args: Any, group: str, late: bool = False, **attrs: Any) -> None:
         super().__init__(*args, **attrs)
         self.group = group
+        self.late = late
 
 
 def option_group(param: click.Option) -> str:
@@ -158,7 +160,8 @@ class GroupedCommand(click.Command):
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):  # arguments are named in the usage line, not listed
+        # Arguments are named in the usage line, not listed; late options go last (a stable sort keeps the rest).
+        for param in sorted(self.get_params(ctx), key=lambda param: getattr(param, "late", False)):
             if isinstance(param, click.Option) and (record := param.get_help_record(ctx)) is not None:
                 sections.setdefault(option_group(param), []).append(record)
         # One column for the help texts of every section, as one list would have.
@@ -178,6 +181,7 @@ def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], grou
         "metavar": extra.get("metavar"),
         "cls": GroupedOption,
         "group": extra.get("group", group),
+        "late": bool(extra.get("late")),
     }
     default = None if field.required else field.default
     inner, _ = _inner(kind)

@@ -26,6 +26,7 @@ from agentx.replayer.options import (
 if TYPE_CHECKING:
     import contextlib
 
+    from agentx.replayer.slo import Slos
     from agentx.trace.chains import ChainRules
 
 
@@ -153,8 +154,19 @@ def sim_fields(speculative: Speculative) -> dict[str, Any]:
     return {"spec_k": speculative.k, "acceptance_length": speculative.al}
 
 
+def parse_slo_flags(texts: tuple[str, ...]) -> Slos:
+    """Every `--slo METRIC=VALUE` as one `Slos`; click.BadParameter naming the value that is wrong."""
+    from agentx.replayer.slo import SloError, parse_slos
+
+    try:
+        return parse_slos(texts)
+    except SloError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 PARSERS: dict[str, Parser] = {
     "headers": lambda flag, raw: tuple(parse_header(text) for text in raw),
+    "slo": lambda flag, raw: parse_slo_flags(raw),
     "extra_body": lambda flag, raw: parse_extra_body(raw),
     "chain_rules": lambda flag, raw: parse_chain_rules(raw),
     "tstar_window": lambda flag, raw: parse_window(raw),

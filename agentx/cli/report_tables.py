@@ -169,6 +169,9 @@ def report_sections(report: Report) -> list[Section]:
             for r in s.levels
         ]
         sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
+        goodput = _goodput_section(s)
+        if goodput is not None:
+            sections.append(goodput)
         errors = [[r.label, r.error] for r in s.levels if r.error is not None]
         if errors:
             sections.append(Section(title=f"failed levels of {s.label}", header=["level", "error"], rows=errors))
@@ -189,6 +192,26 @@ def report_sections(report: Report) -> list[Section]:
                 )
             )
     return sections
+
+
+def _goodput_section(s: SeriesReport) -> Section | None:
+    """The levels' goodput, when any ran with `--slo`: the requests meeting every target, their rates."""
+    judged = [r for r in s.levels if r.slo is not None]
+    if not judged:
+        return None
+    slos = "; ".join(dict.fromkeys(r.slo for r in judged if r.slo is not None))
+    rows = [
+        [
+            r.label,
+            MISSING if r.slo_met is None else f"{r.slo_met:,} / {r.slo_judged or 0:,}",
+            MISSING if r.slo_met_fraction is None else f"{100 * r.slo_met_fraction:.1f}%",
+            _n(r.goodput_requests_per_s, 3),
+            _n(r.goodput_output_tps_per_gpu),
+        ]
+        for r in judged
+    ]
+    header = ["level", "SLO met", "share", "goodput req/s", "good output tok/s/GPU"]
+    return Section(title=f"goodput of {_name(s)} (SLO: {slos})", header=header, rows=rows)
 
 
 def _basis(target: TargetRow, basis: str) -> float | None:

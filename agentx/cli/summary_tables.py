@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agentx.cli.layout import Column, FittedTable, text_column
 from agentx.results.acceptance import Acceptance
+from agentx.results.goodput import slo_text
 from agentx.results.summary_model import Summary
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import DISPATCH_LAG_MAX_P99_S, Validity
@@ -53,6 +54,11 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
                 )
             )
         rows.append(("requests/s", _s(t.requests_per_s, 3)))
+    good = summary.goodput
+    if good is not None:
+        met = f"{good.met:,} / {good.judged:,}" + ("" if good.met_fraction is None else f" ({_pct(good.met_fraction)})")
+        rows.append((f"SLO met ({slo_text(good.targets_s) or '--slo'})", met))
+        rows.append(("goodput: requests/s · output tok/s", f"{_s(good.requests_per_s)} · {_s(good.output_tps, 1)}"))
     lag = summary.dispatch_lag
     if lag is not None:
         behind = " BEHIND SCHEDULE" if lag.p99_s > DISPATCH_LAG_MAX_P99_S else ""

@@ -14,8 +14,8 @@ Constraints sit on the fields (`Meta`: ranges, choices); rules that tie fields t
 `checked(options)` applies both, once, at the start of a run; the CLI derives its flags from the same fields
 (agentx.cli.flags), so `replay`, `sweep` and `decode` cannot drift. `Meta.extra` carries what the CLI needs
 beyond the type: `help` (one line), `flag` (when not `--field-name`), `alias`, `metavar`, `none` (the word that
-means None on the command line, e.g. "off"), `repeat` (a flag given once per value) and `group` (the section of
-`--help` it is listed in, when not its part's; agentx.cli.flags.HELP_GROUPS).
+means None on the command line, e.g. "off"), `repeat` (a flag given once per value), `group` (the section of
+`--help` it is listed in, when not its part's; agentx.cli.flags.HELP_GROUPS) and `late` (listed last there).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from msgspec import Meta
 
 from agentx.errors import ConfigError
 from agentx.replayer.secrets import redact, secret_free_repr
+from agentx.replayer.slo import Slos
 from agentx.replayer.url import base_url
 from agentx.trace.chain_rules import DEFAULT_RULES, ChainRules
 
@@ -56,6 +57,7 @@ LOAD: Final = "Load"
 AGENTX: Final = "AgentX scenario"
 TRACE: Final = "Trace"
 PROMPTS: Final = "Prompts"
+OUTPUT: Final = "Output"
 
 Seconds = Annotated[float, Meta(ge=0)]
 PositiveSeconds = Annotated[float, Meta(gt=0)]
@@ -358,6 +360,20 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
             group=AGENTX,
         ),
     ] = None
+
+    slo: Annotated[
+        Slos,
+        _help(
+            "A per-request objective METRIC=VALUE with a unit, s or ms (repeatable): ttft, tpot or e2el, e.g. "
+            "ttft=2s, tpot=50ms; the summary's goodput counts the requests meeting every one.",
+            flag="--slo",
+            metavar="METRIC=VALUE",
+            repeat=True,
+            group=OUTPUT,
+            late=True,
+        ),
+    ] = Slos()
+    """The targets each record is judged against as it is made (`RequestRecord.slo_met`, agentx.replayer.slo)."""
 
     def __post_init__(self) -> None:
         if self.token_high <= self.token_low:

@@ -36,7 +36,7 @@ from agentx.errors import ConfigError
 from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.6"
+FORMAT_VERSION: Final = "1.7"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
 
 MAX_ERROR_MESSAGE: Final = 500
@@ -118,6 +118,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     ttft_s: float | None = None
     e2e_s: float | None = None
     itl_s: float | None = None
+    slo_met: bool | None = None
+    """Whether the request met every `--slo` target (agentx.replayer.slo), set by whoever makes the record (the
+    run's targets are not the record's); None when the run had none. `msgspec.structs.replace` keeps it as is."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -223,6 +226,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("ttft_s", _FLOAT), "derived: (first_token − sent), seconds"),
     (pa.field("e2e_s", _FLOAT), "derived: (last_token − sent), seconds (AIPerf's request_latency)"),
     (pa.field("itl_s", _FLOAT), "derived: (e2e − ttft)/(OSL − 1), OSL = server count else streamed; null if OSL < 2"),
+    (
+        pa.field("slo_met", pa.bool_()),
+        "met every --slo target: ok, and each of TTFT, TPOT (if OSL ≥ 2), E2EL at most its target; null: no --slo",
+    ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
 COLUMN_NAMES: Final = [field.name for field in SCHEMA]
@@ -420,6 +427,9 @@ def describe_layout() -> str:
         "  with ISL = `isl_server_tokens` else `isl_sent_tokens` and OSL = `osl_server_tokens` else",
         "  `osl_streamed_tokens` (the OSL `itl_s` uses).",
         "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks`.",
+        "- Goodput (with `--slo`) = the profiling rows with `slo_met` true, per second of that duration; the fraction",
+        "  meeting the SLOs is over the profiling rows not cancelled (`error_kind` ≠ `cancelled`). Files from",
+        "  before format 1.7 have no `slo_met`.",
         "",
     ]
     return "\n".join(lines)

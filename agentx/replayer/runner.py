@@ -96,6 +96,7 @@ class Runner:
             on_record=on_record,
             notice=self.notice,
             fail_run=self.stop,
+            slo=options.scenario.slo,
         )
         shard_index, shard_count = options.runtime.shard
         # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every

@@ -3,9 +3,10 @@
 - `Sender.send`: streams the body (agentx.replayer.client), keeps the idle caps informed, and after the grace
   period (`hard_stop`) ends what is in flight as cancelled, keeping what had arrived. `Sender.admit` counts the
   profiling requests against the request cap (`Scenario.num_requests`).
-- `Recorder.record`: the exchange as a `RequestRecord`, written (agentx.replayer.record_writer) and handed to
-  `on_record` as its request ends. The counters are what the run needs while it goes: requests and errors for
-  `RunResult`, and the profiling error ratio that `failed_request_threshold` judges (docs/agentx.md §5).
+- `Recorder.record`: the exchange as a `RequestRecord`, judged against the run's `--slo` targets
+  (agentx.replayer.slo), written (agentx.replayer.record_writer) and handed to `on_record` as its request ends. The
+  counters are what the run needs while it goes: requests and errors for `RunResult`, and the profiling error ratio
+  that `failed_request_threshold` judges (docs/agentx.md §5).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agentx.replayer.plan import Step
 from agentx.replayer.play import Play
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase, RequestRecord
+from agentx.replayer.slo import Slos
 
 OnRecord = Callable[[RequestRecord], None]
 FAILURE_THRESHOLD_MIN_REQUESTS: Final = 10
@@ -47,8 +49,10 @@ class Recorder:
         on_record: OnRecord | None,
         notice: Callable[[str], None],
         fail_run: Callable[[], None],
+        slo: Slos | None = None,
     ) -> None:
         self.writer = writer
+        self.slo = slo or Slos()
         self.run_id = run_id
         self.start_ns = start_ns
         self.marker_tokens = marker_tokens
@@ -133,6 +137,7 @@ class Recorder:
             error_message=exchange.error_message,
             http_status=exchange.status or None,
         )
+        record.slo_met = self.slo.met(record)  # judged on the derived latencies, before the record is written
         self.requests += 1
         if record.status == "error":
             self.errors += 1

@@ -32,6 +32,7 @@ from agentx.results.cost import (
 )
 from agentx.results.folders import SWEEP_FILE, RunFile, read_index, read_run_file
 from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
+from agentx.results.goodput import slo_text
 from agentx.results.report_notes import price_problem, target_note, with_target
 from agentx.results.summary import Summary, summarize
 
@@ -97,6 +98,14 @@ class LevelRow(msgspec.Struct, kw_only=True):
     tpot_p90_s: float | None = None
     requests: int = 0
     on_front: bool = False
+    slo: str | None = None
+    """The level's `--slo` targets ("TTFT ≤ 2 s, TPOT ≤ 50 ms"); None: the run had none."""
+    slo_met: int | None = None
+    slo_judged: int | None = None
+    slo_met_fraction: float | None = None
+    goodput_requests_per_s: float | None = None
+    goodput_output_tps_per_gpu: float | None = None
+    """Output tokens/s of the requests meeting every SLO, per GPU (agentx.results.goodput)."""
 
 
 class TargetRow(msgspec.Struct, kw_only=True):
@@ -286,7 +295,7 @@ def _frontier_of(series: Series, options: ReportOptions) -> tuple[Frontier, dict
     return frontier(list(points.values()), options.frontier), points, num_gpus
 
 
-def _level_row(level: Level, found: Point | None, on_front: bool) -> LevelRow:
+def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int | None) -> LevelRow:
     row = LevelRow(
         label=level.label,
         concurrency=level.concurrency,
@@ -307,6 +316,13 @@ def _level_row(level: Level, found: Point | None, on_front: bool) -> LevelRow:
             row.ttft_p50_s, row.ttft_p90_s = latency.ttft_s.p50, latency.ttft_s.p90
         if latency.itl_s is not None:
             row.tpot_p50_s, row.tpot_p90_s = latency.itl_s.p50, latency.itl_s.p90
+        good = level.summary.goodput
+        if good is not None:
+            row.slo = slo_text(good.targets_s) or "--slo"
+            row.slo_met, row.slo_judged, row.slo_met_fraction = good.met, good.judged, good.met_fraction
+            row.goodput_requests_per_s = good.requests_per_s
+            if good.output_tps is not None:
+                row.goodput_output_tps_per_gpu = good.output_tps / (num_gpus or 1)
     return row
 
 
@@ -326,7 +342,7 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
     )
     front, points, num_gpus = _frontier_of(series, options)
     on_front = {p.label for p in front.front}
-    rows = [_level_row(level, points.get(level.label), level.label in on_front) for level in series.levels]
+    rows = [_level_row(level, points.get(level.label), level.label in on_front, num_gpus) for level in series.levels]
     sku = options.gpu_sku or series.gpu_sku
     tiers = prices_for(prices, sku, options.usd_per_gpu_hour)
     tier = GIVEN_TIER if options.usd_per_gpu_hour is not None else options.tier

@@ -30,6 +30,7 @@ from agentx.replayer.server_metrics import (
     ServerMetrics,
 )
 from agentx.results.columns import equals, flat, floats, has, ints_or, strings
+from agentx.results.goodput import goodput
 from agentx.results.plays import rollups, slowdown
 from agentx.results.stats import FloatArray, Stats, percentiles_sorted, positive, stats
 from agentx.results.summary_model import (
@@ -100,11 +101,13 @@ def summarize(
         chunk_itl_s=stats(chunk_gaps_s),
         chunk_tokens=stats(chunk_tokens),
     )
+    throughput = _throughput(table, num_gpus)
     return Summary(
         run_id=_run_id(records),
         counts=counts,
         latency=latency,
-        throughput=_throughput(table, num_gpus),
+        goodput=goodput(records, profiling, throughput.duration_s if throughput is not None else None),
+        throughput=throughput,
         cache=_cache(table, server_metrics),
         dispatch_lag=_dispatch_lag(records.filter(pa.array(profiling)) if records.num_rows else records),
         loop_lag=_loop_lag(loop_lag_s),

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from agentx.results.acceptance import Acceptance
+from agentx.results.goodput import Goodput
 from agentx.results.stats import Stats
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import Validity
@@ -147,6 +148,8 @@ class Summary(msgspec.Struct, kw_only=True):
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
     validity: Validity | None = None
     """Whether the run is a valid AgentX submission, and why not (agentx.results.validity), when known."""
+    goodput: Goodput | None = None
+    """The requests meeting every `--slo` target, per second and as a share (agentx.results.goodput); None without."""
     acceptance: Acceptance | None = None
     """Forced and realized speculative acceptance (agentx.results.acceptance), when forced or seen on the server."""
     server_telemetry: ServerTelemetry | None = None
