@@ -38,6 +38,7 @@ FOREIGN: dict[str, str] = {
     "--metrics": "llama.cpp's llama-server",
     "--enable-prompt-tokens-details": "vLLM",
     "--num-prompts": "vLLM bench",
+    "--goodput": "vLLM bench (and AIPerf; docs/replay.md compares --slo with it)",
     "--num-speculative-tokens": "a server launch script (docs/results.md's --before-level example)",
     # the repository's tools and scripts
     "--strict": "mypy",
