@@ -113,6 +113,8 @@ class Telemetry:
             await self.clock.until_quiet(QUIET_SPAN_NS, SEND_PATIENCE_S)
         sent_ns = time.perf_counter_ns()
         try:
+            # The client's whole-answer GET with its status (it asks for JSON: Prometheus exporters answer their text
+            # format to any Accept but OpenMetrics', trtllm-serve its JSON at /metrics, which is then passed over).
             status, body = await self.client.request_json("GET", self.endpoint, timeout_s=METRICS_TIMEOUT_S)
         except ServerUnreachable as exc:
             self._failed(str(exc))
