@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+from agentx.replayer.limits import tree_limit
 from agentx.replayer.options import AgentxLoad, ReplayOptions, TraceLoad
 from agentx.replayer.play import PreparedTrace
 from agentx.trace.model import Trace
@@ -24,25 +25,15 @@ def planned_requests(trace: Trace | PreparedTrace, options: ReplayOptions) -> in
     ends by time only. Pass the `PreparedTrace` the run gets, so the first trees of an `agentx` run are planned
     once (module docstring)."""
     cap = options.scenario.num_requests
-    trees = _tree_limit(options)
-    if trees is None:
+    if tree_limit(options.scenario, 0) is None:
         return cap
     from agentx.replayer.preparation import prepare_trace
 
     prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
+    trees = tree_limit(options.scenario, len(prepared.trace.sessions))
+    assert trees is not None
     by_trees = _requests_of_trees(prepared, options, trees)
     return by_trees if cap is None else min(by_trees, cap)
-
-
-def _tree_limit(options: ReplayOptions) -> int | None:
-    """The trees the run starts, as agentx.replayer.runner counts them: `sessions`; one pass (-1 here) without a
-    duration or a request cap; None: unbounded."""
-    scenario = options.scenario
-    if scenario.sessions is not None:
-        return scenario.sessions
-    if scenario.duration_s is None and scenario.num_requests is None:
-        return -1
-    return None
 
 
 def _order(prepared: PreparedTrace, options: ReplayOptions) -> Iterator[int]:
@@ -59,12 +50,10 @@ def _order(prepared: PreparedTrace, options: ReplayOptions) -> Iterator[int]:
 
 
 def _requests_of_trees(prepared: PreparedTrace, options: ReplayOptions, limit: int) -> int:
-    """Profiling requests of the first `limit` trees (-1: one pass of the sessions kept)."""
+    """Profiling requests of the first `limit` trees."""
     sessions = prepared.trace.sessions
     if prepared.trace.request_count == 0:
         return 0  # the engine starts no tree
-    if limit < 0:
-        limit = len(sessions)
     order = _order(prepared, options)
     started = 0
     requests = 0

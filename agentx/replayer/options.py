@@ -22,19 +22,59 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 from agentx.errors import ConfigError
+from agentx.replayer.load import (
+    DEFAULT_WINDOW,
+    LOADS,
+    AgentxLoad,
+    ClosedLoad,
+    LaneLoad,
+    Load,
+    Mode,
+    RateLoad,
+    TraceLoad,
+    lanes,
+)
+from agentx.replayer.option_fields import AGENTX, OUTPUT, PROMPTS, TRACE, Fraction, PositiveSeconds, Seconds
+from agentx.replayer.option_fields import field_help as _help
 from agentx.replayer.secrets import redact, secret_free_repr
+from agentx.replayer.server_options import AFFINITY_HEADERS, Connection, Server
 from agentx.replayer.slo import Slos
-from agentx.replayer.url import base_url
 from agentx.trace.chain_rules import DEFAULT_RULES, ChainRules
 
 if TYPE_CHECKING:
-    from agentx.replayer.tls import TLSSettings
+    pass
+
+__all__ = [
+    "AFFINITY_HEADERS",
+    "CONTEXT_OVERFLOW_SUBSTRINGS",
+    "DEFAULT_WINDOW",
+    "LOADS",
+    "AgentxLoad",
+    "ClosedLoad",
+    "Connection",
+    "DecodeOptions",
+    "LaneLoad",
+    "Load",
+    "Mode",
+    "RateLoad",
+    "ReplayOptions",
+    "Runtime",
+    "Scenario",
+    "Server",
+    "SessionOrder",
+    "Speculative",
+    "TraceLoad",
+    "checked",
+    "flat_options",
+    "lanes",
+]
+"""The parts live in load.py and server_options.py; every name of the options is imported from here."""
 
 CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
     "context length",
@@ -43,219 +83,7 @@ CONTEXT_OVERFLOW_SUBSTRINGS: Final = (
     "prompt is too long",
 )
 """An error answer whose text holds one of these is a context overflow (`Scenario.context_overflow_substrings`)."""
-DEFAULT_WINDOW: Final = (0.25, 0.75)
-"""Where in each session's span a lane's t* falls, as InferenceX runs AgentX (the scenario file's own default is
-0.0–1.0); agentx.replayer.tstar."""
-AFFINITY_HEADERS: Final = ("X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID")
-"""Headers a router may key session affinity on; `Server.affinity_headers` picks among them."""
-Mode = Literal["agentx", "closed", "trace", "rate"]
 SessionOrder = Literal["sequential", "shuffle", "random"]
-AffinityHeader = Literal["X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-ID"]
-
-# The `--help` sections of fields listed apart from their part's (agentx.cli.flags.HELP_GROUPS orders them all).
-LOAD: Final = "Load"
-AGENTX: Final = "AgentX scenario"
-TRACE: Final = "Trace"
-PROMPTS: Final = "Prompts"
-OUTPUT: Final = "Output"
-
-Seconds = Annotated[float, Meta(ge=0)]
-PositiveSeconds = Annotated[float, Meta(gt=0)]
-Fraction = Annotated[float, Meta(ge=0, le=1)]
-
-
-def _help(text: str, **extra: Any) -> Meta:
-    return Meta(extra={"help": text, **extra})
-
-
-class Server(msgspec.Struct, frozen=True, kw_only=True):
-    """Where requests go and what every request carries."""
-
-    url: Annotated[str, _help("Server base URL (host:port means http://host:port).", metavar="URL")]
-    """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."""
-    model: Annotated[str, _help("Served model.")]
-    """The served model requests name (a session's main model maps to it, docs/agentx.md §2f)."""
-    models: tuple[str, ...] = ()
-    """More served models: a session's i-th distinct recorded model (main model first) maps to
-    `(model, *models)[i % n]`."""
-    api: Annotated[
-        Literal["completions", "chat"],
-        _help("completions: token-id prompts (exact); chat: messages of calibrated text.", group=PROMPTS),
-    ] = "completions"
-    api_key: Annotated[
-        str | None,
-        _help(
-            "The key sent as Authorization: Bearer KEY (default: from --api-key-env). Other users may see a "
-            "command line; the environment variable is safer.",
-            metavar="KEY",
-        ),
-    ] = None
-    """Bearer token; never written to records, logs or reports."""
-    headers: Annotated[
-        tuple[tuple[str, str], ...],
-        _help("Extra request header NAME:VALUE (repeatable).", flag="--header", metavar="NAME:VALUE", repeat=True),
-    ] = ()
-    """Extra request headers, sent with every call to the server."""
-    extra_body: Annotated[
-        dict[str, Any] | None, _help("JSON object merged into every request body.", metavar="JSON")
-    ] = None
-    stream_usage: Annotated[
-        Literal["auto", "continuous", "final", "none"],
-        _help("Usage to ask for in stream_options (auto: probe the server)."),
-    ] = "auto"
-    """`auto` probes the server once before the run (continuous usage if it takes it, else final usage only,
-    else no stream_options); the others force one choice."""
-    tokenizer: Annotated[
-        str | None,
-        _help(
-            "With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
-            metavar="PATH",
-            group=PROMPTS,
-        ),
-    ] = None
-    affinity_headers: Annotated[
-        tuple[AffinityHeader, ...],
-        _help(
-            "Also send the play's correlation id in this header (repeatable), for router affinity.",
-            flag="--affinity-header",
-        ),
-    ] = ()
-    """Extra headers that carry the play's X-Correlation-ID value too, for routers that keep a session on one
-    worker by another header."""
-
-    def __post_init__(self) -> None:
-        from agentx.replayer.http1 import check_header  # asyncio and ssl: not for `agentx --help`
-
-        base_url(self.url)  # BadURLError (a ValueError) names what is wrong with it
-        for name, value in self.headers:
-            check_header(name, value)
-
-    def __repr__(self) -> str:
-        return secret_free_repr(self)  # the API key, header values and a URL's password never show
-
-
-class Connection(msgspec.Struct, frozen=True, kw_only=True):
-    """The connection pool and the timeouts of every call."""
-
-    max_connections: Annotated[int, Meta(ge=1)] | None = None
-    """Pool size (default: 2 × concurrency; unbounded in the open-loop modes)."""
-    connect_timeout_s: PositiveSeconds = 10.0
-    """Opening a connection that takes longer fails the request as a timeout of kind "connect"."""
-    idle_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)] | None,
-        _help(
-            "A request that receives no byte for S seconds fails as a timeout (kind: idle).",
-            none="off",
-            metavar="S|off",
-        ),
-    ] = 300.0
-    request_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)] | None,
-        _help(
-            "A request still running after S seconds fails as a timeout (kind: request).",
-            none="off",
-            metavar="S|off",
-            flag="--request-timeout",
-            alias="--request-timeout-seconds",
-        ),
-    ] = None
-    tls_verify: Annotated[
-        bool, _help("Check an https server's certificate and host name (off: encrypted, but unchecked).")
-    ] = True
-    ca_bundle: Annotated[
-        str | None,
-        _help(
-            "A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server).",
-            metavar="PATH",
-        ),
-    ] = None
-
-    def __post_init__(self) -> None:
-        if self.ca_bundle is not None and not self.tls_verify:
-            raise ValueError("a CA bundle is only used when certificates are verified; pass one or the other")
-
-    @property
-    def tls(self) -> TLSSettings:
-        """The certificate checks of every call (agentx.replayer.tls; ssl loads when a client is made)."""
-        from agentx.replayer.tls import TLSSettings
-
-        return TLSSettings(verify=self.tls_verify, ca_bundle=self.ca_bundle)
-
-
-Concurrency = Annotated[int, Meta(ge=1), _help("Lanes (session trees).")]
-Ramp = Annotated[Seconds, _help("Spread the lanes' first trees over this many seconds.")]
-
-
-class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_field="mode"):
-    """The AgentX scenario (docs/agentx.md §4d–§4e): lanes resume at t* after a warmup, recycled trees start at
-    turn 0, and every tree carries a cache-bust marker."""
-
-    mode: ClassVar[Mode] = "agentx"
-    concurrency: Concurrency = 1
-    ramp_s: Ramp = 0.0
-    tstar_window: Annotated[
-        tuple[Fraction, Fraction],
-        _help("agentx: where in each session's span a lane's t* falls.", metavar="LOW,HIGH", group=AGENTX),
-    ] = DEFAULT_WINDOW
-    """InferenceX runs 0.25–0.75, the scenario file 0–1."""
-    warmup: Annotated[Literal["spread", "burst"], _help("agentx: primer timing.", group=AGENTX)] = "spread"
-    """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
-    reference's `--burst-phase-starts`): all primers at once."""
-    warmup_requests_per_lane: Annotated[
-        int,
-        Meta(ge=0),
-        _help("agentx: cache-pressure requests per lane after the primers (InferenceX: 10).", group=AGENTX),
-    ] = 0
-    warmup_max_tokens: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        _help("agentx: output tokens of a warmup primer.", none="recorded", metavar="N|recorded", group=AGENTX),
-    ] = 1
-    """The reference's code sends 1; None: the recorded output."""
-    cache_bust: Annotated[
-        Literal["marker", "salt", "off"],
-        _help("agentx: a per-tree marker in every prompt, or as cache_salt, or none.", group=AGENTX),
-    ] = "marker"
-    benchmark_id: str | None = None
-    """The run-level key of the cache-bust markers (docs/agentx.md §2e); None: the run id, fresh every run."""
-
-    def __post_init__(self) -> None:
-        low, high = self.tstar_window
-        if not 0.0 <= low <= high <= 1.0:
-            raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {self.tstar_window}")
-
-
-class ClosedLoad(msgspec.Struct, frozen=True, kw_only=True, tag="closed", tag_field="mode"):
-    """Lanes of session trees, every tree from turn 0: no warmup, no marker."""
-
-    mode: ClassVar[Mode] = "closed"
-    concurrency: Concurrency = 1
-    ramp_s: Ramp = 0.0
-
-
-class TraceLoad(msgspec.Struct, frozen=True, kw_only=True, tag="trace", tag_field="mode"):
-    """Open loop: each session starts at its recorded start (÷ `speedup`); records have `lane = -1`."""
-
-    mode: ClassVar[Mode] = "trace"
-    speedup: Annotated[float, Meta(gt=0), _help("trace: time ÷.")] = 1.0
-    """Divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
-
-
-class RateLoad(msgspec.Struct, frozen=True, kw_only=True, tag="rate", tag_field="mode"):
-    """Open loop: sessions arrive at `rate` per second (agentx.replayer.arrivals)."""
-
-    mode: ClassVar[Mode] = "rate"
-    rate: Annotated[float, Meta(gt=0), _help("rate: session arrivals per second.")]
-    burstiness: Annotated[float, Meta(gt=0), _help("rate: gamma shape of the gaps (1: Poisson).")] = 1.0
-
-
-Load = AgentxLoad | ClosedLoad | TraceLoad | RateLoad
-LaneLoad = AgentxLoad | ClosedLoad
-LOADS: Final = (AgentxLoad, ClosedLoad, TraceLoad, RateLoad)
-
-
-def lanes(load: Load) -> int:
-    """Lanes of a closed-loop load; 0 for an open loop, which has none."""
-    return load.concurrency if isinstance(load, AgentxLoad | ClosedLoad) else 0
 
 
 class Scenario(msgspec.Struct, frozen=True, kw_only=True):

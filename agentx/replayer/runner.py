@@ -1,5 +1,5 @@
 """The schedule of a run: lanes of session trees (or open-loop arrivals), each tree's steps as a DAG, each step
-sent when it is due (docs/agentx.md §3a, §4; docs/replay.md). The pieces it composes: bodies
+sent when it is due (agentx.replayer.due; docs/agentx.md §3a, §4; docs/replay.md). The pieces it composes: bodies
 (agentx.replayer.bodies), records and counters (agentx.replayer.recording), the AgentX warmup and the profiling
 gate (agentx.replayer.warmup), idle caps (agentx.replayer.idle) and work off the loop (agentx.replayer.offloop).
 """
@@ -13,21 +13,23 @@ import logging
 import time
 from collections.abc import Iterator
 
+from agentx.replayer import due
 from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
 from agentx.replayer.bodies import BodyBuilder
 from agentx.replayer.client import Client
 from agentx.replayer.clock import DispatchClock
 from agentx.replayer.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
 from agentx.replayer.idle import IdleCaps
+from agentx.replayer.limits import shard_share, tree_limit
 from agentx.replayer.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
 from agentx.replayer.options import AgentxLoad, LaneLoad, RateLoad, ReplayOptions, TraceLoad, lanes
-from agentx.replayer.plan import Step, join_due, session_order
+from agentx.replayer.plan import Step, session_order
 from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase
 from agentx.replayer.sending import OnRecord, Recorder, Sender
 from agentx.replayer.tstar import Snapshot, snapshot, t_star
-from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, first_offset_cut, lane_start, send_primers
+from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, lane_start, send_primers
 from agentx.trace.model import Trace
 
 FLUSH_EVERY_S = 0.05
@@ -42,22 +44,11 @@ _log = logging.getLogger(__name__)
 
 
 def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
-    """How many trees this shard starts: `sessions`, else one pass without a duration or a request cap; None: until
-    the deadline or the cap."""
-    scenario = options.scenario
+    """How many trees this shard starts (agentx.replayer.limits); None: until the deadline or the cap."""
     if trace.request_count == 0:
         return 0
-    if scenario.sessions is not None:
-        return _share(scenario.sessions, options)
-    if scenario.duration_s is None and scenario.num_requests is None:
-        return _share(len(trace.sessions), options)
-    return None
-
-
-def _share(limit: int, options: ReplayOptions) -> int:
-    """This shard's share of a run-wide count: the positions below `limit` dealt to it round-robin."""
-    shard_index, shard_count = options.runtime.shard
-    return max(0, -(-(limit - shard_index) // shard_count))
+    limit = tree_limit(options.scenario, len(trace.sessions))
+    return None if limit is None else shard_share(limit, options.runtime.shard)
 
 
 class Runner:
@@ -124,7 +115,7 @@ class Runner:
         self.gate = ProfilingGate()
         self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
         cap = options.scenario.num_requests
-        self.sender.request_cap = None if cap is None else _share(cap, options)
+        self.sender.request_cap = None if cap is None else shard_share(cap, options.runtime.shard)
         self.sender.on_cap = self.halt
         self.tstar: list[LaneStart] = []
         self.skipped_context_overflow = 0
@@ -422,24 +413,14 @@ class Runner:
                 if phase != "profiling":
                     sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
             first_live = state is not None and step.index in state.first_live
-            if step.anchor is None:
-                base_ns = tree.start_ns
-            else:
-                base_ns = (tree.sent_ns if step.from_anchor_send else tree.completed_ns)[step.anchor]
-            if state is not None and first_live:
-                load = self.options.load
-                burst = isinstance(load, AgentxLoad) and load.warmup == "burst"
-                cut_s = first_offset_cut(state, burst, self.options.scenario.tree_idle_cap_s)
-                offset_s = state.first_live[step.index] - cut_s
-                due_ns = self.gate.start_ns + int(offset_s * self.delay_scale * 1e9)
-            else:
-                due_ns = base_ns + int(step.delay_s * self.delay_scale * 1e9)
-            # A join whose last subagent completed after the agent's previous turn goes out at once (§3a).
-            due_ns = int(join_due(base_ns, due_ns - base_ns, [tree.completed_ns[joined] for joined in step.joins]))
-            for barrier in step.barriers:
-                due_ns = max(due_ns, tree.completed_ns[barrier])
-            # After a cache-pressure stage, a turn due before the profiling start goes out at it (§4d).
-            due_ns = max(due_ns, self.gate.start_ns)
+            due_ns = due.due_ns(
+                tree,
+                step,
+                profiling_start_ns=self.gate.start_ns,
+                load=self.options.load,
+                tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
+                delay_scale=self.delay_scale,
+            )
             if step.depth > 0 and step.turn == 0 and not first_live:
                 # A subagent's first turn waits a plain sleep that no idle cap moves, as the reference's
                 # (`timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).

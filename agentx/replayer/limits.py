@@ -1,0 +1,22 @@
+"""How many session trees a run starts, and each `--workers` shard's share of a run-wide count: what the runner
+obeys (agentx.replayer.runner) and the progress bar counts with (agentx.cli.planned)."""
+
+from __future__ import annotations
+
+from agentx.replayer.options import Scenario
+
+
+def tree_limit(scenario: Scenario, session_count: int) -> int | None:
+    """Trees the whole run starts: `sessions`; one pass of its `session_count` sessions when neither a duration nor a
+    request cap bounds it; None: until the deadline or the cap."""
+    if scenario.sessions is not None:
+        return scenario.sessions
+    if scenario.duration_s is None and scenario.num_requests is None:
+        return session_count
+    return None
+
+
+def shard_share(limit: int, shard: tuple[int, int]) -> int:
+    """Shard `(index, count)`'s share of a run-wide count: the positions below `limit` dealt to it round-robin."""
+    shard_index, shard_count = shard
+    return max(0, -(-(limit - shard_index) // shard_count))
