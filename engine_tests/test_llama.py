@@ -116,7 +116,7 @@ def test_completions_replay_is_exact(llama: LlamaServer, tmp_path: Path) -> None
     for record in records:
         assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens, record
         assert record.osl_server_tokens == record.osl_recorded_tokens
-        assert record.ttft_s is not None and record.e2e_s is not None
+        assert record.ttft_s is not None and record.e2el_s is not None
     # The replay's structure is the trace's: every agent's turns, in order.
     by_agent: dict[tuple[str, str], list[int]] = {}
     for record in sorted(records, key=lambda r: r.sent_ns):

@@ -120,7 +120,7 @@ def close(a: float, b: float) -> bool:
 def assert_matches_summary(aggregate: dict[str, Any], summary: Summary) -> None:
     assert aggregate["kept"] == summary.counts.kept
     latency = summary.latency
-    for key, ours in (("ttft", latency.ttft_s), ("e2el", latency.e2e_s), ("itl", latency.itl_s)):
+    for key, ours in (("ttft", latency.ttft_s), ("e2el", latency.e2el_s), ("itl", latency.tpot_s)):
         theirs = aggregate[key]
         assert (theirs is None) == (ours is None), key
         if theirs is not None and ours is not None:

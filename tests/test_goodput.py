@@ -139,7 +139,7 @@ def test_a_request_meets_the_slos_when_each_given_metric_is_at_most_its_target(
     slos = Slos(ttft_s=ttft_s, tpot_s=tpot_s, e2el_s=e2el_s)
     expected = all(
         target is None or value is None or value <= target
-        for value, target in ((record.ttft_s, ttft_s), (record.itl_s, tpot_s), (record.e2e_s, e2el_s))
+        for value, target in ((record.ttft_s, ttft_s), (record.tpot_s, tpot_s), (record.e2el_s, e2el_s))
     )
     assert slos.met(record) == (None if not slos.targets_s() else expected)
 
@@ -261,7 +261,7 @@ def test_streamed_records_carry_their_verdict(tmp_path: Path) -> None:
 
     with SimServer(time_scale=0.01, block_size=16) as sim:
         streamed = asyncio.run(run(sim.url, sim.model))
-    expected = [r.ttft_s is not None and r.ttft_s <= 10.0 and (r.itl_s or 0.0) <= 1e-4 for r in streamed]
+    expected = [r.ttft_s is not None and r.ttft_s <= 10.0 and (r.tpot_s or 0.0) <= 1e-4 for r in streamed]
     assert len(streamed) == 4 and [record.slo_met for record in streamed] == expected
     written = read_records(tmp_path / "records.arrow").to_pylist()
     by_request = {row["request_id"]: row["slo_met"] for row in written}

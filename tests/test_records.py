@@ -109,30 +109,30 @@ def test_derived_latencies() -> None:
     record = make()
     assert record.dispatch_lag_s == pytest.approx(0.002)
     assert record.ttft_s == pytest.approx(0.050)
-    assert record.e2e_s == pytest.approx(1.050)
-    assert record.itl_s == pytest.approx(1.0 / 100)  # (E2E − TTFT)/(OSL − 1)
+    assert record.e2el_s == pytest.approx(1.050)
+    assert record.tpot_s == pytest.approx(1.0 / 100)  # (E2E − TTFT)/(OSL − 1)
 
 
 def test_itl_uses_the_server_osl_when_reported() -> None:
-    assert make(osl_server_tokens=11).itl_s == pytest.approx(0.1)
-    assert make(osl_server_tokens=None, osl_streamed_tokens=51).itl_s == pytest.approx(0.02)
+    assert make(osl_server_tokens=11).tpot_s == pytest.approx(0.1)
+    assert make(osl_server_tokens=None, osl_streamed_tokens=51).tpot_s == pytest.approx(0.02)
 
 
 @pytest.mark.parametrize("osl", [0, 1])
 def test_itl_is_null_below_two_output_tokens(osl: int) -> None:
-    assert make(osl_streamed_tokens=osl).itl_s is None
-    assert make(osl_server_tokens=osl, osl_streamed_tokens=500).itl_s is None
+    assert make(osl_streamed_tokens=osl).tpot_s is None
+    assert make(osl_server_tokens=osl, osl_streamed_tokens=500).tpot_s is None
 
 
 def test_no_content_means_null_ttft_e2e_and_itl() -> None:
     record = make(first_token_ns=None, last_token_ns=None, chunk_times_ns=[], chunk_tokens=[], status="error")
-    assert (record.ttft_s, record.e2e_s, record.itl_s) == (None, None, None)
+    assert (record.ttft_s, record.e2el_s, record.tpot_s) == (None, None, None)
     assert record.dispatch_lag_s == pytest.approx(0.002)
 
 
 def test_derived_fields_cannot_be_set_by_the_caller() -> None:
-    record = make(ttft_s=99.0, itl_s=-1.0, dispatch_lag_s=5.0)
-    assert (record.ttft_s, record.itl_s, record.dispatch_lag_s) == pytest.approx((0.05, 0.01, 0.002))
+    record = make(ttft_s=99.0, tpot_s=-1.0, dispatch_lag_s=5.0)
+    assert (record.ttft_s, record.tpot_s, record.dispatch_lag_s) == pytest.approx((0.05, 0.01, 0.002))
     later = msgspec.structs.replace(record, sent_ns=12_000_000)
     assert later.ttft_s == pytest.approx(0.040) and later.dispatch_lag_s == pytest.approx(0.012)
 
@@ -172,7 +172,7 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     batch = [make(turn=i, cached_tokens=i or None) for i in range(3)]
     assert write_jsonl(batch, tmp_path / "r.jsonl") == 3
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["itl_s"] == pytest.approx(0.01)
+    assert json.loads(lines[0])["tpot_s"] == pytest.approx(0.01)
     decoder = msgspec.json.Decoder(RequestRecord)
     assert [decoder.decode(line) for line in lines] == batch
 
@@ -191,7 +191,25 @@ def test_the_file_opens_in_plain_pyarrow(tmp_path: Path) -> None:
         writer.append(make())
     with pa.OSFile(str(path), "rb") as source:
         table = ipc.open_file(source).read_all()  # closed: an IPC file (docs/replay.md, Records and summary)
-    assert table.column("itl_s").to_pylist() == pytest.approx([0.01])
+    assert table.column("tpot_s").to_pylist() == pytest.approx([0.01])
+
+
+def test_a_file_before_vllms_names_reads_with_them(tmp_path: Path) -> None:
+    """Files before format 1.8 named TPOT `itl_s` and E2EL `e2e_s`: they read under the names used since, with
+    their metadata, so every consumer sees one layout."""
+    path = tmp_path / "r.arrow"
+    with RecordWriter(path, RUN) as writer:
+        writer.append(make())
+    new = read_records(path)
+    names = [{"tpot_s": "itl_s", "e2el_s": "e2e_s"}.get(name, name) for name in new.column_names]
+    old = new.rename_columns(names).replace_schema_metadata(new.schema.metadata)
+    with pa.OSFile(str(tmp_path / "old.arrow"), "wb") as sink, ipc.new_stream(sink, old.schema) as stream:
+        stream.write_table(old)
+    table = read_records(tmp_path / "old.arrow")
+    assert table.column_names == new.column_names and run_info(table) == RUN
+    assert table.column("tpot_s").to_pylist() == pytest.approx([0.01])
+    assert table.column("e2el_s").to_pylist() == new.column("e2el_s").to_pylist()
+    assert to_records(table) == to_records(new)
 
 
 def test_foreign_run_ids_and_appends_after_close_are_refused(tmp_path: Path) -> None:
@@ -333,7 +351,7 @@ def test_a_killed_writer_leaves_every_flushed_record(tmp_path: Path) -> None:
     recovered = to_records(read_records(path))
     assert len(recovered) >= flushed >= 700
     assert [record.turn for record in recovered] == list(range(len(recovered)))
-    assert all(record.itl_s == pytest.approx(90 / 3 / 1e9) for record in recovered)
+    assert all(record.tpot_s == pytest.approx(90 / 3 / 1e9) for record in recovered)
 
 
 def test_a_file_cut_anywhere_yields_its_complete_batches(tmp_path: Path) -> None:

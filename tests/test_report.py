@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -21,6 +22,7 @@ from agentx.cli import main
 from agentx.cli.layout import FittedTable
 from agentx.cli.report_tables import MISSING, report_markdown, report_tables
 from agentx.replayer.run_folder import RUN_FILE
+from agentx.results.folders import read_run_file
 from agentx.results.report import ReportOptions, build_report, load_series
 from agentx.results.report_notes import suggest_targets, with_target
 
@@ -242,3 +244,18 @@ def test_suggested_targets_are_round_and_inside_the_range() -> None:
     assert with_target((30.0, 50.0), 40.0) == (30.0, 40.0, 50.0)
     assert with_target((50.0, 30.0), 40.0) == (50.0, 30.0, 40.0)
     assert with_target((30.0, 50.0), 50.0) == (30.0, 50.0)
+
+
+def test_a_run_json_before_vllms_names_reads_with_them(sweep_dir: Path, tmp_path: Path) -> None:
+    """run.json files before the summary used vLLM's names held TPOT as `itl_s`, ITL as `chunk_itl_s` and E2EL as
+    `e2e_s`: they read into today's fields, so `agentx report` compares old and new runs alike."""
+    document = json.loads((sweep_dir / "c1" / RUN_FILE).read_text())
+    latency = document["summary"]["latency"]
+    old = dict(latency)
+    old["chunk_itl_s"] = old.pop("itl_s")
+    old["itl_s"] = old.pop("tpot_s")
+    old["e2e_s"] = old.pop("e2el_s")
+    document["summary"]["latency"] = old
+    (tmp_path / RUN_FILE).write_text(json.dumps(document))
+    read = read_run_file(tmp_path / RUN_FILE)
+    assert msgspec.to_builtins(read.summary.latency) == latency

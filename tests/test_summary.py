@@ -161,16 +161,16 @@ def test_errors_and_warmup_are_counted_but_left_out_of_latency() -> None:
     assert ttft.p90 == pytest.approx(0.28)  # k = 1.8: 0.2 + 0.8·0.1
     assert ttft.std == pytest.approx(math.sqrt(0.02 / 3))  # pstdev
     assert ttft.min == pytest.approx(0.1) and ttft.max == pytest.approx(0.3)
-    e2e = summary.latency.e2e_s
+    e2e = summary.latency.e2el_s
     assert e2e is not None and e2e.count == 3 and e2e.max == pytest.approx(0.6)
 
 
-def test_itl_is_null_below_two_output_tokens_and_left_out() -> None:
+def test_tpot_is_null_below_two_output_tokens_and_left_out() -> None:
     one_token = rec(last_token_ns=1 * S + 100 * MS, chunk_times_ns=[1 * S + 100 * MS], chunk_tokens=[1])
     one_token = msgspec.structs.replace(one_token, osl_streamed_tokens=1)
-    assert one_token.itl_s is None
+    assert one_token.tpot_s is None
     summary = summarize(table([one_token, rec()]))
-    itl, ttft = summary.latency.itl_s, summary.latency.ttft_s
+    itl, ttft = summary.latency.tpot_s, summary.latency.ttft_s
     assert itl is not None and ttft is not None
     assert itl.count == 1 and itl.mean == pytest.approx(0.05)  # 0.5 s over 10 gaps
     assert ttft.count == 2  # the 1-token request still has a TTFT
@@ -180,7 +180,7 @@ def test_interactivity_is_one_over_itl_at_each_statistic() -> None:
     itls_s = [0.01, 0.02, 0.04, 0.05]
     records = [rec(last_token_ns=1 * S + 100 * MS + round(itl * 10 * S)) for itl in itls_s]  # OSL 11: 10 gaps
     summary = summarize(table(records))
-    itl, intvty = summary.latency.itl_s, summary.latency.interactivity_tps
+    itl, intvty = summary.latency.tpot_s, summary.latency.interactivity_tps
     assert itl is not None and intvty is not None
     assert itl.p90 == pytest.approx(percentile(itls_s, 90))
     assert intvty.p90 == pytest.approx(1 / percentile(itls_s, 90))  # the slow tail: 1/p90 ITL, not p90 of 1/ITL
@@ -201,7 +201,7 @@ def test_chunk_gaps_are_within_a_request_only() -> None:
     a = rec(chunk_times_ns=[10 * MS, 12 * MS, 15 * MS], chunk_tokens=[1, 4, 6])
     b = rec(chunk_times_ns=[100 * MS, 101 * MS], chunk_tokens=[1, 10])
     summary = summarize(table([a, b]))
-    gaps, tokens = summary.latency.chunk_itl_s, summary.latency.chunk_tokens
+    gaps, tokens = summary.latency.itl_s, summary.latency.chunk_tokens
     assert gaps is not None and tokens is not None
     assert gaps.count == 3  # 2 ms, 3 ms, 1 ms; not the 85 ms between the requests
     assert gaps.mean == pytest.approx(0.002)
@@ -353,7 +353,7 @@ def test_empty_table_gives_zero_counts() -> None:
 def test_only_failures_gives_no_latency_and_no_throughput() -> None:
     summary = summarize(table([failed("http"), failed("connection")]))
     assert summary.counts.kept == 0 and summary.counts.errors == 2
-    assert summary.throughput is None and summary.latency.e2e_s is None
+    assert summary.throughput is None and summary.latency.e2el_s is None
 
 
 def test_an_older_file_without_optional_columns() -> None:

@@ -106,7 +106,7 @@ def test_merging_shifts_each_file_onto_the_earliest_clock(tmp_path: Path) -> Non
     a, b = to_records(merged)
     assert (a.sent_ns, b.sent_ns) == (100, 350)
     assert b.chunk_times_ns == [360, 380] and b.end_ns == 381
-    assert (a.ttft_s, a.e2e_s, a.dispatch_lag_s) == (b.ttft_s, b.e2e_s, b.dispatch_lag_s)
+    assert (a.ttft_s, a.e2el_s, a.dispatch_lag_s) == (b.ttft_s, b.e2el_s, b.dispatch_lag_s)
 
 
 def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def _targets(text: str) -> tuple[float, ...]:
     type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
     default="p90",
     show_default=True,
-    help="Interactivity = 1/ITL at this statistic.",
+    help="Interactivity = 1/TPOT at this statistic (p90: the rate 90% of requests reached at least).",
 )
 @click.option(
     "--basis",

@@ -93,9 +93,9 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     latency_rows: list[list[str]] = []
     for name, stats, unit in (
         ("TTFT (ms)", lat.ttft_s, _ms),
-        ("TPOT (ms)", lat.itl_s, _ms),
-        ("ITL (ms)", lat.chunk_itl_s, _ms),
-        ("E2EL (ms)", lat.e2e_s, _ms),
+        ("TPOT (ms)", lat.tpot_s, _ms),
+        ("ITL (ms)", lat.itl_s, _ms),
+        ("E2EL (ms)", lat.e2el_s, _ms),
         ("tokens/chunk", lat.chunk_tokens, lambda v: _s(v, 2)),
     ):
         if stats is None:

@@ -3,7 +3,7 @@
 One `RequestRecord` per request sent (warmup included, tagged by `phase`). Times are integer
 nanoseconds on the run's monotonic clock, as offsets from the run start; the run's wall-clock epoch
 is stored once per file, so wall time = `agentx.wall_epoch_ns` + offset. The derived latencies
-(`dispatch_lag_s`, `ttft_s`, `e2e_s`, `itl_s`) are computed by the record itself from the raw times,
+(`dispatch_lag_s`, `ttft_s`, `tpot_s`, `e2el_s`) are computed by the record itself from the raw times,
 so every consumer gets the same definitions (docs/agentx.md §6).
 
 While a run goes the file is an uncompressed Arrow IPC **stream**: a sequence of self-delimiting
@@ -36,8 +36,11 @@ from agentx.errors import ConfigError
 from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.7"
-"""`MAJOR.MINOR`: a reader refuses a newer major version; minor versions only add columns or keys."""
+FORMAT_VERSION: Final = "1.8"
+"""`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
+`itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's)."""
+RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
+"""Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
 MAX_ERROR_MESSAGE: Final = 500
 """Error messages are cut to this many characters: a server's error page must not bloat the file."""
@@ -55,7 +58,7 @@ class RecordsError(ConfigError):
 class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     """One request of a replay run. Construct it with the raw fields; the derived ones are computed.
 
-    `dispatch_lag_s`, `ttft_s`, `e2e_s` and `itl_s` are always recomputed from the raw times in
+    `dispatch_lag_s`, `ttft_s`, `tpot_s` and `e2el_s` are always recomputed from the raw times in
     `__post_init__` (values passed for them are replaced), and `error_message` is scrubbed and cut
     to `MAX_ERROR_MESSAGE` characters. Change raw fields with `msgspec.structs.replace`, which
     re-derives; assigning an attribute in place would leave the derived fields stale.
@@ -116,8 +119,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     # derived in __post_init__
     dispatch_lag_s: float = 0.0
     ttft_s: float | None = None
-    e2e_s: float | None = None
-    itl_s: float | None = None
+    e2el_s: float | None = None
+    """End-to-end latency, vLLM's E2EL: the last token − sent (AIPerf's request_latency)."""
+    tpot_s: float | None = None
+    """Time per output token, vLLM's TPOT: (E2EL − TTFT) / (OSL − 1) (AIPerf's per-request inter_token_latency)."""
     slo_met: bool | None = None
     """Whether the request met every `--slo` target (agentx.replayer.slo), set by whoever makes the record (the
     run's targets are not the record's); None when the run had none. `msgspec.structs.replace` keeps it as is."""
@@ -126,10 +131,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
         first, last = self.first_token_ns, self.last_token_ns
         self.ttft_s = None if first is None else (first - self.sent_ns) / 1e9
-        self.e2e_s = None if last is None else (last - self.sent_ns) / 1e9
+        self.e2el_s = None if last is None else (last - self.sent_ns) / 1e9
         osl = self.osl_tokens
         # (E2E − TTFT) from the integer times: one rounding instead of three.
-        self.itl_s = None if first is None or last is None or osl < 2 else (last - first) / 1e9 / (osl - 1)
+        self.tpot_s = None if first is None or last is None or osl < 2 else (last - first) / 1e9 / (osl - 1)
         if self.error_message is not None:
             self.error_message = scrub(self.error_message)[:MAX_ERROR_MESSAGE]
 
@@ -224,8 +229,11 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     ),
     (pa.field("dispatch_lag_s", _FLOAT, nullable=False), "derived: (sent − scheduled), seconds"),
     (pa.field("ttft_s", _FLOAT), "derived: (first_token − sent), seconds"),
-    (pa.field("e2e_s", _FLOAT), "derived: (last_token − sent), seconds (AIPerf's request_latency)"),
-    (pa.field("itl_s", _FLOAT), "derived: (e2e − ttft)/(OSL − 1), OSL = server count else streamed; null if OSL < 2"),
+    (pa.field("e2el_s", _FLOAT), "derived: E2EL, (last_token − sent), seconds (AIPerf's request_latency)"),
+    (
+        pa.field("tpot_s", _FLOAT),
+        "derived: TPOT, (E2EL − TTFT)/(OSL − 1), OSL = server count else streamed; null if OSL < 2",
+    ),
     (
         pa.field("slo_met", pa.bool_()),
         "met every --slo target: ok, and each of TTFT, TPOT (if OSL ≥ 2), E2EL at most its target; null: no --slo",
@@ -357,7 +365,16 @@ def read_records(path: str | os.PathLike[str]) -> pa.Table:
     a records file, or was written by a newer major format version.
     """
     with RecordsReader(path) as reader:
-        return pa.Table.from_batches(list(reader.batches()), schema=reader.schema)
+        return renamed(pa.Table.from_batches(list(reader.batches()), schema=reader.schema))
+
+
+def renamed(table: pa.Table) -> pa.Table:
+    """A records table with the columns of a file before 1.8 under their names since (`RENAMED_COLUMNS`)."""
+    names = table.column_names
+    if not any(old in names and new not in names for old, new in RENAMED_COLUMNS.items()):
+        return table
+    columns = [new if (new := RENAMED_COLUMNS.get(name)) is not None and new not in names else name for name in names]
+    return table.rename_columns(columns).replace_schema_metadata(table.schema.metadata)  # renaming drops it
 
 
 def run_info(table: pa.Table) -> RunInfo:
@@ -422,10 +439,10 @@ def describe_layout() -> str:
         "## Aggregating (InferenceX conventions)",
         "",
         '- Keep rows with `phase = "profiling"` and `status = "ok"`.',
-        "- Latency statistics over `ttft_s`, `e2e_s`, `itl_s` (non-null, > 0); interactivity = 1/`itl_s`.",
+        "- Latency statistics over `ttft_s`, `tpot_s`, `e2el_s` (non-null, > 0); interactivity = 1/`tpot_s`.",
         "- Duration = (max `end_ns` − min `sent_ns`) / 1e9 over the kept rows; throughput = ΣISL, ΣOSL over it,",
         "  with ISL = `isl_server_tokens` else `isl_sent_tokens` and OSL = `osl_server_tokens` else",
-        "  `osl_streamed_tokens` (the OSL `itl_s` uses).",
+        "  `osl_streamed_tokens` (the OSL `tpot_s` uses).",
         "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks`.",
         "- Goodput (with `--slo`) = the profiling rows with `slo_met` true, per second of that duration; the fraction",
         "  meeting the SLOs is over the profiling rows not cancelled (`error_kind` ≠ `cancelled`). Files from",

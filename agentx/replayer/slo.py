@@ -26,8 +26,8 @@ from msgspec import Meta
 if TYPE_CHECKING:
     from agentx.replayer.records import RequestRecord
 
-METRIC_COLUMNS: Final = {"ttft": "ttft_s", "tpot": "itl_s", "e2el": "e2e_s"}
-"""Each metric's record column (seconds). `itl_s` holds TPOT; renaming the columns changes only this line."""
+METRIC_COLUMNS: Final = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+"""Each metric's record column (seconds)."""
 UNITS_S: Final = {"ms": 1e-3, "s": 1.0}
 """The units a target takes, in seconds (a unit is required: vLLM's `--goodput` takes milliseconds, AIPerf's
 `--goodput` too, so a bare number is ambiguous)."""

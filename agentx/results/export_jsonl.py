@@ -115,7 +115,7 @@ _COLUMNS: Final = (
     "error_kind",
     "error_message",
     "http_status",
-    "itl_s",
+    "tpot_s",
 )
 _ENCODER: Final = msgspec.json.Encoder()
 CANCELLED_CODE: Final = 499

@@ -70,9 +70,24 @@ def _paths(kind: type, value: Any) -> Any:
     raise NotImplementedError(f"cannot decode {kind}")
 
 
+LATENCY_RENAMES: Final = (("itl_s", "tpot_s"), ("chunk_itl_s", "itl_s"), ("e2e_s", "e2el_s"))
+"""The summary's latency keys before vLLM's names were used, and their names since, in the order to rename them
+(the old `itl_s` was the per-request TPOT; `chunk_itl_s` the gaps between chunks, vLLM's ITL)."""
+
+
 def read_run_file(path: Path) -> RunFile:
-    """A run.json; OSError or msgspec.DecodeError when it cannot be read as one."""
-    return msgspec.json.decode(path.read_bytes(), type=RunFile, dec_hook=_paths)
+    """A run.json (an older one's latency keys renamed, `LATENCY_RENAMES`); OSError or msgspec.DecodeError when it
+    cannot be read as one."""
+    document = msgspec.json.decode(path.read_bytes())
+    latency = document.get("summary", {}).get("latency") if isinstance(document, dict) else None
+    if isinstance(latency, dict) and "tpot_s" not in latency:
+        for old, new in LATENCY_RENAMES:
+            if old in latency:
+                latency[new] = latency.pop(old)
+    try:
+        return msgspec.convert(document, type=RunFile, dec_hook=_paths)
+    except msgspec.ValidationError as exc:
+        raise msgspec.DecodeError(str(exc)) from None
 
 
 def finished_run(run_dir: Path) -> RunFile | None:

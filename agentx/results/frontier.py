@@ -1,6 +1,6 @@
 """The throughput-per-GPU vs interactivity frontier of a set of runs, and throughput at interactivity targets.
 
-A point per run (a sweep level): x = interactivity, tokens/s per user = 1 / ITL at a statistic (p90 by default,
+A point per run (a sweep level): x = interactivity, tokens/s per user = 1 / TPOT at a statistic (p90 by default,
 as AgentX reports, so the slow tail counts; p50 and the others too); y = tokens/s per GPU over the run's window
 [first sent, last end] of its kept requests (`Summary.throughput`), for total (input + output), output-only or
 input-only tokens.
@@ -33,10 +33,10 @@ DEFAULT_TARGETS_TPS: Final = (30.0, 50.0, 75.0, 100.0, 150.0, 200.0)
 
 
 class FrontierOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How points are made and read: the ITL statistic, the throughput basis, the targets."""
+    """How points are made and read: the TPOT statistic, the throughput basis, the targets."""
 
     statistic: Statistic = "p90"
-    """Interactivity = 1 / ITL at this statistic."""
+    """Interactivity = 1 / TPOT at this statistic."""
     basis: Basis = "total"
     """Which tokens the front is built on: total (input + output), output or input."""
     targets_tps: tuple[float, ...] = DEFAULT_TARGETS_TPS
@@ -90,7 +90,7 @@ def point(
     num_gpus: int | None = None,
     statistic: Statistic = "p90",
 ) -> Point | None:
-    """The run's point, or None when it has no ITL or no throughput (no kept request with two tokens).
+    """The run's point, or None when it has no TPOT or no throughput (no kept request with two tokens).
 
     `num_gpus` overrides the GPUs the summary was made with; with neither, throughput counts as one GPU's.
     """

@@ -2,7 +2,7 @@
 
 `write_plots(report, out_dir)` writes, every series of the report on the same axes where that makes sense:
 `frontier` (throughput per GPU vs interactivity, the interpolated front and the targets marked), `cost` ($/M vs
-interactivity along the front at the report's tier), `latency` (TTFT and ITL distributions per level),
+interactivity along the front at the report's tier), `latency` (TTFT and TPOT distributions per level),
 `swimlanes` (each series' highest level: a lane per row, a bar per request, the in-flight count beneath),
 `server_metrics` (the same level's server telemetry on the same time axis: running and waiting requests beside the
 client's in-flight count, KV-cache usage, prefix-cache hit rate) and `chunks` (tokens per streamed chunk). Records
@@ -109,7 +109,7 @@ def plot_frontier(report: Report, out_dir: Path) -> list[Path]:
         ax.scatter(hit_x, hit_y, marker="D", facecolors="none", edgecolors=color, zorder=4)
     for target in report.series[0].targets if report.series else []:
         ax.axvline(target.target_tps, color="grey", linestyle=":", linewidth=0.8)
-    ax.set_xlabel(f"interactivity (tok/s/user, 1/ITL {report.statistic})")
+    ax.set_xlabel(f"interactivity (tok/s/user, 1/TPOT {report.statistic})")
     ax.set_ylabel(f"{basis} throughput (tok/s/GPU)")
     ax.set_title("throughput per GPU vs interactivity (◇: at the targets)")
     ax.set_ylim(bottom=0)
@@ -161,7 +161,7 @@ def plot_cost(report: Report, out_dir: Path) -> list[Path]:
         )
     else:
         ax.legend()
-    ax.set_xlabel(f"interactivity (tok/s/user, 1/ITL {report.statistic})")
+    ax.set_xlabel(f"interactivity (tok/s/user, 1/TPOT {report.statistic})")
     ax.set_ylabel(f"$ per 1M {basis} tokens")
     ax.set_title("what serving costs vs interactivity")
     ax.grid(alpha=0.3)
@@ -191,12 +191,12 @@ def _ecdf(ax: Axes, values: np.ndarray[Any, np.dtype[np.float64]], label: str, c
 
 
 def plot_latency(report: Report, out_dir: Path) -> list[Path]:
-    """TTFT and ITL distributions (ECDF) of every level of every series."""
+    """TTFT and TPOT distributions (ECDF) of every level of every series."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     figure, axes = _new_figure(1, 2)
     ttft_ax: Axes = axes[0][0]
-    itl_ax: Axes = axes[0][1]
+    tpot_ax: Axes = axes[0][1]
     styles = ("-", "--", ":", "-.")
     shown = 0
     for i, s in enumerate(report.series):
@@ -206,20 +206,20 @@ def plot_latency(report: Report, out_dir: Path) -> list[Path]:
                 continue
             label, color, style = f"{s.label} {level.label}", f"C{j % 10}", styles[i % len(styles)]
             _ecdf(ttft_ax, _floats(table, "ttft_s") * 1000, label, color, style)
-            _ecdf(itl_ax, _floats(table, "itl_s") * 1000, label, color, style)
+            _ecdf(tpot_ax, _floats(table, "tpot_s") * 1000, label, color, style)
             shown += 1
-    # TTFT spans orders of magnitude once requests queue (log scale); ITL stays within a few-fold (linear).
+    # TTFT spans orders of magnitude once requests queue (log scale); TPOT stays within a few-fold (linear).
     ttft_ax.set_xscale("log")
     ttft_ax.xaxis.set_major_formatter(ScalarFormatter())
     ttft_ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short log range
-    for ax, what in ((ttft_ax, "TTFT (ms)"), (itl_ax, "ITL per request (ms)")):
+    for ax, what in ((ttft_ax, "TTFT (ms)"), (tpot_ax, "TPOT (ms)")):
         ax.set_xlabel(what)
         ax.set_ylabel("fraction of requests ≤")
         ax.grid(alpha=0.3)
         if shown:
             ax.legend(fontsize=7)
     ttft_ax.set_title("TTFT distribution")
-    itl_ax.set_title("ITL distribution")
+    tpot_ax.set_title("TPOT distribution")
     return _save(figure, out_dir, "latency")
 
 

@@ -94,7 +94,7 @@ class LevelRow(msgspec.Struct, kw_only=True):
     ttft_p50_s: float | None = None
     ttft_p90_s: float | None = None
     tpot_p50_s: float | None = None
-    """Time per output token = ITL, per request, median over requests."""
+    """Time per output token (TPOT), per request, median over requests."""
     tpot_p90_s: float | None = None
     requests: int = 0
     on_front: bool = False
@@ -314,8 +314,8 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         row.requests = level.summary.counts.kept
         if latency.ttft_s is not None:
             row.ttft_p50_s, row.ttft_p90_s = latency.ttft_s.p50, latency.ttft_s.p90
-        if latency.itl_s is not None:
-            row.tpot_p50_s, row.tpot_p90_s = latency.itl_s.p50, latency.itl_s.p90
+        if latency.tpot_s is not None:
+            row.tpot_p50_s, row.tpot_p90_s = latency.tpot_s.p50, latency.tpot_s.p90
         good = level.summary.goodput
         if good is not None:
             row.slo = slo_text(good.targets_s) or "--slo"

@@ -3,10 +3,12 @@
 Records kept for latency and throughput: `phase = "profiling"` and `status = "ok"` (a missing phase column
 counts as profiling, as in InferenceX). Latency statistics drop non-finite and ≤ 0 values; percentiles use
 linear interpolation at `k = (n − 1)·p/100` (`percentile`); std is the population standard deviation.
-Interactivity is 1/ITL *per statistic*, so `p90` interactivity = 1/(p90 ITL), the slow tail; its std is the
-pstdev of per-request 1/ITL. Duration = max `end_ns` − min `sent_ns` over the kept rows; throughput divides
-ΣISL, ΣOSL and Σ(ISL + OSL) by it, with ISL = server prompt tokens else sent and OSL = server completion
-tokens else streamed (the OSL `itl_s` uses).
+Metric names are vLLM's: TTFT, TPOT (per request, (E2EL − TTFT)/(OSL − 1)), ITL (the gaps between streamed
+chunks), E2EL. Interactivity is 1/TPOT *per statistic*, so `p90` interactivity = 1/(p90 TPOT), the slow tail
+(one direction for every rate, agentx.results.stats.rate_percentile); its std is the pstdev of per-request
+1/TPOT. Duration = max `end_ns` − min `sent_ns` over the kept rows; throughput divides ΣISL, ΣOSL and
+Σ(ISL + OSL) by it, with ISL = server prompt tokens else sent and OSL = server completion tokens else streamed
+(the OSL `tpot_s` uses).
 
 Slowdown against the trace and the per-play roll-ups: agentx.results.plays. The structs: agentx.results.summary_model;
 the statistics: agentx.results.stats.
@@ -90,15 +92,15 @@ def summarize(
     )
     table = records.filter(pa.array(kept_mask)) if records.num_rows else records
 
-    itl_values = positive(floats(table, "itl_s"))
-    itl = stats(itl_values)
+    tpot_values = positive(floats(table, "tpot_s"))
+    tpot = stats(tpot_values)
     chunk_gaps_s, chunk_tokens = _chunks(table)
     latency = Latency(
         ttft_s=stats(positive(floats(table, "ttft_s"))),
-        e2e_s=stats(positive(floats(table, "e2e_s"))),
-        itl_s=itl,
-        interactivity_tps=_interactivity(itl, itl_values),
-        chunk_itl_s=stats(chunk_gaps_s),
+        tpot_s=tpot,
+        itl_s=stats(chunk_gaps_s),
+        e2el_s=stats(positive(floats(table, "e2el_s"))),
+        interactivity_tps=_interactivity(tpot, tpot_values),
         chunk_tokens=stats(chunk_tokens),
     )
     throughput = _throughput(table, num_gpus)
@@ -192,17 +194,17 @@ def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
     )
 
 
-def _interactivity(itl: Stats | None, itl_values: FloatArray) -> Interactivity | None:
-    if itl is None:
+def _interactivity(tpot: Stats | None, tpot_values: FloatArray) -> Interactivity | None:
+    if tpot is None:
         return None
     return Interactivity(
-        mean=1.0 / itl.mean,
-        p50=1.0 / itl.p50,
-        p75=1.0 / itl.p75,
-        p90=1.0 / itl.p90,
-        p95=1.0 / itl.p95,
-        p99=1.0 / itl.p99,
-        std=float(np.std(1.0 / itl_values)),
+        mean=1.0 / tpot.mean,
+        p50=1.0 / tpot.p50,
+        p75=1.0 / tpot.p75,
+        p90=1.0 / tpot.p90,
+        p95=1.0 / tpot.p95,
+        p99=1.0 / tpot.p99,
+        std=float(np.std(1.0 / tpot_values)),
     )
 
 

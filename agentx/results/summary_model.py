@@ -17,7 +17,8 @@ from agentx.results.validity import Validity
 
 
 class Interactivity(msgspec.Struct, kw_only=True):
-    """Tokens/s per user: 1/ITL at each ITL statistic (so `p90` is 1/(p90 ITL)), std of per-request 1/ITL."""
+    """Tokens/s per user: 1/TPOT at each TPOT statistic (so `p90` is 1/(p90 TPOT), the rate 90% of requests
+    reached at least), std of per-request 1/TPOT."""
 
     mean: float
     p50: float
@@ -44,12 +45,16 @@ class Counts(msgspec.Struct, kw_only=True):
 
 
 class Latency(msgspec.Struct, kw_only=True):
+    """Latency statistics under vLLM's names (`vllm bench serve`; docs/replay.md): a run.json written before
+    they were used is read with its keys renamed (agentx.results.folders)."""
+
     ttft_s: Stats | None
-    e2e_s: Stats | None
+    tpot_s: Stats | None
+    """Per request: (E2EL − TTFT) / (OSL − 1), time per output token after the first."""
     itl_s: Stats | None
-    interactivity_tps: Interactivity | None
-    chunk_itl_s: Stats | None
     """Gaps between consecutive content chunks of a request (zero gaps kept: chunks read together)."""
+    e2el_s: Stats | None
+    interactivity_tps: Interactivity | None
     chunk_tokens: Stats | None
 
 

@@ -168,7 +168,7 @@ def _coverage(table: pa.Table, profiling: npt.NDArray[np.bool_], ok: npt.NDArray
     end = floats(table, "end_ns")
     lo, hi = float(sent[profiling].min()), float(end[profiling].max())
     phase_s = (hi - lo) / _NS_PER_S
-    ttft, itl = floats(table, "ttft_s"), floats(table, "itl_s")
+    ttft, itl = floats(table, "ttft_s"), floats(table, "tpot_s")
     last = floats(table, "last_token_ns")
     observed = (
         profiling
