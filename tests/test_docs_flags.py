@@ -39,6 +39,7 @@ FOREIGN: dict[str, str] = {
     "--enable-prompt-tokens-details": "vLLM",
     "--num-prompts": "vLLM bench",
     "--goodput": "vLLM bench (and AIPerf; docs/replay.md compares --slo with it)",
+    "--metric-percentiles": "vLLM bench (docs/replay.md: what --percentiles matches)",
     "--num-speculative-tokens": "a server launch script (docs/results.md's --before-level example)",
     # the repository's tools and scripts
     "--strict": "mypy",

@@ -71,7 +71,7 @@ def test_a_flags_default_and_help_are_its_fields(kind: type[msgspec.Struct]) -> 
         if "none" in meta.extra and default is None:
             assert option.default == meta.extra["none"]
         elif isinstance(default, tuple):
-            assert option.default == ",".join(map(str, default))
+            assert option.default == ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
         else:
             assert option.default in (default, str(default)), field.name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tables80 import BOX, WIDTHS, assert_fits, rendered
 
+from agentx.cli import main
 from agentx.cli.layout import Column, FittedTable, text_column
 from agentx.cli.tables import stats_tables
 from agentx.trace.io import load_trace
@@ -94,3 +97,28 @@ def test_a_replays_output_fits_the_terminal(width: int, tmp_path: Path) -> None:
     assert "…" not in done.stdout
     for name in ("TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2EL (ms)", "interactivity", "realized AL"):
         assert name in done.stdout
+
+
+def test_the_percentiles_asked_for_are_the_tables_columns_and_in_run_json(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "agentx.cli", "replay", SAMPLE, "--mode", "closed", "--sessions", "2",
+        "--concurrency", "2", "--delay-scale", "0", "--sim-time-scale", "0.01",
+        "--percentiles", "50,90,99,99.9", "--out", str(tmp_path / "run"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"}, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "metric" in line and "mean" in line)
+    columns = [cell.strip() for cell in BOX.split(header)][1:-1]
+    # The first and last percentiles asked for are kept at any width; those between go first when it is narrow.
+    assert columns[:4] == ["metric", "n", "mean", "p50"] and "p99.9" in columns and "p95" not in columns
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())["summary"]
+    assert summary["percentiles"] == [50, 90, 99, 99.9]
+    assert set(summary["latency"]["ttft_s"]["more"]) == {"p99.9"}
+
+
+@pytest.mark.parametrize("value", ["101", "50,x", ""])
+def test_percentiles_out_of_range_are_refused_before_anything_starts(value: str) -> None:
+    result = CliRunner().invoke(main, ["replay", SAMPLE, "--percentiles", value, "--out", "unused"])
+    assert result.exit_code == 2 and "--percentiles wants numbers in [0, 100]" in result.output

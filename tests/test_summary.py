@@ -20,7 +20,7 @@ from agentx.cli.summary_tables import summary_table
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
-from agentx.results.stats import percentile, rate_percentile
+from agentx.results.stats import PERCENTILES, Stats, percentile, percentile_key, rate_percentile, stats
 from agentx.results.summary import summarize
 from agentx.results.summary_model import Slowdown, Summary
 
@@ -479,3 +479,26 @@ def test_a_summary_json_of_the_previous_layout_still_decodes() -> None:
         del current[key]
     decoded = msgspec.json.decode(msgspec.json.encode(current), type=Summary)
     assert decoded.slowdown == Slowdown() and decoded.loop_lag is None
+
+
+@given(st.lists(FINITE, min_size=1, max_size=40), st.lists(st.floats(0, 100), max_size=4))
+def test_more_percentiles_are_computed_as_asked_and_read_back_by_at(values: list[float], more: list[float]) -> None:
+    found = stats(np.array(values), more)
+    assert found is not None
+    for p in [*more, 50.0, 99.0]:
+        assert found.at(p) == pytest.approx(percentile(values, p), rel=1e-9, abs=1e-9)
+    assert set(found.more) == {percentile_key(p) for p in more if p not in PERCENTILES}
+    with pytest.raises(KeyError):
+        found.at(12.345)  # never asked for
+    decoded = msgspec.json.decode(msgspec.json.encode(found), type=Stats)
+    assert decoded == found
+
+
+def test_the_summary_carries_the_percentiles_asked_for_interactivity_included() -> None:
+    records = [rec(turn=i, last_token_ns=(2 + i) * S) for i in range(5)]
+    summary = summarize(table(records), percentiles=(50.0, 99.9))
+    assert summary.percentiles == [50.0, 99.9]
+    tpot, intvty = summary.latency.tpot_s, summary.latency.interactivity_tps
+    assert tpot is not None and intvty is not None
+    assert intvty.at(99.9) == pytest.approx(1 / tpot.at(99.9))  # the slow tail, as p90
+    assert intvty.at(99.9) <= intvty.at(50)

@@ -172,6 +172,11 @@ class GroupedCommand(click.Command):
                 formatter.write_dl([(term.ljust(width), text) for term, text in sections[name]], col_max=HELP_TERM_MAX)
 
 
+def _text(value: object) -> str:
+    """A default as the flag would be typed: 50, not 50.0."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], group: str, **overrides: Any) -> Any:
     """The click option of one field (see the module docstring), listed under its `extra["group"]`, else `group`."""
     kind, extra = _field_meta(field)
@@ -189,7 +194,7 @@ def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], grou
         multiple = bool(extra.get("repeat"))
         settings.update(type=str, multiple=multiple)
         if not multiple and default is not None and not isinstance(default, dict):
-            settings.update(default=",".join(map(str, default)) if isinstance(default, tuple) else default)
+            settings.update(default=",".join(map(_text, default)) if isinstance(default, tuple) else default)
             settings["show_default"] = True
     elif isinstance(inner, mi.BoolType):
         names = [f"{names[0]}/--no-{names[0].removeprefix('--')}"]

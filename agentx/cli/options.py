@@ -109,6 +109,18 @@ def parse_window(text: str) -> tuple[float, float]:
     return low, high
 
 
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """`--percentiles 50,90,99.9` as numbers in [0, 100], in the order given, each once; click.BadParameter
+    otherwise."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"--percentiles wants numbers in [0, 100] such as 50,90,99, got {text!r}") from None
+    if not values or any(not 0.0 <= value <= 100.0 for value in values):
+        raise click.BadParameter(f"--percentiles wants numbers in [0, 100] such as 50,90,99, got {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
 def parse_chain_rules(pairs: tuple[str, ...]) -> ChainRules:
     from agentx.trace.chains import DEFAULT_RULES
 
@@ -170,6 +182,7 @@ PARSERS: dict[str, Parser] = {
     "extra_body": lambda flag, raw: parse_extra_body(raw),
     "chain_rules": lambda flag, raw: parse_chain_rules(raw),
     "tstar_window": lambda flag, raw: parse_window(raw),
+    "percentiles": lambda flag, raw: parse_percentiles(raw),
 }
 """The fields whose flags are text to parse (agentx.cli.flags)."""
 URL_HELP: Final = (

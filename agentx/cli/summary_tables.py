@@ -6,7 +6,8 @@ from __future__ import annotations
 from agentx.cli.layout import Column, FittedTable, text_column
 from agentx.results.acceptance import Acceptance
 from agentx.results.goodput import slo_text
-from agentx.results.summary_model import Summary
+from agentx.results.stats import Stats, percentile_key
+from agentx.results.summary_model import Interactivity, Summary
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import DISPATCH_LAG_MAX_P99_S, Validity
 
@@ -21,6 +22,14 @@ def _ratio(value: float) -> str:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.2f}%"
+
+
+def _at(stats: Stats | Interactivity, p: float) -> float | None:
+    """The `p`-th percentile, or None for a summary that did not compute it (an older run.json)."""
+    try:
+        return stats.at(p)
+    except KeyError:
+        return None
 
 
 def _ms(value: float | None) -> str:
@@ -90,6 +99,7 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     overview = _key_values(title or f"run {summary.run_id or ''}".strip(), rows)
 
     lat = summary.latency
+    shown = summary.percentiles
     latency_rows: list[list[str]] = []
     for name, stats, unit in (
         ("TTFT (ms)", lat.ttft_s, _ms),
@@ -99,31 +109,24 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         ("tokens/chunk", lat.chunk_tokens, lambda v: _s(v, 2)),
     ):
         if stats is None:
-            latency_rows.append([name, "0", *("–" for _ in range(6))])
+            latency_rows.append([name, "0", *("–" for _ in range(len(shown) + 2))])
             continue
-        latency_rows.append(
-            [
-                name,
-                f"{stats.count:,}",
-                *(unit(v) for v in (stats.mean, stats.p50, stats.p90, stats.p95, stats.p99, stats.std)),
-            ]
-        )
+        values = [stats.mean, *(_at(stats, p) for p in shown), stats.std]
+        latency_rows.append([name, f"{stats.count:,}", *(unit(v) for v in values)])
     i = lat.interactivity_tps
     if i is not None:
-        latency_rows.append(
-            ["interactivity (tok/s/user)", "", *(_s(v, 1) for v in (i.mean, i.p50, i.p90, i.p95, i.p99, i.std))]
-        )
+        values = [i.mean, *(_at(i, p) for p in shown), i.std]
+        latency_rows.append(["interactivity (tok/s/user)", "", *(_s(v, 1) for v in values)])
+    # The first and last percentiles asked for stay longest; the ones between go first, then the std.
+    middle = {p: len(shown) - k for k, p in enumerate(shown[1:-1], start=1)}
     latency = FittedTable(
         "latency",
         [
             text_column("metric"),
             Column("n"),
             Column("mean"),
-            Column("p50"),
-            Column("p90"),
-            Column("p95", drop=1),
-            Column("p99"),
-            Column("std", drop=2),
+            *(Column(percentile_key(p), drop=middle.get(p, 0)) for p in shown),
+            Column("std", drop=len(shown) + 1),
         ],
         latency_rows,
         caption="interactivity = 1/TPOT; pN = 1/(pN TPOT): N% of requests at least this fast"

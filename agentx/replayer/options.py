@@ -202,6 +202,17 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = Slos()
     """The targets each record is judged against as it is made (`RequestRecord.slo_met`, agentx.replayer.slo)."""
+    percentiles: Annotated[
+        tuple[Annotated[float, Meta(ge=0, le=100)], ...],
+        Meta(min_length=1),
+        _help(
+            "Percentiles the summary shows for every latency (vllm bench's --metric-percentiles), e.g. 50,90,99,99.9.",
+            metavar="P,P,...",
+            group=OUTPUT,
+            late=True,
+        ),
+    ] = (50.0, 90.0, 95.0, 99.0)
+    """Computed for TTFT, TPOT, ITL and E2EL and shown in this order (interactivity at each: 1/TPOT there)."""
 
     def __post_init__(self) -> None:
         if self.token_high <= self.token_low:

@@ -17,7 +17,14 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
-"""InferenceX reports p50…p95; p99 is ours."""
+"""InferenceX reports p50…p95; p99 is ours. Others asked for (`--percentiles`) go in `Stats.more`."""
+SHOWN_PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
+"""The percentiles the summary shows unless `--percentiles` says others."""
+
+
+def percentile_key(p: float) -> str:
+    """A percentile's name: `p50`, `p99.9`."""
+    return f"p{p:g}"
 
 
 class Stats(msgspec.Struct, kw_only=True):
@@ -34,6 +41,13 @@ class Stats(msgspec.Struct, kw_only=True):
     """Population standard deviation (`statistics.pstdev`)."""
     min: float
     max: float
+    more: dict[str, float] = {}
+    """Percentiles asked for beyond the fields (`--percentiles`), by `percentile_key`."""
+
+    def at(self, p: float) -> float:
+        """The `p`-th percentile: a field's, else one in `more`; KeyError when it was not computed."""
+        key = percentile_key(p)
+        return float(getattr(self, key)) if p in PERCENTILES else self.more[key]
 
 
 def percentiles_sorted(data: FloatArray, ps: Sequence[float]) -> list[float]:
@@ -71,12 +85,14 @@ def rate_percentile(rates: Sequence[float] | FloatArray, p: float) -> float:
     return 1.0 / percentile(times, p)
 
 
-def stats(values: FloatArray) -> Stats | None:
-    """`Stats` of `values` (taken as they are: filter first); None when there are none."""
+def stats(values: FloatArray, more: Sequence[float] = ()) -> Stats | None:
+    """`Stats` of `values` (taken as they are: filter first), with the percentiles `more` too; None when there
+    are none."""
     if values.size == 0:
         return None
     data = np.sort(values)
     p50, p75, p90, p95, p99 = percentiles_sorted(data, PERCENTILES)
+    extra = [p for p in more if p not in PERCENTILES]
     return Stats(
         count=int(data.size),
         mean=float(data.mean()),
@@ -88,6 +104,7 @@ def stats(values: FloatArray) -> Stats | None:
         std=float(data.std()),  # ddof=0: pstdev
         min=float(data[0]),
         max=float(data[-1]),
+        more=dict(zip(map(percentile_key, extra), percentiles_sorted(data, extra), strict=True)),
     )
 
 

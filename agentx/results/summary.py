@@ -34,7 +34,7 @@ from agentx.replayer.server_metrics import (
 from agentx.results.columns import equals, flat, floats, has, ints_or, strings
 from agentx.results.goodput import goodput
 from agentx.results.plays import rollups, slowdown
-from agentx.results.stats import FloatArray, Stats, percentiles_sorted, positive, stats
+from agentx.results.stats import SHOWN_PERCENTILES, FloatArray, Stats, percentiles_sorted, positive, stats
 from agentx.results.summary_model import (
     Cache,
     Counts,
@@ -58,11 +58,13 @@ def summarize(
     server_metrics: ServerMetrics | None = None,
     loop_lag_s: Sequence[float] | None = None,
     telemetry: pa.Table | None = None,
+    percentiles: Sequence[float] = SHOWN_PERCENTILES,
 ) -> Summary:
     """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
 
     `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
     `telemetry`: its server_metrics.arrow (`load_server_metrics`), summarized over the profiling phase.
+    `percentiles`: the ones the summary shows (`--percentiles`), computed for every latency.
     """
     if num_gpus is not None and num_gpus < 1:
         raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
@@ -93,15 +95,15 @@ def summarize(
     table = records.filter(pa.array(kept_mask)) if records.num_rows else records
 
     tpot_values = positive(floats(table, "tpot_s"))
-    tpot = stats(tpot_values)
+    tpot = stats(tpot_values, percentiles)
     chunk_gaps_s, chunk_tokens = _chunks(table)
     latency = Latency(
-        ttft_s=stats(positive(floats(table, "ttft_s"))),
+        ttft_s=stats(positive(floats(table, "ttft_s")), percentiles),
         tpot_s=tpot,
-        itl_s=stats(chunk_gaps_s),
-        e2el_s=stats(positive(floats(table, "e2el_s"))),
+        itl_s=stats(chunk_gaps_s, percentiles),
+        e2el_s=stats(positive(floats(table, "e2el_s")), percentiles),
         interactivity_tps=_interactivity(tpot, tpot_values),
-        chunk_tokens=stats(chunk_tokens),
+        chunk_tokens=stats(chunk_tokens, percentiles),
     )
     throughput = _throughput(table, num_gpus)
     return Summary(
@@ -116,6 +118,7 @@ def summarize(
         rollups=rollups(records, kept_mask),
         slowdown=slowdown(table),
         server_telemetry=summarize_telemetry(telemetry, records),
+        percentiles=list(percentiles),
     )
 
 
@@ -205,6 +208,7 @@ def _interactivity(tpot: Stats | None, tpot_values: FloatArray) -> Interactivity
         p95=1.0 / tpot.p95,
         p99=1.0 / tpot.p99,
         std=float(np.std(1.0 / tpot_values)),
+        more={key: 1.0 / value for key, value in tpot.more.items()},
     )
 
 

@@ -11,7 +11,7 @@ import msgspec
 
 from agentx.results.acceptance import Acceptance
 from agentx.results.goodput import Goodput
-from agentx.results.stats import Stats
+from agentx.results.stats import PERCENTILES, SHOWN_PERCENTILES, Stats, percentile_key
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import Validity
 
@@ -27,6 +27,13 @@ class Interactivity(msgspec.Struct, kw_only=True):
     p95: float
     p99: float
     std: float
+    more: dict[str, float] = {}
+    """1/TPOT at the percentiles asked for beyond the fields (`--percentiles`), by `percentile_key`."""
+
+    def at(self, p: float) -> float:
+        """1/TPOT at its `p`-th percentile: a field's, else one in `more`; KeyError when it was not computed."""
+        key = percentile_key(p)
+        return float(getattr(self, key)) if p in PERCENTILES else self.more[key]
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -145,6 +152,8 @@ class Summary(msgspec.Struct, kw_only=True):
     dispatch_lag: DispatchLag | None
     loop_lag: LoopLag | None = None
     """Event-loop lag samples of the run, when the caller passed them (`summarize(..., loop_lag_s=...)`)."""
+    percentiles: list[float] = msgspec.field(default_factory=lambda: list(SHOWN_PERCENTILES))
+    """The percentiles the summary shows (`--percentiles`); each latency's `Stats` has them."""
     rollups: Rollups
     slowdown: Slowdown = msgspec.field(default_factory=Slowdown)
     stream_usage: str | None = None

@@ -156,6 +156,7 @@ def _finish(
         server_metrics=metrics,
         loop_lag_s=run.loop_lag_s,
         telemetry=load_server_metrics(Path(run.records_path).parent),
+        percentiles=options.scenario.percentiles,
     )
     summary.stream_usage = run.stream_usage or None
     summary.calibration = msgspec.to_builtins(run.calibration) if run.calibration is not None else None
