@@ -97,6 +97,7 @@ def test_a_replays_output_fits_the_terminal(width: int, tmp_path: Path) -> None:
     assert "…" not in done.stdout
     for name in ("TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2EL (ms)", "interactivity", "realized AL"):
         assert name in done.stdout
+    assert f"server metrics: {tmp_path / 'run' / 'server_metrics.arrow'}" in done.stdout  # the simulator has /metrics
 
 
 def test_the_percentiles_asked_for_are_the_tables_columns_and_in_run_json(tmp_path: Path) -> None:

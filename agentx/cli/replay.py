@@ -92,6 +92,7 @@ def replay(
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
     from agentx.replayer.preparation import prepare_trace
     from agentx.replayer.run_folder import RUN_FILE
+    from agentx.replayer.telemetry_file import SERVER_METRICS_FILE
     from agentx.replayer.warmup import WarmupFailed
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
@@ -189,6 +190,9 @@ def replay(
             stdout.print(table)
         stdout.print(f"records: {result.run.records_path}", markup=False)
         stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
+        telemetry = Path(result.run.records_path).parent / SERVER_METRICS_FILE
+        if telemetry.is_file():
+            stdout.print(f"server metrics: {telemetry}", markup=False)
         if options.scenario.num_requests is not None:
             stdout.print(cap_line(options.scenario.num_requests, result.run.request_cap_reached, result), markup=False)
     if result.run.interrupted:
