@@ -79,6 +79,7 @@ def test_the_walk_finds_the_classes_it_must_judge() -> None:
     ("name", "kind"),
     [
         ("agentx.replayer.url.BadURLError", ConfigError),
+        ("agentx.replayer.slo.SloError", ConfigError),
         ("agentx.replayer.run_folder.RunExists", ConfigError),
         ("agentx.replayer.records.RecordsError", ConfigError),
         ("agentx.replayer.plan.PlanError", ConfigError),

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Final
 import msgspec
 from msgspec import Meta
 
+from agentx.errors import ConfigError
+
 if TYPE_CHECKING:
     from agentx.replayer.records import RequestRecord
 
@@ -74,7 +76,7 @@ class Slos(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return True
 
 
-class SloError(ValueError):
+class SloError(ConfigError, ValueError):
     """A `--slo` value that is not METRIC=VALUE with a known metric, a unit and a positive value."""
 
 
