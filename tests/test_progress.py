@@ -198,22 +198,23 @@ def test_the_line_interval_comes_from_the_environment(monkeypatch: pytest.Monkey
 
 
 def test_a_terminal_console_draws_live_and_a_pipe_gets_plain_lines() -> None:
-    terminal = Console(file=io.StringIO(), force_terminal=True, width=120)
+    drawn, silent, lines = io.StringIO(), io.StringIO(), io.StringIO()
+    terminal = Console(file=drawn, force_terminal=True, width=120)
     with ReplayProgress(console=terminal, interval_s=0.01) as progress:
         progress.on_record(record(3))
-    assert "1 done" in terminal.file.getvalue()  # type: ignore[attr-defined]
-    quiet = Console(file=io.StringIO(), force_terminal=False)
+    assert "1 done" in drawn.getvalue()
+    quiet = Console(file=silent, force_terminal=False)
     with ReplayProgress(console=quiet, interval_s=60) as progress:
         progress.on_record(record(3))
-    assert quiet.file.getvalue() == ""  # type: ignore[attr-defined]  # shorter than one interval: no line
-    piped = Console(file=io.StringIO(), force_terminal=False)
+    assert silent.getvalue() == ""  # shorter than one interval: no line
+    piped = Console(file=lines, force_terminal=False)
     with ReplayProgress(console=piped, interval_s=0.01) as progress:
         progress.on_sent()
         progress.on_record(record(3))
         deadline = time.monotonic() + 10
-        while piped.file.getvalue().count("\n") < 2 and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        while lines.getvalue().count("\n") < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-    output = piped.file.getvalue()  # type: ignore[attr-defined]
+    output = lines.getvalue()
     assert "\x1b" not in output
     *periodic, last = output.splitlines()
     assert len(periodic) >= 2 and all(line.endswith("time left unknown") for line in periodic)

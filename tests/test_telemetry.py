@@ -24,11 +24,10 @@ from tables80 import WIDTHS, assert_fits
 
 from agentx.cli import main
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.clock import DispatchClock
 from agentx.replayer.connect import server_client
 from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.records import read_records, run_info
-from agentx.replayer.telemetry import Telemetry
+from agentx.replayer.telemetry import QuietWaiter, Telemetry
 from agentx.replayer.telemetry_file import (
     SCHEMA,
     SERVER_METRICS_FILE,
@@ -390,7 +389,7 @@ async def _stand_in(routes: dict[str, tuple[int, str]]) -> AsyncIterator[str]:
         yield url
 
 
-async def _scrape(url: str, path: Path, scrapes: int, clock: DispatchClock | None = None) -> Telemetry:
+async def _scrape(url: str, path: Path, scrapes: int, clock: QuietWaiter | None = None) -> Telemetry:
     server = Server(url=url, model="m")
     options = ReplayOptions(server=server, out_dir=path.parent)
     client = server_client(options.server, options.connection, limit=1)
@@ -487,7 +486,7 @@ def test_a_scrape_waits_for_a_gap_between_due_requests_to_send_and_to_read(tmp_p
 
     async def go() -> None:
         async with _stand_in({"/metrics": (200, "vllm:num_requests_running 1\n")}) as url:
-            await _scrape(url, tmp_path / SERVER_METRICS_FILE, 1, clock)  # type: ignore[arg-type]
+            await _scrape(url, tmp_path / SERVER_METRICS_FILE, 1, clock)
 
     asyncio.run(go())
     assert [span for span, _ in clock.waits] == [2_000_000, 2_000_000]

@@ -28,11 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from agentx.replayer.calls import METRICS_TIMEOUT_S, ServerUnreachable
 from agentx.replayer.client import Client
-from agentx.replayer.clock import DispatchClock
 from agentx.replayer.collector import QUIET_SPAN_NS
 from agentx.replayer.connect import server_client
 from agentx.replayer.credentials import Credentials, without_userinfo
@@ -58,6 +57,13 @@ READ_PATIENCE_S: Final = 0.5
 _log = logging.getLogger(__name__)
 
 
+class QuietWaiter(Protocol):
+    """What the scraper needs of the run's dispatch clock (agentx.replayer.clock.DispatchClock): to wait for a gap
+    between due requests."""
+
+    async def until_quiet(self, span_ns: int, patience_s: float) -> None: ...
+
+
 class Telemetry:
     """Scrapes `/metrics` through `client` every `interval_s` into `path` (see the module docstring); `run` until
     cancelled, then `close`. Times are `perf_counter_ns() − start_ns`: the records' clock when `start_ns` is the
@@ -72,7 +78,7 @@ class Telemetry:
         wall_epoch_ns: int,
         start_ns: int,
         interval_s: float,
-        clock: DispatchClock | None = None,
+        clock: QuietWaiter | None = None,
         scrub: Callable[[str], str] = scrub,
     ) -> None:
         self.client = client
@@ -218,7 +224,7 @@ def start_telemetry(
     run_id: str,
     wall_epoch_ns: int,
     start_ns: int,
-    clock: DispatchClock | None = None,
+    clock: QuietWaiter | None = None,
 ) -> TelemetryTask | None:
     """Start scraping for the run in `options.out_dir` on the running loop (None when `metrics_interval_s` is off).
     A `server_metrics.arrow` already there, a replaced run's, is removed first: it must not pass for this run's."""
