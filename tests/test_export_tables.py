@@ -20,8 +20,9 @@ from strategies import record_identity
 
 from agentx.cli import main
 from agentx.replayer import record_writer
+from agentx.replayer.ipc_files import FILE_MAGIC
 from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import COLUMN_NAMES, FILE_MAGIC, SCHEMA, RequestRecord, RunInfo, read_records, run_info
+from agentx.replayer.records import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, read_records, run_info
 from agentx.results.export import OutputExists, export_run
 from agentx.results.export_tables import LIST_COLUMNS, csv_table
 

@@ -30,9 +30,10 @@ from strategies import record_identity
 import agentx
 from agentx.cli import main
 from agentx.replayer import record_writer
+from agentx.replayer.ipc_files import FILE_MAGIC
 from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.record_writer import RecordsInUse, RecordWriter, finalize_records, merge_records
-from agentx.replayer.records import FILE_MAGIC, RecordsError, RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.replayer.records import RecordsError, RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.sim.process import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]

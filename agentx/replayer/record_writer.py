@@ -20,6 +20,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from agentx.replayer.ipc_files import fsync_path
 from agentx.replayer.records import (
     COLUMN_NAMES,
     FORMAT_NAME,
@@ -233,7 +234,7 @@ def finalize_records(path: str | os.PathLike[str]) -> bool:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
         _unlock(lock)
-    _sync(directory)  # the rename itself must reach the disk before the file counts as written
+    fsync_path(directory)  # the rename itself must reach the disk before the file counts as written
     return True
 
 
@@ -275,16 +276,8 @@ def write_records_file(batches: Iterable[pa.RecordBatch], schema: pa.Schema, pat
         if pending:
             writer.write_table(pa.Table.from_batches(pending, schema=schema).combine_chunks())
             total += rows
-    _sync(os.fspath(path))
+    fsync_path(path)
     return total
-
-
-def _sync(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 _JSON = msgspec.json.Encoder()

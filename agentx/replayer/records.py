@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
 import msgspec
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from agentx.errors import ConfigError
+from agentx.replayer.ipc_files import IpcReader
 from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
@@ -255,96 +255,23 @@ META_RUN = b"agentx.run"
 # ---------------------------------------------------------------------------------------------
 # reading
 
-FILE_MAGIC: Final = b"ARROW1"
-"""The first bytes of an Arrow IPC file (a stream starts with a message length or 0xFFFFFFFF)."""
-_FILE_PREFIX_BYTES: Final = 8
-"""The magic padded to 8 bytes: an IPC file's messages start here, laid out exactly as a stream's."""
 
-
-class RecordsReader:
-    """An open records file, either container: its schema, then its complete record batches.
-
-    An IPC file with its footer (a run that closed its writer) is read through the footer. An IPC stream
-    (a run still going, or killed) is read message by message up to its last complete batch. An IPC file
-    whose footer is missing or torn (a copy in progress) is read as the stream of messages after its magic,
-    the same way. `footer` says which: True when the file already opens in every Arrow file reader.
-    Raises `RecordsError` when the file cannot be opened, has no complete schema, is not a records file or
-    was written by a newer major format version.
-    """
+class RecordsReader(IpcReader):
+    """An open records file, either container (agentx.replayer.ipc_files): its schema, then its complete record
+    batches, each validated. Raises `RecordsError` when the file cannot be opened, has no complete schema, is not a
+    records file or was written by a newer major format version."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        self._file: ipc.RecordBatchFileReader | None = None
-        self._stream: ipc.RecordBatchStreamReader | None = None
+        super().__init__(path, RecordsError)
         try:
-            self._source = pa.OSFile(self.path, "rb")
-        except OSError as exc:
-            raise RecordsError(f"{self.path}: cannot read the file ({' '.join(str(exc).split())})") from None
-        try:
-            self.schema = self._open()
-        except OSError as exc:
-            self.close()
-            raise RecordsError(f"{self.path}: cannot read the file ({' '.join(str(exc).split())})") from None
-        except pa.ArrowException as exc:
-            self.close()
-            raise RecordsError(f"{self.path}: no readable Arrow stream schema ({' '.join(str(exc).split())})") from None
+            _check_schema(self.path, self.schema)
         except RecordsError:
             self.close()
             raise
 
-    @property
-    def footer(self) -> bool:
-        """True for an IPC file read through its footer; False for a stream (or a file without its footer)."""
-        return self._file is not None
-
-    def _open(self) -> pa.Schema:
-        if self._source.read(len(FILE_MAGIC)) == FILE_MAGIC:
-            self._source.seek(0)
-            try:
-                self._file = ipc.open_file(self._source)
-            except pa.ArrowException:  # no footer yet: the messages after the magic are a stream
-                self._source.seek(_FILE_PREFIX_BYTES)
-        else:
-            self._source.seek(0)
-        if self._file is None:
-            self._stream = ipc.open_stream(self._source)
-            schema: pa.Schema = self._stream.schema
-        else:
-            schema = self._file.schema
-        _check_schema(self.path, schema)
-        return schema
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """The complete record batches in file order; stops silently at the first torn or invalid one."""
-        if self._file is not None:
-            for index in range(self._file.num_record_batches):
-                try:
-                    batch = self._file.get_batch(index)
-                    batch.validate(full=True)
-                except (pa.ArrowException, OSError):
-                    return
-                yield batch
-            return
-        assert self._stream is not None
-        while True:
-            try:
-                batch = self._stream.read_next_batch()
-                batch.validate(full=True)
-            except StopIteration:
-                return
-            except (pa.ArrowException, OSError):  # the torn tail of a crashed run
-                return
-            yield batch
-
-    def close(self) -> None:
-        """Close the file; idempotent."""
-        self._source.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def batches(self, *, validate: bool = True) -> Iterator[pa.RecordBatch]:
+        """The complete record batches in file order, validated; stops silently at the first torn or invalid one."""
+        return super().batches(validate=validate)
 
 
 def _check_schema(file: str, schema: pa.Schema) -> None:

@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from agentx.errors import ConfigError
+from agentx.replayer.ipc_files import IpcReader, fsync_path
 from agentx.replayer.telemetry_series import TELEMETRY, TELEMETRY_NAMES, Engine
 
 SERVER_METRICS_FILE: Final = "server_metrics.arrow"
@@ -53,8 +54,6 @@ COLUMNS: Final = [
 ]
 SCHEMA: Final = pa.schema([field for field, _ in COLUMNS])
 FILE_COMPRESSION: Final = "zstd"
-_FILE_MAGIC: Final = b"ARROW1"
-_FILE_PREFIX_BYTES: Final = 8
 _log = logging.getLogger(__name__)
 
 
@@ -155,82 +154,28 @@ def finalize(
         options = ipc.IpcWriteOptions(compression=FILE_COMPRESSION)
         with pa.OSFile(temp, "wb") as sink, ipc.new_file(sink, schema, options=options) as writer:
             writer.write_table(table.cast(schema).combine_chunks())  # one batch: a row per batch costs ~1 kB
-        _sync(temp)
+        fsync_path(temp)
         os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
         os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _sync(os.fspath(target.parent))
+    fsync_path(target.parent)
     return True
 
 
-def _sync(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-class _Reader:
-    """An open server_metrics file, IPC file or stream (a killed run's: up to its last complete batch)."""
+class _Reader(IpcReader):
+    """An open server_metrics file, IPC file or stream (a killed run's: up to its last complete batch), with the
+    scrapes' description from its metadata."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: ipc.RecordBatchFileReader | None = None
-        self._stream: ipc.RecordBatchStreamReader | None = None
-        try:
-            self._source = pa.OSFile(os.fspath(path), "rb")
-        except OSError as exc:
-            raise ServerMetricsError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-        try:
-            if self._source.read(len(_FILE_MAGIC)) == _FILE_MAGIC:
-                self._source.seek(0)
-                try:
-                    self._file = ipc.open_file(self._source)
-                except pa.ArrowException:  # no footer: the messages after the magic are a stream
-                    self._source.seek(_FILE_PREFIX_BYTES)
-            else:
-                self._source.seek(0)
-            if self._file is None:
-                self._stream = ipc.open_stream(self._source)
-                self.schema: pa.Schema = self._stream.schema
-            else:
-                self.schema = self._file.schema
-        except (pa.ArrowException, OSError) as exc:
-            self._source.close()
-            raise ServerMetricsError(f"{path}: no readable Arrow schema ({' '.join(str(exc).split())})") from None
+        super().__init__(path, ServerMetricsError)
         try:
             self.info = server_metrics_info(self.schema)
         except ServerMetricsError as exc:
-            self._source.close()
+            self.close()
             raise ServerMetricsError(f"{path}: {exc}") from None
-
-    @property
-    def footer(self) -> bool:
-        return self._file is not None
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        if self._file is not None:
-            for index in range(self._file.num_record_batches):
-                yield self._file.get_batch(index)
-            return
-        assert self._stream is not None
-        while True:
-            try:
-                yield self._stream.read_next_batch()
-            except StopIteration:
-                return
-            except (pa.ArrowException, OSError):  # the torn tail of a killed run
-                return
-
-    def __enter__(self) -> _Reader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._source.close()
 
 
 def server_metrics_info(schema: pa.Schema) -> ServerMetricsInfo:
