@@ -1,10 +1,11 @@
 """Tables laid out for the width they are printed at: a number is never cut.
 
-`FittedTable` is a rich renderable that builds its table when printed, for the console's width. Numbers (every
-column but the first, by default) are exactly as wide as their widest cell and never wrap; text wraps between
-words. When the table does not fit, the optional columns go first (highest `drop` first); when it still does
-not fit, each row is shown as a small table of its own (header: value), so even a 40-column terminal shows
-every figure whole. Tests print every table at 80 and 120 columns (tests/test_layout.py).
+`FittedTable` is a rich renderable that builds its table when printed, for the console's width. No column is
+ever narrower than its longest word, and a number is one word, so it is never cut or split; a cell of several
+figures ("1,234 · 5,678") wraps between them only once the text columns have wrapped as far as they can. When the
+table does not fit, the optional columns go first (highest `drop` first); when it still does not fit, each row is
+shown as a small table of its own (header: value), so even a 40-column terminal shows every figure whole. Tests
+print every table at 40 to 200 columns (tests/test_layout.py).
 """
 
 from __future__ import annotations
@@ -79,13 +80,9 @@ class FittedTable:
         return [row[index] for row in self.rows]
 
     def _column_min(self, index: int) -> int:
-        """The narrowest the column may be: its widest number, else its longest word (header included)."""
-        column = self.columns[index]
-        words = [word for text in [column.header, *self._cells(index)] for word in text.split()]
-        longest_word = max((len(word) for word in words), default=1)
-        if column.numeric:
-            return max([longest_word, *(len(cell) for cell in self._cells(index))])
-        return longest_word
+        """The narrowest the column may be: its longest word, header included (a number is one word)."""
+        words = [word for text in [self.columns[index].header, *self._cells(index)] for word in text.split()]
+        return max((len(word) for word in words), default=1)
 
     def _column_natural(self, index: int) -> int:
         """The column's width with nothing wrapped."""
@@ -95,8 +92,8 @@ class FittedTable:
         return sum(self._column_min(i) + _BORDER_PER_COLUMN for i in kept) + 1
 
     def _widths(self, kept: list[int], width: int) -> dict[int, int]:
-        """Each kept column's width: natural when the table fits, else the widest shrunk first (words before
-        numbers' headers), never below its minimum."""
+        """Each kept column's width: natural when the table fits, else the widest shrunk first (text columns
+        before number columns), never below its longest word."""
         widths = {i: self._column_natural(i) for i in kept}
         floors = {i: self._column_min(i) for i in kept}
         room = width - _BORDER_PER_COLUMN * len(kept) - 1
