@@ -157,10 +157,34 @@ def _header(agent: Agent) -> _AgentHeader:
 
 def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write the native Arrow IPC file (zstd-compressed)."""
+    with pa.OSFile(os.fspath(path), "wb") as sink:
+        _write_ipc(trace, sink)
+
+
+def arrow_bytes(trace: Trace) -> bytes:
+    """The native Arrow IPC file's bytes, in memory (a `--ray` run ships them to its actors)."""
+    sink = pa.BufferOutputStream()
+    _write_ipc(trace, sink)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def _write_ipc(trace: Trace, sink: pa.NativeFile) -> None:
     table = to_table(trace)
     options = ipc.IpcWriteOptions(compression="zstd")
-    with pa.OSFile(os.fspath(path), "wb") as sink, ipc.new_file(sink, table.schema, options=options) as writer:
+    with ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table, max_chunksize=1 << 16)
+
+
+def from_arrow_bytes(data: bytes, *, file: str) -> Trace:
+    """A trace from `arrow_bytes`' output; `file` names its origin in errors."""
+    try:
+        with ipc.open_file(pa.BufferReader(data)) as reader:
+            table = reader.read_all()
+        table.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise TraceError.at(f"not a readable Arrow trace ({' '.join(str(exc).split())})", file=file) from None
+    return from_table(table, file=file)
 
 
 def write_parquet(trace: Trace, path: str | os.PathLike[str]) -> None:
