@@ -34,6 +34,9 @@ FOREIGN: dict[str, str] = {
     "--use-server-token-count": "AIPerf",
     "--use-think-time-only": "AIPerf",
     "--warmup-grace-period": "AIPerf",
+    # Ray's command line (docs/distributed.md: starting a cluster)
+    "--head": "Ray",
+    "--address": "Ray",
     # inference servers and their benchmarks
     "--metrics": "llama.cpp's llama-server",
     "--enable-prompt-tokens-details": "vLLM",

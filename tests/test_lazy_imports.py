@@ -64,8 +64,9 @@ def _packages(modules: set[str]) -> set[str]:
     return {module.split(".")[0] for module in modules}
 
 
-HEAVY = {"numpy", "pyarrow", "aiohttp", "rich", "prometheus_client", "matplotlib", "tokenizers", "uvloop"}
-"""Each costs tens of milliseconds (aiohttp ~150 ms, pyarrow with numpy ~100 ms) or megabytes."""
+HEAVY = {"numpy", "pyarrow", "aiohttp", "rich", "prometheus_client", "matplotlib", "tokenizers", "uvloop", "ray"}
+"""Each costs tens of milliseconds (aiohttp ~150 ms, pyarrow with numpy ~100 ms) or megabytes; Ray only a `--ray`
+run may load."""
 
 
 def test_import_agentx_loads_nothing_heavy() -> None:

@@ -3,6 +3,7 @@ options, running a coroutine."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -11,7 +12,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
@@ -23,10 +24,9 @@ from agentx.trace.io import FORMATS, Format, load_trace
 from agentx.trace.validate import MAX_BLOCK_SIZE
 
 if TYPE_CHECKING:
-    import asyncio
-
     from rich.console import Console
 
+    from agentx.replayer.options import ReplayOptions
     from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
@@ -196,6 +196,14 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
             loop.remove_signal_handler(stop_signal)
 
 
+def cluster_output(options: ReplayOptions) -> contextlib.AbstractContextManager[object]:
+    """For a `--ray` run, Ray's own messages (a node that died, say), which it prints to stdout, go to stderr: stdout
+    carries the summary (and with --json, nothing else)."""
+    if options.runtime.ray is None:
+        return contextlib.nullcontext()
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 RUN_FILES = ("records.arrow", "run.json")
 """What makes a folder a run's: a replay never writes into one that holds either unless told to."""
 
@@ -210,12 +218,3 @@ def refuse_existing_run(run_dir: Path, *, flag: str = "--overwrite") -> None:
     held = [name for name in RUN_FILES if (run_dir / name).exists()]
     if held:
         fail(f"{run_dir} already holds a run ({', '.join(held)}); choose another --out, or pass {flag} to replace it")
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when installed: a quarter less client CPU per streamed chunk (bench/replay_overhead.py)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - a dependency except on Windows
-        return None
-    return uvloop.new_event_loop

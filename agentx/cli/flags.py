@@ -57,7 +57,6 @@ OWN_OPTION_GROUPS: Final[Mapping[str, str]] = {
     "block_size": "Trace",
     "spec_golden": "Speculative decoding",
     "spec_thinking": "Speculative decoding",
-    "workers": "Run",
     "sim_time_scale": "Run",
 }
 """The section of each option `replay`, `sweep` and `decode` define themselves (not derived from a field); `--help`
@@ -201,6 +200,8 @@ def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], grou
         settings.update(default=default, show_default=True)
     elif isinstance(inner, mi.VarTupleType):
         settings.update(type=_click_type(inner.item_type), multiple=True)
+    elif "bare" in extra:  # the flag alone means `bare`, e.g. `--ray` for `--ray auto`
+        settings.update(type=str, is_flag=False, flag_value=extra["bare"], default=default)
     elif "none" in extra:
         settings.update(type=_Value(_click_type(inner), extra["none"]), show_default=True)
         settings["default"] = extra["none"] if default is None else str(default)

@@ -19,12 +19,12 @@ from agentx.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
     block_size_option,
+    cluster_output,
     default_run_dir,
     fail,
     format_option,
     interruptible,
     load_to_replay,
-    loop_factory,
     refuse_existing_run,
     stderr,
     stdout,
@@ -54,13 +54,6 @@ from agentx.trace.io import Format
 )
 @click.option("--overwrite", is_flag=True, help="Replace the run already in --out (refused otherwise).")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option(
-    "--workers",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Shard the lanes over this many processes (when one core cannot keep up; no live progress).",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @format_option
 @block_size_option
@@ -70,7 +63,6 @@ def replay(
     out_dir: Path | None,
     overwrite: bool,
     gpus: int | None,
-    workers: int,
     sim_time_scale: float,
     as_json: bool,
     input_format: Format | None,
@@ -90,6 +82,7 @@ def replay(
     from agentx.cli.progress import ReplayProgress
     from agentx.replayer.calibrate import CalibrationError
     from agentx.replayer.client import ModelNotServed, ServerUnreachable
+    from agentx.replayer.clock import loop_factory
     from agentx.replayer.preparation import prepare_trace
     from agentx.replayer.run_folder import RUN_FILE
     from agentx.replayer.telemetry_file import SERVER_METRICS_FILE
@@ -136,14 +129,16 @@ def replay(
         options = msgspec.structs.replace(options, server=server)
         # Prepared once for the progress's count and the run: an agentx run's first trees are planned once.
         prepared = prepare_trace(loaded, options)
+        workers = options.runtime.workers
+        over_processes = workers > 1 and options.runtime.ray is None  # no live progress: records meet at the end
         progress = ReplayProgress(
             console=stderr,  # with --json too: stdout carries only the JSON
             duration_s=options.scenario.duration_s,
-            planned=planned_requests(prepared, options) if workers == 1 else None,
+            planned=None if over_processes else planned_requests(prepared, options),
             grace_s=options.runtime.grace_s,
         )
         try:
-            if workers > 1:
+            if over_processes:
                 result = replay_workers(
                     trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
                 )
@@ -159,7 +154,7 @@ def replay(
                         trace_path=trace,
                     )
                 )
-                with asyncio.Runner(loop_factory=loop_factory()) as runner, progress:
+                with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
                     result = runner.run(work)
         except WarmupFailed as exc:
             fail(f"{url}: {exc}")
@@ -215,6 +210,11 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
     counts = summary.counts
     kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(counts.errors_by_kind.items()))
     failed = f"{counts.errors:,} of {counts.profiling:,} profiling requests failed" + (f" ({kinds})" if kinds else "")
+    if cancel_reason == "worker_lost":
+        return (
+            f"a Ray worker was lost and the others were stopped (--on-worker-loss abort): {failed}; the shard and its "
+            "node are in the warning above and in run.json (run.shards)"
+        )
     if cancel_reason == "failure_threshold":
         given = "" if threshold is None else f" {threshold:g}"
         return f"the run was cancelled by --failed-request-threshold{given}: {failed}"

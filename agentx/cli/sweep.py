@@ -15,11 +15,11 @@ from agentx.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
     block_size_option,
+    cluster_output,
     fail,
     format_option,
     interruptible,
     load_to_replay,
-    loop_factory,
     stderr,
     stdout,
 )
@@ -93,6 +93,7 @@ def sweep_command(
 
     from agentx.cli.planned import planned_requests
     from agentx.cli.progress import ReplayProgress
+    from agentx.replayer.clock import loop_factory
     from agentx.replayer.options import LaneLoad
     from agentx.results.cost import load_price_table
     from agentx.results.folders import SWEEP_FILE
@@ -198,7 +199,7 @@ def sweep_command(
             )
         )
         try:
-            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(base):
                 result = runner.run(work)
         except OSError as exc:
             fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")

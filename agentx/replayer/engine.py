@@ -55,6 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 
 from agentx.replayer.bodies import BodyBuilder
 from agentx.replayer.chat import ChatRenderer
@@ -84,9 +85,11 @@ from agentx.replayer.sending import OnRecord
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)
-OnStart = Callable[[RunInfo, int, DispatchClock], None]
+OnBatch = Callable[[pa.RecordBatch], None]
+OnStart = Callable[[RunInfo, int, DispatchClock | None], None]
 """Called once as the run starts, its records file created: the run, its start (`perf_counter_ns`, the records'
-time origin) and the clock of its due times (agentx.run.replay starts the server telemetry with them)."""
+time origin) and the clock of its due times, if it has one here (agentx.run.replay starts the server telemetry with
+them; a `--ray` driver sends nothing itself)."""
 
 
 async def run_replay(
@@ -97,9 +100,17 @@ async def run_replay(
     on_sent: OnSent | None = None,
     on_profiling: OnSent | None = None,
     on_start: OnStart | None = None,
+    start_at_ns: int | None = None,
+    on_batch: OnBatch | None = None,
+    on_in_flight: OnRecord | None = None,
 ) -> RunResult:
     """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
     `on_profiling()` is called once, as the profiling phase starts (after the warmup), `on_start` as the run starts.
+
+    A shard of a `--ray` run (agentx.replayer.cluster) starts at `start_at_ns` (`perf_counter_ns`), the instant its
+    shards agreed on, once its probes are done: its records count from that instant, so a shard that starts late
+    shows it as dispatch lag. `on_batch(batch)` gets each batch of records as it is written, and
+    `on_in_flight(record)` each request as it goes out, with the record it keeps if its answer never arrives.
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
@@ -145,8 +156,6 @@ async def run_replay(
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         run_id = options.runtime.run_id or uuid.uuid4().hex
-        # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
-        start_ns, wall_epoch_ns = time.perf_counter_ns(), time.time_ns()
         metadata = flat_options(options)
         metadata["trace"] = {"dropped_sessions": sessions.dropped}
         broken = locks_broken(options)
@@ -157,13 +166,17 @@ async def run_replay(
             "stream_usage_assumed": probe.assumed,
             "calibration": calibration.summary() if calibration is not None else None,
         }
-        info = RunInfo(run_id=run_id, wall_epoch_ns=wall_epoch_ns, options=metadata)
         records_path = out_dir / RECORDS_FILE
-        with (
+        with contextlib.ExitStack() as stack:
+            clock = stack.enter_context(DispatchClock())
+            if start_at_ns is not None:
+                await clock.at(start_at_ns)
+            # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
+            now_ns, wall_now_ns = time.perf_counter_ns(), time.time_ns()
+            start_ns = now_ns if start_at_ns is None else start_at_ns
+            info = RunInfo(run_id=run_id, wall_epoch_ns=wall_now_ns - (now_ns - start_ns), options=metadata)
             # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
-            RecordWriter(records_path, info, flush_interval_s=math.inf) as writer,
-            DispatchClock() as clock,
-        ):
+            writer = stack.enter_context(RecordWriter(records_path, info, flush_interval_s=math.inf, on_batch=on_batch))
             if on_start is not None:
                 on_start(info, start_ns, clock)
             bodies = BodyBuilder(options, trace, space)
@@ -172,6 +185,7 @@ async def run_replay(
                 bodies.renderer = ChatRenderer(calibration, options.scenario.seed, trace.block_size)
             runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, on_record, clock)
             runner.sender.on_sent = on_sent
+            runner.sender.on_in_flight = on_in_flight
             runner.gate.on_start = on_profiling
             runner.notices.extend(notices)
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.

@@ -266,8 +266,34 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = 1.0
     """Server telemetry over the run (agentx.replayer.telemetry); None: not scraped."""
+    workers: Annotated[
+        int,
+        Meta(ge=1),
+        _help("Shard the run over this many processes, or Ray actors with --ray (when one core or host falls short)."),
+    ] = 1
+    """Shards of the run, each with its own event loop: processes on this host (agentx.replayer.workers), or with
+    `ray` actors on a Ray cluster (agentx.replayer.cluster); the union of the shards is the one-process plan."""
+    ray: Annotated[
+        str | None,
+        _help(
+            "Run the --workers shards as actors on a Ray cluster: its address, auto (the cluster `ray start` made "
+            "here or RAY_ADDRESS) or local (a private one on this host); --ray alone is auto (docs/distributed.md).",
+            metavar="ADDRESS|auto|local",
+            bare="auto",
+        ),
+    ] = None
+    on_worker_loss: Annotated[
+        Literal["abort", "continue"],
+        _help("When a Ray worker or its node dies: stop the run (its load changed), or go on with the others."),
+    ] = "abort"
+    ray_placement_timeout_s: Annotated[
+        PositiveSeconds,
+        _help("Give up when the Ray cluster cannot place the --workers actors within this long, s."),
+    ] = 60.0
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
+    node: str = ""
+    """What this shard's records say in `node` (its Ray node id); "" : this host's name."""
     shard: tuple[Annotated[int, Meta(ge=0)], Annotated[int, Meta(ge=1)]] = (0, 1)
     """(index, count): this process runs lanes index, index+count, ... and the trees at positions ≡ index
     (mod count) of the shared session order (`--workers`; (0, 1) is the whole run)."""
@@ -281,6 +307,8 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
     (`sys.setswitchinterval`, process-wide; restored after). Off for library callers; the CLI turns it on."""
 
     def __post_init__(self) -> None:
+        if self.ray is not None and not self.ray.strip():
+            raise ValueError("ray must be a cluster address, auto or local")
         index, count = self.shard
         if not 0 <= index < count:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")

@@ -80,8 +80,11 @@ class RecordWriter:
         flush_interval_s: float = 1.0,
         flush_rows: int = 1024,
         clock: Callable[[], float] = time.monotonic,
+        on_batch: Callable[[pa.RecordBatch], None] | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.on_batch = on_batch
+        """Called with each batch of records as it is written (a `--ray` shard ships them to the driver)."""
         self.run_id = run.run_id
         self._interval = flush_interval_s
         self._max_rows = flush_rows
@@ -153,7 +156,10 @@ class RecordWriter:
         if not self._pending or self._writer is None:
             return
         arrays = [pa.array(column, type=field.type) for column, field in zip(self._columns, SCHEMA, strict=True)]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        self._writer.write_batch(batch)
+        if self.on_batch is not None:
+            self.on_batch(batch)
         self.rows_written += self._pending
         self._columns = [[] for _ in COLUMN_NAMES]
         self._pending = 0

@@ -36,12 +36,16 @@ from agentx.replayer.ipc_files import IpcReader
 from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.8"
+FORMAT_VERSION: Final = "1.9"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
-`itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's)."""
+`itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
+`worker` and `node`."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
+WORKER_LOST: Final = "worker_lost"
+"""The reason a request is recorded cancelled when the shard that sent it was lost (`--ray`): the start of its
+`error_message`."""
 MAX_ERROR_MESSAGE: Final = 500
 """Error messages are cut to this many characters: a server's error page must not bloat the file."""
 
@@ -126,6 +130,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     slo_met: bool | None = None
     """Whether the request met every `--slo` target (agentx.replayer.slo), set by whoever makes the record (the
     run's targets are not the record's); None when the run had none. `msgspec.structs.replace` keeps it as is."""
+    worker: int = 0
+    """The shard that sent it (`--workers`, `--ray`; 0 in a run of one process)."""
+    node: str = ""
+    """The host that sent it: its Ray node id in a `--ray` run, else its host name."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -238,6 +246,8 @@ COLUMNS: list[tuple[pa.Field, str]] = [
         pa.field("slo_met", pa.bool_()),
         "met every --slo target: ok, and each of TTFT, TPOT (if OSL ≥ 2), E2EL at most its target; null: no --slo",
     ),
+    (pa.field("worker", _INT32, nullable=False), "the shard that sent it (--workers, --ray); 0 in a one-process run"),
+    (pa.field("node", _STR, nullable=False), "the host that sent it: its Ray node id in a --ray run, else its name"),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
 COLUMN_NAMES: Final = [field.name for field in SCHEMA]

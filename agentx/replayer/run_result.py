@@ -30,6 +30,38 @@ class CalibrationSummary(msgspec.Struct, kw_only=True):
     """(predicted, counted) on the sample conversations."""
 
 
+class ShardInfo(msgspec.Struct, kw_only=True):
+    """One shard of a `--ray` run: where it ran, its clock against the driver's, and whether it was lost."""
+
+    index: int
+    node_id: str
+    """The Ray node id (what the shard's records say in `node`)."""
+    node_ip: str
+    hostname: str
+    clock_offset_ns: int
+    """The shard's `perf_counter_ns` minus the driver's at the same instant, measured before the start (midpoint of
+    the quickest of several round trips); its records are converted to the driver's timeline with it."""
+    clock_error_ns: int
+    """The bound on that offset's error: half the quickest round trip."""
+    clock_drift_ns: int | None = None
+    """The offset measured again after the run, minus the first (None: the shard was lost first)."""
+    wall_clock_offset_ns: int | None = None
+    """The shard host's wall clock minus the driver's at the agreed start: what NTP leaves between the hosts (records
+    are aligned by the measured offset above, never by wall clocks)."""
+    start_late_s: float | None = None
+    """How long after the agreed instant the shard started (its probes took longer than the lead time)."""
+    cpu_s: float | None = None
+    """CPU time its process used from its start (probes and run, Ray's own threads in it included), as last
+    reported."""
+    lost: bool = False
+    """The actor or its node died during the run."""
+    lost_reason: str | None = None
+    lost_at_s: float | None = None
+    """When the driver saw it lost, on the run's timeline."""
+    lost_in_flight: int = 0
+    """Requests it had in flight, recorded cancelled for `worker_lost`."""
+
+
 class RunResult(msgspec.Struct, kw_only=True):
     run_id: str
     records_path: Path
@@ -79,3 +111,40 @@ class RunResult(msgspec.Struct, kw_only=True):
     """The run stopped because it had sent `num_requests` profiling requests (`Scenario.num_requests`)."""
     trace_path: str | None = None
     """The trace file (or folder) replayed, as an absolute path; None for a trace made in memory."""
+    shards: list[ShardInfo] = []
+    """A `--ray` run: each shard's node, clock offset and fate (a `--workers` run on one host needs none)."""
+
+
+def combined(results: list[RunResult], *, run_id: str, records_path: Path, interrupted: bool) -> RunResult:
+    """The result of one run sharded over `results` (`--workers`, `--ray`), whose records are merged at
+    `records_path`: counts summed, the lanes' snapshots and samples joined, what the shards agree on from the first."""
+    chains = {session: count for r in results for session, count in r.flattened_by_session.items()}
+    first = results[0]
+    return RunResult(
+        run_id=run_id,
+        records_path=records_path,
+        requests=sum(r.requests for r in results),
+        errors=sum(r.errors for r in results),
+        trees_started=sum(r.trees_started for r in results),
+        trees_finished=sum(r.trees_finished for r in results),
+        interrupted=interrupted or any(r.interrupted for r in results),
+        elapsed_s=max(r.elapsed_s for r in results),
+        cancelled=sum(r.cancelled for r in results),
+        skipped=sum(r.skipped for r in results),
+        loop_lag_s=[lag for r in results for lag in r.loop_lag_s],
+        stream_usage=first.stream_usage,
+        calibration=first.calibration,
+        cancel_reason=next((r.cancel_reason for r in results if r.cancel_reason), None),
+        skipped_context_overflow=sum(r.skipped_context_overflow for r in results),
+        warmup_requests=sum(r.warmup_requests for r in results),
+        tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry.lane),
+        dropped_sessions=first.dropped_sessions,
+        flattened_chains=sum(chains.values()),
+        flattened_by_session=chains,
+        server=first.server,
+        idle_jumps=sum(r.idle_jumps for r in results),
+        idle_skipped_s=max(r.idle_skipped_s for r in results),
+        warmup_expected_s=max(r.warmup_expected_s for r in results),
+        notices=list(dict.fromkeys(notice for r in results for notice in r.notices)),
+        request_cap_reached=all(r.request_cap_reached for r in results),  # each shard sent its share
+    )

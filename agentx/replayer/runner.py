@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import socket
 import time
 from collections.abc import Iterator
 
@@ -88,6 +89,8 @@ class Runner:
             notice=self.notice,
             fail_run=self.stop,
             slo=options.scenario.slo,
+            worker=options.runtime.shard[0],
+            node=options.runtime.node or socket.gethostname(),
         )
         shard_index, shard_count = options.runtime.shard
         # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every

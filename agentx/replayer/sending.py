@@ -22,7 +22,7 @@ from agentx.replayer.idle import IdleCaps
 from agentx.replayer.plan import Step
 from agentx.replayer.play import Play
 from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import Phase, RequestRecord
+from agentx.replayer.records import WORKER_LOST, Phase, RequestRecord
 from agentx.replayer.slo import Slos
 
 OnRecord = Callable[[RequestRecord], None]
@@ -50,8 +50,12 @@ class Recorder:
         notice: Callable[[str], None],
         fail_run: Callable[[], None],
         slo: Slos | None = None,
+        worker: int = 0,
+        node: str = "",
     ) -> None:
         self.writer = writer
+        self.worker = worker
+        self.node = node
         self.slo = slo or Slos()
         self.run_id = run_id
         self.start_ns = start_ns
@@ -70,6 +74,53 @@ class Recorder:
         self.cancel_reason: str | None = None
         self.fell_behind = False
 
+    def _identity(
+        self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, phase: Phase, request_id: str
+    ) -> dict[str, Any]:
+        """What a record of `step` says before any of its response: who sent what, when it was due."""
+        request = step.request
+        return {
+            "run_id": self.run_id,
+            "worker": self.worker,
+            "node": self.node,
+            "phase": phase,
+            "lane": tree.lane,
+            "play": tree.play,
+            "session_id": tree.prepared.plan.session_id,
+            "agent_id": step.agent_id,
+            "depth": step.depth,
+            "turn": step.turn,
+            "model": tree.prepared.models[step.index],
+            "correlation_id": tree.correlation_id(step.agent_id),
+            "root_correlation_id": tree.root_correlation_id,
+            "parent_correlation_id": tree.parent_correlation_id(step.agent_id),
+            "request_id": request_id,
+            "scheduled_ns": scheduled_ns - self.start_ns,
+            "isl_recorded_tokens": request.in_tokens,
+            "isl_sent_tokens": sent_tokens,
+            "cache_bust_tokens": self.marker_tokens if tree.marker is not None else 0,
+            "osl_recorded_tokens": request.out_tokens,
+            "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
+            "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
+            "api_time_recorded_s": request.api_time,
+            "ttft_recorded_s": request.ttft,
+        }
+
+    def stub(
+        self, tree: Play, step: Step, scheduled_ns: int, sent_ns: int, sent_tokens: int, phase: Phase, request_id: str
+    ) -> RequestRecord:
+        """The record `step` is left with if its answer never arrives because its shard is lost (`--ray`): cancelled
+        for `WORKER_LOST`, ending as it was sent (the driver sets the end); neither written nor counted."""
+        sent = sent_ns - self.start_ns
+        return RequestRecord(
+            **self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id),
+            sent_ns=sent,
+            end_ns=sent,
+            status="error",
+            error_kind="cancelled",
+            error_message=WORKER_LOST,
+        )
+
     def record(
         self,
         tree: Play,
@@ -84,35 +135,11 @@ class Recorder:
     ) -> RequestRecord:
         """The record of `step`'s exchange, written and counted; times are kept relative to the run's start."""
         origin = self.start_ns
-        request = step.request
 
         def offset(ns: int) -> int | None:
             return ns - origin if ns else None
 
-        common: dict[str, Any] = {
-            "run_id": self.run_id,
-            "phase": phase,
-            "lane": tree.lane,
-            "play": tree.play,
-            "session_id": tree.prepared.plan.session_id,
-            "agent_id": step.agent_id,
-            "depth": step.depth,
-            "turn": step.turn,
-            "model": tree.prepared.models[step.index],
-            "correlation_id": tree.correlation_id(step.agent_id),
-            "root_correlation_id": tree.root_correlation_id,
-            "parent_correlation_id": tree.parent_correlation_id(step.agent_id),
-            "request_id": request_id,
-            "scheduled_ns": scheduled_ns - origin,
-            "isl_recorded_tokens": request.in_tokens,
-            "isl_sent_tokens": sent_tokens,
-            "cache_bust_tokens": self.marker_tokens if tree.marker is not None else 0,
-            "osl_recorded_tokens": request.out_tokens,
-            "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
-            "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
-            "api_time_recorded_s": request.api_time,
-            "ttft_recorded_s": request.ttft,
-        }
+        common = self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id)
         if exchange.error_kind == "cancelled":
             self.cancelled += 1
         record = RequestRecord(
@@ -199,6 +226,9 @@ class Sender:
         """Called as the last request the cap allows is sent: no new request or tree starts from then on."""
         self.profiling_sent = 0
         self.cap_reached = False
+        self.on_in_flight: Callable[[RequestRecord], None] | None = None
+        """Called as each request goes out with the record it keeps if its answer never arrives (`Recorder.stub`):
+        a `--ray` shard tells the driver what is in flight."""
 
     def admit(self) -> bool:
         """Whether one more profiling request may go out now, counted if so (call it right before `send`)."""
@@ -231,6 +261,8 @@ class Sender:
         if self.on_sent is not None:
             self.on_sent()
         sent_ns = time.perf_counter_ns()
+        if self.on_in_flight is not None:
+            self.on_in_flight(self.recorder.stub(tree, step, scheduled_ns, sent_ns, sent_tokens, phase, request_id))
         # Filled by the client as the response arrives, so a request cancelled after the grace period keeps its
         # status, headers time and chunks.
         exchange = Exchange()

@@ -25,11 +25,12 @@ from typing import Final
 import msgspec
 
 from agentx.errors import RunError, ServerError
+from agentx.replayer.clock import loop_factory
 from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ReplayOptions, lanes
 from agentx.replayer.record_writer import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
-from agentx.replayer.run_result import RunResult
+from agentx.replayer.run_result import RunResult, combined
 from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"
@@ -40,23 +41,14 @@ class WorkerFailed(RunError):  # noqa: N818 (reads as a sentence: "worker failed
     """A worker process exited without leaving a result (it crashed, or the server probe failed)."""
 
 
-def _loop_factory() -> object:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        return None
-    return uvloop.new_event_loop
-
-
 def _work(
     trace_path: str, trace_format: Format | None, block_size: int | None, options: ReplayOptions, result_path: str
 ) -> None:
     """A worker process: load the trace, run its shard, leave the result (pickled: it holds paths)."""
     trace = load_trace(trace_path, format=trace_format, block_size=block_size)
-    factory = _loop_factory()
     outcome: RunResult | Exception
     try:
-        with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             outcome = runner.run(run_replay(trace, options))
     except (ServerError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
@@ -114,32 +106,6 @@ def run_workers(
             raise outcome
         assert isinstance(outcome, RunResult)
         results.append(outcome)
-    merged_chains = {session: chains for r in results for session, chains in r.flattened_by_session.items()}
     records_path = out_dir / RECORDS_FILE
     merge_records([result.records_path for result in results], records_path)
-    return RunResult(
-        run_id=run_id,
-        records_path=records_path,
-        requests=sum(r.requests for r in results),
-        errors=sum(r.errors for r in results),
-        trees_started=sum(r.trees_started for r in results),
-        trees_finished=sum(r.trees_finished for r in results),
-        interrupted=interrupted or any(r.interrupted for r in results),
-        elapsed_s=max(r.elapsed_s for r in results),
-        cancelled=sum(r.cancelled for r in results),
-        skipped=sum(r.skipped for r in results),
-        loop_lag_s=[lag for r in results for lag in r.loop_lag_s],
-        stream_usage=results[0].stream_usage,
-        calibration=results[0].calibration,
-        cancel_reason=next((r.cancel_reason for r in results if r.cancel_reason), None),
-        skipped_context_overflow=sum(r.skipped_context_overflow for r in results),
-        warmup_requests=sum(r.warmup_requests for r in results),
-        tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry.lane),
-        dropped_sessions=results[0].dropped_sessions,
-        flattened_chains=sum(merged_chains.values()),
-        flattened_by_session=merged_chains,
-        server=results[0].server,
-        idle_jumps=sum(r.idle_jumps for r in results),
-        idle_skipped_s=max(r.idle_skipped_s for r in results),
-        request_cap_reached=all(r.request_cap_reached for r in results),  # each shard sent its share
-    )
+    return combined(results, run_id=run_id, records_path=records_path, interrupted=interrupted)

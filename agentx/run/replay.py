@@ -18,8 +18,10 @@ from typing import Any, Final, Self
 
 import msgspec
 
+from agentx.errors import ConfigError
 from agentx.replayer.client import Client
 from agentx.replayer.clock import DispatchClock
+from agentx.replayer.cluster.driver import run_cluster
 from agentx.replayer.connect import server_client
 from agentx.replayer.engine import run_replay
 from agentx.replayer.options import ReplayOptions, flat_options
@@ -102,15 +104,20 @@ async def replay(
 
     telemetry: list[TelemetryTask] = []
 
-    def start_scraping(info: RunInfo, start_ns: int, clock: DispatchClock) -> None:
+    def start_scraping(info: RunInfo, start_ns: int, clock: DispatchClock | None) -> None:
         task = start_telemetry(
             options, run_id=info.run_id, wall_epoch_ns=info.wall_epoch_ns, start_ns=start_ns, clock=clock
         )
         if task is not None:
             telemetry.append(task)
 
+    if options.runtime.workers > 1 and options.runtime.ray is None:
+        raise ConfigError(
+            f"workers={options.runtime.workers} without ray: a replay over this host's processes is "
+            "`replay_workers(trace_path, options, workers)` (the CLI's --workers); set ray for Ray actors"
+        )
     try:
-        run = await run_replay(
+        run = await (run_cluster if options.runtime.ray is not None else run_replay)(
             trace,
             options,
             on_record=on_record,
