@@ -32,15 +32,15 @@ from agentx.trace.io import load_trace
 Cluster = Any
 """`ray.cluster_utils.Cluster`, whose methods are untyped."""
 SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
-LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-"""Ray then gives every node 127.0.0.1 instead of the host's outbound address (tests talk only to loopback). Ray reads
-it as it is imported, so this module imports Ray only in the fixture, once it is set."""
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+"""Ray then gives every node 127.0.0.1 instead of the host's outbound address, and reports no usage statistics: tests
+talk only to loopback. Ray reads these as it is imported, so this module imports Ray only in the fixture."""
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    saved = {name: os.environ.get(name) for name in LOOPBACK_ONLY}
-    os.environ.update(LOOPBACK_ONLY)
+    saved = {name: os.environ.get(name) for name in RAY_ENV}
+    os.environ.update(RAY_ENV)
     from ray import cluster_utils
 
     made: Cluster = cluster_utils.Cluster(
@@ -173,18 +173,24 @@ def _wait_for_records(path: Path, rows: int, process: subprocess.Popen[str], tim
     raise AssertionError(f"no {rows} records in {path} after {timeout_s} s: {process.communicate()}")
 
 
-def test_ctrl_c_drains_every_shard_and_keeps_the_records(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_drains_every_shard_and_keeps_the_records(
+    cluster: Cluster, sim: SimServer, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """Ray's own SIGTERM handler (exit at once) must not replace the drain."""
     out = tmp_path / "run"
     process = _long_run(sim, cluster, out)
     _wait_for_records(out / "records.arrow", 20, process)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     run = json.loads((out / "run.json").read_text())["run"]
     assert run["interrupted"] and run["cancel_reason"] == "interrupted"
     records = to_records(read_records(out / "records.arrow"))
-    assert len(records) == run["requests"] == json.loads(stdout)["counts"]["rows"] > 20
+    summary = json.loads(stdout)
+    assert len(records) == run["requests"] == summary["counts"]["rows"] > 20
     assert {r.worker for r in records} == {0, 1}
+    assert summary["shards"]["count"] == 2 and summary["shards"]["lost"] == []
 
 
 def test_a_lost_node_records_worker_lost_and_aborts(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
@@ -208,6 +214,29 @@ def test_a_lost_node_records_worker_lost_and_aborts(cluster: Cluster, sim: SimSe
     gone = [r for r in records if (r.error_message or "").startswith(WORKER_LOST)]
     assert len(gone) == lost[0]["lost_in_flight"] > 0
     assert all(r.error_kind == "cancelled" and r.worker == lost[0]["index"] for r in gone)
+    assert len(records) == run["requests"] == json.loads(stdout)["counts"]["rows"]
+
+
+def test_with_continue_the_other_shards_run_to_the_end(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    process = _long_run(sim, cluster, out, "--on-worker-loss", "continue", "--duration", "8")
+    _wait_for_records(out / "records.arrow", 20, process)
+    cluster.remove_node(cluster.list_all_nodes()[-1], allow_graceful=False)
+    try:
+        stdout, stderr = process.communicate(timeout=90)
+    finally:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    assert process.returncode == 0, stderr
+    assert "--on-worker-loss continue" in stderr
+    run = json.loads((out / "run.json").read_text())["run"]
+    (lost,) = [shard for shard in run["shards"] if shard["lost"]]
+    assert run["cancel_reason"] is None and not run["interrupted"]
+    records = to_records(read_records(out / "records.arrow"))
+    survivor = [r for r in records if r.worker != lost["index"]]
+    # The survivor went on sending well after the loss, to the end of the window.
+    assert max(r.sent_ns for r in survivor) / 1e9 > lost["lost_at_s"] + 2
+    assert sum((r.error_message or "").startswith(WORKER_LOST) for r in records) == lost["lost_in_flight"]
     assert len(records) == run["requests"] == json.loads(stdout)["counts"]["rows"]
 
 
@@ -237,3 +266,16 @@ def test_a_sweep_runs_each_level_on_the_cluster(cluster: Cluster, sim: SimServer
         assert {r.worker for r in records} == {0, 1} and all(r.worker == r.lane % 2 for r in records)
         run = msgspec.json.decode((tmp_path / "sweep" / f"c{level}" / "run.json").read_bytes())["run"]
         assert len(run["shards"]) == 2
+
+
+def test_ray_local_starts_a_private_instance_for_the_run(sim: SimServer, tmp_path: Path) -> None:
+    command = _cli(
+        "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "2",
+        "--sessions", "2", "--delay-scale", "0", "--ray", "local", "--workers", "2", "--out", str(tmp_path / "run"),
+        "--json",
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env={**os.environ, **RAY_ENV})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"]["kept"] > 0
+    run = json.loads((tmp_path / "run" / "run.json").read_text())["run"]
+    assert len(run["shards"]) == 2 and run["errors"] == 0

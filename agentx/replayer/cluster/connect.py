@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -44,15 +46,20 @@ def ray_session(address: str) -> Iterator[Any]:
     # The shards report through their polls; their own output stays in the nodes' Ray logs, off the driver's stdout
     # (which may carry --json).
     settings: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    settings["address"] = address  # Ray's own "local" always starts a new instance (not the one `ray start` made)
     if address == LOCAL:
         settings.update(include_dashboard=False, num_cpus=os.cpu_count())
-    else:
-        settings["address"] = address
+    # ray.init makes SIGTERM exit the process at once; the caller's handler (the CLI's drain) is put back.
+    in_main = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         ray.init(**settings)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         hint = " (start one with `ray start --head`, or pass its address)" if address == "auto" else ""
         raise ClusterError(f"cannot reach the Ray cluster at {address}{hint}: {' '.join(str(exc).split())}") from None
+    finally:
+        if on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield ray
     finally:
