@@ -94,6 +94,15 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
                 f"{len(r.plays):,} · {_s(r.play_makespan_s.p50, 1)} · {_s(r.play_makespan_s.max, 1)}",
             )
         )
+    shards = summary.shards
+    if shards is not None:
+        lost = ", ".join(map(str, shards.lost)) or "none"
+        rows.append(("Ray shards · nodes · lost", f"{shards.count} · {shards.nodes} · {lost}"))
+        drift = "—" if shards.clock_drift_max_s is None else _ms(shards.clock_drift_max_s)
+        clocks = f"{_ms(shards.clock_error_max_s)} · {drift}"
+        rows.append(("shard clocks: bound · drift max (ms)", clocks))
+        if shards.clock_warning is not None:
+            rows.append(("[bold red]shard clocks[/]", f"[bold red]{shards.clock_warning}[/]"))
     if summary.acceptance is not None and summary.acceptance.mismatch:
         rows.append(("[bold red]speculative acceptance[/]", "[bold red]MISMATCH (see below)[/]"))
     overview = _key_values(title or f"run {summary.run_id or ''}".strip(), rows)

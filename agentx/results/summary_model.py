@@ -11,6 +11,7 @@ import msgspec
 
 from agentx.results.acceptance import Acceptance
 from agentx.results.goodput import Goodput
+from agentx.results.shards import Shards
 from agentx.results.stats import PERCENTILES, SHOWN_PERCENTILES, Stats, percentile_key
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import Validity
@@ -168,3 +169,5 @@ class Summary(msgspec.Struct, kw_only=True):
     """Forced and realized speculative acceptance (agentx.results.acceptance), when forced or seen on the server."""
     server_telemetry: ServerTelemetry | None = None
     """The server's `/metrics` over the profiling phase (agentx.results.telemetry), when it was scraped."""
+    shards: Shards | None = None
+    """A `--ray` run's shards, nodes, losses and clock bounds (agentx.results.shards); None otherwise."""

@@ -36,6 +36,7 @@ from agentx.replayer.telemetry_file import load_server_metrics
 from agentx.replayer.workers import run_workers
 from agentx.results.acceptance import run_acceptance
 from agentx.results.folders import RunFile
+from agentx.results.shards import shards_summary
 from agentx.results.summary import Summary, summarize
 from agentx.results.validity import validity
 from agentx.trace.io import Format
@@ -178,6 +179,7 @@ def _finish(
         stream_interval=options.speculative.stream_interval,
     )
     summary.validity = validity(table, run_file, summary.acceptance)
+    summary.shards = shards_summary(run.shards)
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
     return result
