@@ -14,7 +14,8 @@ Replaying:
         -> ReplayResult
 The options are parts: Server, Connection, the load (AgentxLoad, ClosedLoad, TraceLoad, RateLoad), Scenario,
 Speculative, Runtime (`Runtime(quiet_gc=True, fast_thread_switch=True)` lets the run change process-wide settings,
-as the CLI does; off for a library caller).
+as the CLI does; off for a library caller; `Runtime(workers=N, ray="auto")` runs N shards as actors on a Ray cluster,
+docs/distributed.md).
     replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
     stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_overhead import MODEL, SERVER_CPU, SERVER_NICE, _tree, _wait_ready
+from replay_overhead import MODEL, SERVER_CPU, SERVER_NICE, _tree, _wait_ready, one_request_sessions
 from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise
 
 BENCH = Path(__file__).resolve().parent
@@ -67,28 +67,10 @@ class Run:
 def _trace(path: Path, sessions: int) -> None:
     """`sessions` one-request sessions with distinct blocks (no shared prefix: the mock ignores the prompt)."""
     from agentx.trace.io import save_trace
-    from agentx.trace.model import Agent, Request, Session, Trace
 
     blocks = IN_TOKENS // BLOCK
-    trace = Trace(
-        sessions=[
-            Session(
-                session_id=f"s{i}",
-                root=Agent(
-                    requests=[
-                        Request(
-                            t=0.0,
-                            model=MODEL,
-                            in_tokens=IN_TOKENS,
-                            out_tokens=OUT_TOKENS,
-                            hash_ids_added=tuple(range(i * blocks, (i + 1) * blocks)),
-                        )
-                    ]
-                ),
-            )
-            for i in range(sessions)
-        ],
-        block_size=BLOCK,
+    trace = one_request_sessions(
+        sessions, IN_TOKENS, OUT_TOKENS, lambda i: tuple(range(i * blocks, (i + 1) * blocks)), block_size=BLOCK
     )
     save_trace(trace, path)
 

@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -48,6 +48,7 @@ from typing import Any, cast
 import msgspec
 
 from agentx.replayer.options import ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.trace.model import Agent, Request, Session, Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -240,39 +241,30 @@ def _serve_mock(port: int, ttft_s: float, itl_s: float) -> None:
 # the client (`--worker-client JSON`): run_replay in this process, figures as JSON on stdout
 
 
+def one_request_sessions(
+    count: int, in_tokens: int, out_tokens: int, hash_ids: Callable[[int], tuple[int, ...]], block_size: int = 16
+) -> Trace:
+    """`count` sessions of one request each; session i's prompt has the blocks `hash_ids(i)`."""
+
+    def request(i: int) -> Request:
+        return Request(t=0.0, model=MODEL, in_tokens=in_tokens, out_tokens=out_tokens, hash_ids_added=hash_ids(i))
+
+    sessions = [Session(session_id=f"s{i}", root=Agent(requests=[request(i)])) for i in range(count)]
+    return Trace(sessions=sessions, block_size=block_size)
+
+
 def _client(spec: dict[str, Any]) -> dict[str, Any]:
     imported_ns = time.perf_counter_ns()
     import pyarrow.compute as pc
 
     from agentx.replayer.engine import run_replay
     from agentx.replayer.records import read_records, run_info
-    from agentx.trace.model import Agent, Request, Session, Trace
 
     setup = Setup(**spec["setup"])
     duration_s: float = spec["duration_s"]
     warmup_s = _warmup_s(setup)
     server_pid: int = spec["server_pid"]
-    n_sessions = 4096
-    trace = Trace(
-        sessions=[
-            Session(
-                session_id=f"s{i}",
-                root=Agent(
-                    requests=[
-                        Request(
-                            t=0.0,
-                            model=MODEL,
-                            in_tokens=setup.in_tokens,
-                            out_tokens=setup.out_tokens,
-                            hash_ids_added=(i,),
-                        )
-                    ]
-                ),
-            )
-            for i in range(n_sessions)
-        ],
-        block_size=16,
-    )
+    trace = one_request_sessions(4096, setup.in_tokens, setup.out_tokens, lambda i: (i,))
     window: dict[str, float] = {}
 
     def snapshot(key: str) -> None:
@@ -405,7 +397,6 @@ BLOCK_C = 16
 def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
     from agentx.replayer.engine import run_replay
     from agentx.replayer.records import read_records, run_info
-    from agentx.trace.model import Agent, Request, Session, Trace
 
     setup = OpenSetup(**spec["setup"])
     server_pid: int = spec["server_pid"]
@@ -414,24 +405,11 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
     shared = tuple(range(blocks)) if spec.get("prompt") == "shared" else ()
     # By default distinct hash ids per session (no prefix sharing; the mock ignores the prompt anyway): 62 blocks
     # of 16 plus 8 filler tokens = 1,000 prompt tokens, ~6 KB of JSON per body.
-    trace = Trace(
-        sessions=[
-            Session(
-                session_id=f"s{i}",
-                root=Agent(
-                    requests=[
-                        Request(
-                            t=0.0,
-                            model=MODEL,
-                            in_tokens=setup.in_tokens,
-                            out_tokens=setup.out_tokens,
-                            hash_ids_added=shared if shared else tuple(range(i * blocks, (i + 1) * blocks)),
-                        )
-                    ]
-                ),
-            )
-            for i in range(setup.requests)
-        ],
+    trace = one_request_sessions(
+        setup.requests,
+        setup.in_tokens,
+        setup.out_tokens,
+        lambda i: shared if shared else tuple(range(i * blocks, (i + 1) * blocks)),
         block_size=BLOCK_C,
     )
     origin = [2**63]

@@ -279,3 +279,10 @@ def test_ray_local_starts_a_private_instance_for_the_run(sim: SimServer, tmp_pat
     assert json.loads(done.stdout)["counts"]["kept"] > 0
     run = json.loads((tmp_path / "run" / "run.json").read_text())["run"]
     assert len(run["shards"]) == 2 and run["errors"] == 0
+
+
+def test_a_sweep_over_processes_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    command = _cli("sweep", str(SAMPLE), "--concurrency", "2,4", "--workers", "2", "--out", str(tmp_path / "s"))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--workers needs --ray" in done.stderr
+    assert not (tmp_path / "s").exists()

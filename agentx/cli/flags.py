@@ -3,10 +3,11 @@
 
 A field becomes a flag when its `Meta.extra` has a `help` line. The flag is `--field-name` (a unit suffix `_s`
 dropped) unless `extra["flag"]` names it; its click type, range, choices and default come from the field's type
-and constraints; `extra["none"]` is the word that means None (e.g. `--idle-timeout off`). Fields whose values
-need parsing (headers, JSON, NAME=VALUE pairs, LOW,HIGH) take a parser from the caller (`extra["repeat"]`: the
-flag may be given more than once). The values come back as
-keyword arguments named `part__field`; `part_values` gathers one part's, with the flags the user set.
+and constraints; `extra["none"]` is the word that means None (e.g. `--idle-timeout off`), `extra["bare"]` the
+value of the flag given alone (`--ray` for `--ray auto`). Fields whose values need parsing (headers, JSON,
+NAME=VALUE pairs, LOW,HIGH) take a parser from the caller (`extra["repeat"]`: the flag may be given more than
+once). The values come back as keyword arguments named `part__field`; `part_values` gathers one part's, with the
+flags the user set.
 
 `--help` lists the options in sections, `HELP_GROUPS`, most used first (`GroupedCommand`): a derived flag in its
 field's `extra["group"]`, else its part's (`part_flags(group=...)`); an option a command defines itself in

@@ -123,6 +123,8 @@ def sweep_command(
         )
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
+    if base.runtime.workers > 1 and base.runtime.ray is None:
+        fail("a sweep shards its levels over Ray actors only: --workers needs --ray (on this host alone: --ray local)")
     url = flags["server__url"]
     model = served_models[0] if served_models else None
     level_server: Callable[[int, LevelSettings], str] | None = None

@@ -1,9 +1,10 @@
 """How many session trees a run starts, and each `--workers` shard's share of a run-wide count: what the runner
-obeys (agentx.replayer.runner) and the progress bar counts with (agentx.cli.planned)."""
+obeys (agentx.replayer.runner) and the progress bar counts with (agentx.cli.planned); how many shards a load takes."""
 
 from __future__ import annotations
 
-from agentx.replayer.options import Scenario
+from agentx.errors import ConfigError
+from agentx.replayer.options import Load, Scenario, lanes
 
 
 def tree_limit(scenario: Scenario, session_count: int) -> int | None:
@@ -20,3 +21,12 @@ def shard_share(limit: int, shard: tuple[int, int]) -> int:
     """Shard `(index, count)`'s share of a run-wide count: the positions below `limit` dealt to it round-robin."""
     shard_index, shard_count = shard
     return max(0, -(-(limit - shard_index) // shard_count))
+
+
+def check_shards(load: Load, workers: int) -> None:
+    """A ConfigError when `workers` shards (`--workers`, `--ray`) cannot each own a lane of `load`; an open loop has
+    no lanes, and its shards split the arrivals."""
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    if 0 < lanes(load) < workers:
+        raise ConfigError(f"--workers {workers} exceeds --concurrency {lanes(load)}: a shard needs a lane")

@@ -14,8 +14,9 @@ Constraints sit on the fields (`Meta`: ranges, choices); rules that tie fields t
 `checked(options)` applies both, once, at the start of a run; the CLI derives its flags from the same fields
 (agentx.cli.flags), so `replay`, `sweep` and `decode` cannot drift. `Meta.extra` carries what the CLI needs
 beyond the type: `help` (one line), `flag` (when not `--field-name`), `alias`, `metavar`, `none` (the word that
-means None on the command line, e.g. "off"), `repeat` (a flag given once per value), `group` (the section of
-`--help` it is listed in, when not its part's; agentx.cli.flags.HELP_GROUPS) and `late` (listed last there).
+means None on the command line, e.g. "off"), `bare` (the value of the flag given alone: `--ray` is `--ray auto`),
+`repeat` (a flag given once per value), `group` (the section of `--help` it is listed in, when not its part's;
+agentx.cli.flags.HELP_GROUPS) and `late` (listed last there).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ import msgspec
 from agentx.errors import RunError, ServerError
 from agentx.replayer.clock import loop_factory
 from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ReplayOptions, lanes
+from agentx.replayer.limits import check_shards
+from agentx.replayer.options import ReplayOptions
 from agentx.replayer.record_writer import merge_records
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.replayer.run_result import RunResult, combined
@@ -65,10 +66,7 @@ def run_workers(
 ) -> RunResult:
     """Run `options` over `workers` processes (module docstring); returns the merged result. Each worker
     loads `trace_path` with `load_trace(trace_path, format=trace_format, block_size=block_size)`."""
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if 0 < lanes(options.load) < workers:  # an open loop has no lanes: its shards split the arrivals
-        raise ValueError(f"--workers {workers} exceeds --concurrency {lanes(options.load)}: a worker needs a lane")
+    check_shards(options.load, workers)
     out_dir = Path(options.out_dir)
     refuse_existing_run(out_dir, options.overwrite)
     run_id = options.runtime.run_id or uuid.uuid4().hex

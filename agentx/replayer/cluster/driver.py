@@ -35,7 +35,8 @@ from agentx.replayer.cluster.clocks import CLOCK_WARN_NS, ClockOffset, measure
 from agentx.replayer.cluster.connect import ClusterError, place_shards, ray_session, remove_group
 from agentx.replayer.cluster.shard import Place, Shard, ShardReport, in_flight_records
 from agentx.replayer.engine import OnStart
-from agentx.replayer.options import ReplayOptions, checked, flat_options, lanes
+from agentx.replayer.limits import check_shards
+from agentx.replayer.options import ReplayOptions, checked, flat_options
 from agentx.replayer.play import PreparedTrace
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import WORKER_LOST, RequestRecord, RunInfo, to_records
@@ -73,8 +74,7 @@ async def run_cluster(
     address, workers = options.runtime.ray, options.runtime.workers
     if address is None:
         raise ConfigError("run_cluster needs options.runtime.ray: a Ray cluster's address, auto or local")
-    if 0 < lanes(options.load) < workers:  # an open loop has no lanes: its shards split the arrivals
-        raise ConfigError(f"--workers {workers} exceeds --concurrency {lanes(options.load)}: a shard needs a lane")
+    check_shards(options.load, workers)
     refuse_existing_run(options.out_dir, options.overwrite)
     run_id = options.runtime.run_id or uuid.uuid4().hex
     dropped: list[str] = []
