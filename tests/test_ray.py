@@ -141,7 +141,7 @@ def test_a_shard_clock_offset_is_measured_and_taken_off(cluster: Cluster, sim: S
         assert shard.wall_clock_offset_ns is not None and abs(shard.wall_clock_offset_ns) < 5_000_000
     records = to_records(read_records(result.records_path))
     firsts = [min(r.sent_ns for r in records if r.worker == index) for index in (0, 1)]
-    assert abs(firsts[0] - firsts[1]) < 50_000_000 and max(firsts) < 200_000_000, firsts
+    assert abs(firsts[0] - firsts[1]) < 100_000_000 and min(firsts) >= 0 and max(firsts) < 1_000_000_000, firsts
 
 
 def _cli(*args: str) -> list[str]:
