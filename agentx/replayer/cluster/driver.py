@@ -245,11 +245,13 @@ class _Driver:
     async def _answer(self, ref: Any) -> ShardReport | str:
         """A shard's report, or why it is lost."""
         exceptions = self.ray.exceptions
+        # A dead actor, or one whose node is gone (Ray before 2.3x says both with RayActorError).
+        lost = (exceptions.RayActorError, getattr(exceptions, "ActorUnavailableError", exceptions.RayActorError))
         try:
             report: ShardReport = await asyncio.wait_for(asyncio.wrap_future(ref.future()), POLL_TIMEOUT_S)
         except TimeoutError:
             return f"it did not answer for {POLL_TIMEOUT_S:g} s"
-        except (exceptions.RayActorError, exceptions.ActorUnavailableError) as exc:
+        except lost as exc:
             return " ".join(str(exc).split())[:300]
         return report
 
