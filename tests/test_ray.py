@@ -78,13 +78,13 @@ def _received(sim: SimServer) -> int:
     )
 
 
-def _options(sim: SimServer, out_dir: Path, **runtime: object) -> ReplayOptions:
+def _options(sim: SimServer, out_dir: Path, *, workers: int = 1, ray: str | None = None) -> ReplayOptions:
     return ReplayOptions(
         server=Server(url=sim.url, model=sim.model, stream_usage="continuous"),  # no probe: requests = records
         out_dir=out_dir,
         load=ClosedLoad(concurrency=4),
         scenario=Scenario(sessions=6, delay_scale=0.001),
-        runtime=Runtime(**runtime),  # type: ignore[arg-type]
+        runtime=Runtime(workers=workers, ray=ray),
     )
 
 
