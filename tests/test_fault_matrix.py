@@ -379,6 +379,12 @@ def test_killing_the_server_mid_run_ends_the_replay(tmp_path: Path, concurrency:
             str(GRACE_S),
             "--delay-scale",
             "0.001",
+            # One pass over the trace's 20 sessions with no failure threshold, as the test's premise (the default
+            # rules' 3600 s and threshold 0.10 would recycle trees or cancel the run at the first failures).
+            "--sessions",
+            "20",
+            "--failed-request-threshold",
+            "off",
             "--out",
             str(out),
             "--overwrite",

@@ -38,6 +38,7 @@ from agentx.replayer.options import (
 )
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, to_records
+from agentx.replayer.rules import RulesName
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.warmup import WarmupFailed
 from agentx.sim.process import SimServer
@@ -181,7 +182,11 @@ def _flat(session_id: str, n: int) -> Session:
 
 
 def _header_run(
-    tmp_path: Path, affinity: tuple[str, ...], trace: Trace | None = None, mode: str = "closed"
+    tmp_path: Path,
+    affinity: tuple[str, ...],
+    trace: Trace | None = None,
+    mode: str = "closed",
+    rules: RulesName = "agentx-harness-1.0.12",
 ) -> list[dict[str, str]]:
     seen: list[dict[str, str]] = []
     trace = trace or Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
@@ -196,6 +201,7 @@ def _header_run(
                 delay_scale=0,
                 affinity_headers=affinity,
                 stream_usage="final",
+                rules=rules,
             )
             await run_replay(trace, options)
 
@@ -214,10 +220,14 @@ def test_affinity_headers_carry_the_correlation_id(tmp_path: Path) -> None:
     assert len(set(ids[:3])) == 1 and len(set(ids[3:])) == 1 and ids[0] != ids[3]  # one per play
 
 
-def test_each_agent_session_has_its_own_correlation_id_and_each_request_its_own_id(tmp_path: Path) -> None:
-    """As the reference's transport (docs/agentx.md §2d): X-Request-ID per request; X-Correlation-ID and
-    X-Session-Affinity per agent session, each subagent its own; the records carry the same ids, with the
-    root's as `root_correlation_id` and the parent's as `parent_correlation_id`."""
+@pytest.mark.parametrize("rules", ["agentx-harness-1.0.12", "aiperf-0.13.0"])
+def test_each_agent_session_has_its_own_correlation_id_and_each_request_its_own_id(
+    tmp_path: Path, rules: RulesName
+) -> None:
+    """As the references' transport (docs/agentx.md §2d): X-Request-ID per request; X-Correlation-ID per agent
+    session, each subagent its own, and under AIPerf 0.13.0 X-Session-Affinity with it (the harness sends none);
+    the records carry the same ids, with the root's as `root_correlation_id` and the parent's as
+    `parent_correlation_id`."""
     requests = [Request(t=float(i), model="m", in_tokens=20, out_tokens=2) for i in range(3)]
     subs = [
         Agent(agent_id=name, spawn_after=1, t=0.5, requests=[Request(t=0.5 + i, model="m", in_tokens=20, out_tokens=2)])
@@ -226,11 +236,13 @@ def test_each_agent_session_has_its_own_correlation_id_and_each_request_its_own_
     trace = Trace(
         sessions=[Session(session_id="tree", root=Agent(requests=requests, subagents=subs))], block_size=BLOCK
     )
-    seen = _header_run(tmp_path, ("X-Dynamo-Session-ID",), trace)
+    seen = _header_run(tmp_path, ("X-Dynamo-Session-ID",), trace, rules=rules)
     assert len(seen) == 5
     assert len({headers["X-Request-ID"] for headers in seen}) == 5
     for headers in seen:
-        assert headers["X-Session-Affinity"] == headers["X-Correlation-ID"] == headers["X-Dynamo-Session-ID"]
+        assert headers["X-Correlation-ID"] == headers["X-Dynamo-Session-ID"]
+        affinity = headers.get("X-Session-Affinity")
+        assert affinity == (headers["X-Correlation-ID"] if rules == "aiperf-0.13.0" else None)
     records = to_records(read_records(tmp_path / "records.arrow"))
     by_request = {record.request_id: record for record in records}
     assert set(by_request) == {headers["X-Request-ID"] for headers in seen}
@@ -314,10 +326,12 @@ def test_the_first_failed_root_primer_ends_the_run_at_once(tmp_path: Path) -> No
     assert records["slow"].error_message == "cancelled: a root agent's warmup primer failed"
 
 
-def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:
+def _join_gap_s(
+    tmp_path: Path, root_outs: list[int], sub_out: int, rules: RulesName = "aiperf-0.13.0", *, from_turn: bool = False
+) -> float:
     """Root turns at 0, 1 and 10 s (api 0.5 s each); one subagent spawned after turn 0 whose single turn (1.5 s
     recorded) is joined by the root's turn at 10 s. Returns the gap between the later of (the root's turn 1, the
-    subagent) ending and the join turn going out, at delay scale 0.1."""
+    subagent) ending (`from_turn`: the root's turn 1 ending) and the join turn going out, at delay scale 0.1."""
     root = Agent(
         requests=[
             Request(t=t, model="m", in_tokens=20, out_tokens=out, api_time=0.5)
@@ -340,27 +354,41 @@ def _join_gap_s(tmp_path: Path, root_outs: list[int], sub_out: int) -> float:
                 server=Server(url=url, model="m", stream_usage="final"),
                 out_dir=tmp_path,
                 load=ClosedLoad(),
-                scenario=Scenario(delay_scale=0.1),
+                scenario=Scenario(delay_scale=0.1, rules=rules),
             )
             await run_replay(trace, options)
 
     asyncio.run(go())
     records = {(r.agent_id, r.turn): r for r in to_records(read_records(tmp_path / "records.arrow"))}
     join = records[("", 2)]
-    previous_end = max(records[("", 1)].end_ns, records[("sub", 0)].end_ns)
+    previous_end = records[("", 1)].end_ns if from_turn else max(records[("", 1)].end_ns, records[("sub", 0)].end_ns)
     return (join.sent_ns - previous_end) / 1e9
 
 
 def test_a_join_turn_goes_out_when_its_last_subagent_ends_after_the_previous_turn(tmp_path: Path) -> None:
-    """The subagent (0.5 s) ends after the root's turn 1 (0.1 s) but before turn 1's end + the recorded 8.5 s ×
-    0.1 end-to-start delay: the join turn goes out at once (docs/agentx.md §3a; reference `_resolve_think_ms`)."""
+    """AIPerf 0.13.0: the subagent (0.5 s) ends after the root's turn 1 (0.1 s) but before turn 1's end + the
+    recorded 8.5 s × 0.1 end-to-start delay: the join turn goes out at once (docs/agentx.md §3a; reference
+    `_resolve_think_ms`)."""
     assert _join_gap_s(tmp_path, [10, 10, 1], 50) < 0.2
 
 
-def test_a_join_turn_whose_subagents_ended_first_keeps_its_delay(tmp_path: Path) -> None:
+def test_a_join_turn_waits_out_its_recorded_delay_under_the_harness(tmp_path: Path) -> None:
+    """agentx-harness 1.0.12: the same join goes out at max(turn 1's end + 8.5 s × 0.1, the subagent's end), the
+    subagent having ended first (§3a; reference `_arm_join_replay_deadline`)."""
+    assert 0.8 <= _join_gap_s(tmp_path, [10, 10, 1], 50, "agentx-harness-1.0.12", from_turn=True) < 1.2
+
+
+@pytest.mark.parametrize("rules", ["agentx-harness-1.0.12", "aiperf-0.13.0"])
+def test_a_join_turn_whose_subagents_ended_first_keeps_its_delay(tmp_path: Path, rules: RulesName) -> None:
     """The subagent (0.1 s) ends before the root's turn 1 (1 s): the join turn waits the ordinary end-to-start
-    delay after turn 1, 8.5 s × 0.1."""
-    assert 0.8 <= _join_gap_s(tmp_path, [10, 100, 1], 10) < 1.2
+    delay after turn 1, 8.5 s × 0.1, under either rule set."""
+    assert 0.8 <= _join_gap_s(tmp_path, [10, 100, 1], 10, rules) < 1.2
+
+
+def test_a_join_turn_whose_subagent_ends_after_its_deadline_goes_out_at_once(tmp_path: Path) -> None:
+    """agentx-harness 1.0.12: a subagent (3 s) that ends after turn 1's end + 0.85 s: the join goes out as it ends,
+    with no think time added (§3a)."""
+    assert _join_gap_s(tmp_path, [10, 10, 1], 300, "agentx-harness-1.0.12") < 0.2
 
 
 def test_a_run_that_falls_behind_its_schedule_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -390,3 +418,65 @@ def test_a_run_that_falls_behind_its_schedule_says_so(tmp_path: Path, caplog: py
     assert late
     assert len(result.notices) == 1 and "fell behind its schedule" in result.notices[0]
     assert [m for m in caplog.messages if "fell behind" in m] == result.notices
+
+
+def test_a_stalled_server_stops_the_run(tmp_path: Path) -> None:
+    """A server that takes requests and never answers: with requests in flight and no byte back for
+    `stall_timeout_s`, the run stops, cancels what is in flight and says why (`cancel_reason` "stalled", exit 3
+    in one line); a server streaming slowly but steadily, a chunk every 0.1 s for 1.5 s, is not stalled."""
+    from aiohttp import web
+
+    from agentx.cli.replay import run_failure
+    from agentx.results.summary import summarize
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def silent(_request: web.Request) -> web.Response:
+        await asyncio.sleep(4.0)  # long past the stall timeout, short enough for the server's own shutdown
+        return web.Response(status=503)
+
+    async def steady(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(15):
+            await asyncio.sleep(0.1)
+            await response.write(b'data: {"choices":[{"index":0,"text":" x","finish_reason":null}]}\n\n')
+        usage = b'"usage":{"prompt_tokens":1,"completion_tokens":15}'
+        await response.write(b'data: {"choices":[],' + usage + b"}\n\ndata: [DONE]\n\n")
+        return response
+
+    trace = Trace(sessions=[_flat("a", 3), _flat("b", 2)], block_size=BLOCK)
+
+    async def go(handler: object, out_dir: Path) -> tuple[RunResult, float]:
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", handler)  # type: ignore[arg-type]
+        async with serve(app) as url:
+            options = replay_options(
+                mode="closed",
+                concurrency=2,
+                url=url,
+                model="m",
+                out_dir=out_dir,
+                stream_usage="final",
+                stall_timeout_s=1.0,
+                grace_s=30.0,
+                delay_scale=0.0,
+            )
+            started = time.monotonic()
+            result = await run_replay(trace, options)
+            return result, time.monotonic() - started
+
+    result, elapsed_s = asyncio.run(go(silent, tmp_path / "silent"))
+    assert result.cancel_reason == "stalled" and elapsed_s < 5.0  # not the 30 s grace: a stall cancels at once
+    assert any("made no progress" in notice for notice in result.notices)
+    table = read_records(result.records_path)
+    records = to_records(table)
+    assert len(records) == 2 and all(r.error_kind == "cancelled" for r in records)
+    assert all("no progress for 1 s" in (r.error_message or "") for r in records)
+    message = run_failure(summarize(table), result.cancel_reason, None)
+    assert message is not None and "stopped making progress" in message and "--stall-timeout" in message
+
+    steady_result, _ = asyncio.run(go(steady, tmp_path / "steady"))
+    assert steady_result.cancel_reason is None and steady_result.errors == 0 and steady_result.requests == 5

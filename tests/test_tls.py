@@ -194,7 +194,8 @@ def test_the_cli_replays_and_decodes_over_https_with_a_ca_bundle_or_no_verificat
     tls = [trust, certificates.ca] if trust == "--ca-bundle" else [trust]
     trace = _one_request_trace(tmp_path / "trace.jsonl")
     out = tmp_path / "run"
-    replayed = CliRunner().invoke(main, ["replay", str(trace), "--url", https_sim.url, "--out", str(out), *tls])
+    args = ["replay", str(trace), "--url", https_sim.url, "--sessions", "1", "--out", str(out), *tls]
+    replayed = CliRunner().invoke(main, args)
     assert replayed.exit_code == 0, replayed.output
     options = msgspec.json.decode((out / "run.json").read_bytes())["options"]
     assert options["tls_verify"] is (trust == "--ca-bundle")

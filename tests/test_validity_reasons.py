@@ -38,8 +38,8 @@ def test_a_demo_like_agentx_run_says_each_broken_lock_with_its_value(tmp_path: P
     flat = " ".join(stdout.split())  # the table wraps long sentences between words
     assert "valid AgentX submission │ no (why below)" in flat
     assert "why the run is not a valid AgentX submission" in flat
+    # No duration lock: the default rules' scenario gives the run its 3600 s (bounded by its 2 sessions here).
     sentences = [
-        "no --duration: the rules need a profiling window of at least 900 s",
         "recorded delays scaled by 0.05 (--delay-scale); the rules replay them as recorded",
         "system idle cap 5 s instead of the rules' 10 s (--system-idle-cap)",
     ]

@@ -22,6 +22,7 @@ from agentx.replayer.options import (
     Server,
     Speculative,
 )
+from agentx.replayer.rules import rule_set
 
 if TYPE_CHECKING:
     import contextlib
@@ -291,11 +292,22 @@ def connection_part(flags: Mapping[str, Any]) -> Connection:
     return result
 
 
+def rules_defaults(flags: Mapping[str, Any], part: str, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` of options part `part` with, in `--mode agentx`, the rule set's scenario defaults for the fields whose
+    flags the user did not give (agentx.replayer.rules; e.g. 3600 s and 10 cache-pressure requests per lane under
+    agentx-harness-1.0.12)."""
+    if flags.get("mode") != "agentx":
+        return values
+    given = flags_set(click.get_current_context(), part, flags)
+    defaults = rule_set(flags.get("scenario__rules")).defaults.get(part, {})
+    return values | {name: value for name, value in defaults.items() if name not in given}
+
+
 def load_part(flags: Mapping[str, Any], *, concurrency: int | None = None) -> Load:
     """The load of `--mode`, from its flags; a flag of another mode is refused rather than ignored."""
     ctx = click.get_current_context()
     kind = next(load for load in LOADS if load.mode == flags["mode"])
-    values = part_values("load", kind, flags, PARSERS)
+    values = rules_defaults(flags, "load", part_values("load", kind, flags, PARSERS))
     if concurrency is not None:
         values["concurrency"] = concurrency
     for name in sorted(flags_set(ctx, "load", flags) - set(kind.__struct_fields__)):
@@ -321,7 +333,11 @@ def replay_options(
         out_dir=out_dir,
         overwrite=overwrite,
         load=load_part(flags, concurrency=concurrency),
-        scenario=convert_part(Scenario, part_values("scenario", Scenario, flags, PARSERS), "scenario flags"),
+        scenario=convert_part(
+            Scenario,
+            rules_defaults(flags, "scenario", part_values("scenario", Scenario, flags, PARSERS)),
+            "scenario flags",
+        ),
         connection=connection_part(flags),
         speculative=speculative,
         runtime=convert_part(Runtime, {**part_values("runtime", Runtime, flags), **CLI_RUNTIME}, "--grace"),

@@ -242,4 +242,5 @@ async def run_replay(
         warmup_expected_s=runner.warmup_expected_s,
         notices=runner.notices,
         request_cap_reached=runner.sender.cap_reached,
+        profiling_start_ns=runner.gate.start_ns - start_ns if runner.gate.started.is_set() else None,
     )

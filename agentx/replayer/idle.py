@@ -112,6 +112,15 @@ class IdleCaps:
             handle.cancel()
         self._tree_watch.clear()
 
+    def start_tree_cap(self, cap_s: float, trees: Iterable[Tree], since_ns: int) -> None:
+        """Switch the per-tree cap on from `since_ns` (the profiling start, under the harness's rules, §4c): each of
+        `trees` with nothing in flight is idle from then, whatever it did before."""
+        self.tree_cap_ns = int(cap_s * 1e9)
+        for tree in trees:
+            if tree.in_flight == 0:
+                tree.idle_since_ns = since_ns
+                self._arm(tree)
+
     def started(self, tree: Tree) -> None:
         self.in_flight += 1
         tree.in_flight += 1

@@ -40,4 +40,8 @@ def locks_broken(options: ReplayOptions) -> list[str]:
         broken.append(f"system idle cap {given} instead of the rules' {SYSTEM_IDLE_CAP_S:g} s (--system-idle-cap)")
     if load.cache_bust != "marker":
         broken.append(f"cache-bust {load.cache_bust} instead of the rules' first-turn marker (--cache-bust)")
+    tree_cap_s = options.scenario.tree_idle_cap_s
+    rules = options.scenario.rule_set
+    if tree_cap_s is not None and not rules.tree_idle_cap_allowed:
+        broken.append(f"a per-tree idle cap of {tree_cap_s:g} s, which the {rules.name} rules forbid (--tree-idle-cap)")
     return broken

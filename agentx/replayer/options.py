@@ -43,6 +43,7 @@ from agentx.replayer.load import (
 )
 from agentx.replayer.option_fields import AGENTX, OUTPUT, PROMPTS, TRACE, Fraction, PositiveSeconds, Seconds
 from agentx.replayer.option_fields import field_help as _help
+from agentx.replayer.rules import DEFAULT_RULES_NAME, RuleSet, RulesName, rule_set
 from agentx.replayer.secrets import redact, secret_free_repr
 from agentx.replayer.server_options import AFFINITY_HEADERS, Connection, Server
 from agentx.replayer.slo import Slos
@@ -171,24 +172,43 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     ] = 10.0
     tree_idle_cap_s: Annotated[
         Seconds | None,
-        _help("The same per session tree (InferenceX: 300); also caps warmup leads.", metavar="SECONDS", group=AGENTX),
-    ] = None
-    tree_idle_cap_mode: Annotated[
-        Literal["runtime", "warp"],
         _help(
-            "warp: cut each tree's recorded idle gaps before the run (the reference, AIPerf 0.13.0); runtime: "
-            "act on the live schedule when a tree goes idle (as InferenceX describes a newer one).",
+            "The same per session tree (InferenceX: 300; under the AIPerf 0.13.0 rules it also caps warmup leads).",
+            none="off",
+            metavar="SECONDS|off",
             group=AGENTX,
         ),
-    ] = "warp"
+    ] = None
+    tree_idle_cap_mode: Annotated[
+        Literal["runtime", "warp"] | None,
+        _help(
+            "runtime: act on the live schedule when a tree goes idle in profiling (agentx-harness); warp: cut each "
+            "tree's recorded idle gaps before the run (AIPerf 0.13.0). Default: the rule set's.",
+            none="rules",
+            metavar="runtime|warp",
+            group=AGENTX,
+        ),
+    ] = None
+    """None: the rule set's (`RuleSet.tree_idle_cap_mode`); `tree_cap_mode` says which applies."""
     failed_request_threshold: Annotated[
         Fraction | None,
         _help(
             "Cancel the run once this fraction of profiling requests failed (InferenceX: 0.10).",
-            metavar="FRACTION",
+            none="off",
+            metavar="FRACTION|off",
             group=AGENTX,
         ),
     ] = None
+
+    rules: Annotated[
+        RulesName,
+        _help(
+            "The AgentX rules played: agentx-harness-1.0.12 (InferenceX's harness today) or aiperf-0.13.0 (older); "
+            "in --mode agentx, flags left unset take that scenario's defaults.",
+            group=AGENTX,
+        ),
+    ] = DEFAULT_RULES_NAME
+    """The reference whose rules the replay follows (agentx.replayer.rules); run.json and the exports name it."""
 
     slo: Annotated[
         Slos,
@@ -214,6 +234,16 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = (50.0, 90.0, 95.0, 99.0)
     """Computed for TTFT, TPOT, ITL and E2EL and shown in this order (interactivity at each: 1/TPOT there)."""
+
+    @property
+    def rule_set(self) -> RuleSet:
+        """The rules played, as data (agentx.replayer.rules)."""
+        return rule_set(self.rules)
+
+    @property
+    def tree_cap_mode(self) -> Literal["runtime", "warp"]:
+        """How the per-tree idle cap acts: `tree_idle_cap_mode`, else the rule set's."""
+        return self.tree_idle_cap_mode or self.rule_set.tree_idle_cap_mode
 
     def __post_init__(self) -> None:
         if self.token_high <= self.token_low:
@@ -291,6 +321,18 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
         PositiveSeconds,
         _help("Give up when the Ray cluster cannot place the --workers actors within this long, s."),
     ] = 60.0
+    stall_timeout_s: Annotated[
+        PositiveSeconds | None,
+        _help(
+            "Stop the run (exit 3) when requests are in flight and none has received a byte of its answer, nor "
+            "ended, for this long (off: never).",
+            flag="--stall-timeout",
+            none="off",
+            metavar="SECONDS|off",
+        ),
+    ] = 900.0
+    """The run's stall watchdog (agentx.replayer.runner); 900 s is the harness's bound on a dead connection (its
+    `agentx` scenario's `HTTP.TCP_USER_TIMEOUT`), longer than any healthy gap between two bytes of an answer."""
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
     node: str = ""

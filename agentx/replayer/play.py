@@ -235,12 +235,13 @@ class Play:
 
     def headers(self, agent_id: str) -> dict[str, str]:
         """The session headers of `agent_id`'s requests (docs/agentx.md §2d, reference
-        `transports/base_transports.py`): `X-Correlation-ID` and `X-Session-Affinity` carry the agent session's
-        correlation id, as do the chosen affinity headers; Dynamo's also names the parent session."""
+        `transports/base_transports.py`): `X-Correlation-ID` carries the agent session's correlation id, as do the
+        affinity headers of the play (`X-Session-Affinity` under AIPerf 0.13.0's rules, and the chosen ones);
+        Dynamo's also names the parent session."""
         headers = self._headers.get(agent_id)
         if headers is None:
             correlation_id = self.correlation_id(agent_id)
-            headers = {"X-Correlation-ID": correlation_id, "X-Session-Affinity": correlation_id}
+            headers = {"X-Correlation-ID": correlation_id}
             headers.update((name, correlation_id) for name in self.affinity_headers)
             parent = self.parent_correlation_id(agent_id)
             if "X-Dynamo-Session-ID" in self.affinity_headers and parent:

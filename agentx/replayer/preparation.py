@@ -35,7 +35,7 @@ def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
         trace,
         chain_rules=options.scenario.chain_rules if options.scenario.split_flattened_agents else None,
         max_context_length=options.scenario.max_context_length,
-        warp_cap_s=cap if cap is not None and options.scenario.tree_idle_cap_mode == "warp" else None,
+        warp_cap_s=cap if cap is not None and options.scenario.tree_cap_mode == "warp" else None,
     )
     return PreparedTrace(
         sessions,
@@ -69,7 +69,7 @@ def dropped_notices(sessions: ReplaySessions, options: ReplayOptions) -> list[st
 
 def preparation_key(options: ReplayOptions) -> tuple[object, ...]:
     """The options a `PreparedTrace` depends on: runs that agree on them can share one."""
-    warp = options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "warp" else None
+    warp = options.scenario.tree_idle_cap_s if options.scenario.tree_cap_mode == "warp" else None
     rules = options.scenario.chain_rules if options.scenario.split_flattened_agents else None
     return (
         rules,

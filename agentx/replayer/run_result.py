@@ -111,6 +111,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     """The run stopped because it had sent `num_requests` profiling requests (`Scenario.num_requests`)."""
     trace_path: str | None = None
     """The trace file (or folder) replayed, as an absolute path; None for a trace made in memory."""
+    profiling_start_ns: int | None = None
+    """When profiling started, ns after the run start on the records' clock (None: it never did); the start of the
+    window the harness's coverage rule measures (agentx.results.validity)."""
     shards: list[ShardInfo] = []
     """A `--ray` run: each shard's node, clock offset and fate (a `--workers` run on one host needs none)."""
 
@@ -147,4 +150,7 @@ def combined(results: list[RunResult], *, run_id: str, records_path: Path, inter
         warmup_expected_s=max(r.warmup_expected_s for r in results),
         notices=list(dict.fromkeys(notice for r in results for notice in r.notices)),
         request_cap_reached=all(r.request_cap_reached for r in results),  # each shard sent its share
+        profiling_start_ns=min(
+            (r.profiling_start_ns for r in results if r.profiling_start_ns is not None), default=None
+        ),
     )

@@ -30,7 +30,7 @@ from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase
 from agentx.replayer.sending import OnRecord, Recorder, Sender
 from agentx.replayer.tstar import Snapshot, snapshot, t_star
-from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, lane_start, send_primers
+from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, lane_start, live_offsets, send_primers
 from agentx.trace.model import Trace
 
 FLUSH_EVERY_S = 0.05
@@ -109,13 +109,24 @@ class Runner:
         self.stopped = asyncio.Event()
         self.graceful = asyncio.Event()
         """Set with `stopped` by every stop but the request cap's: the grace period runs (`_stopper`)."""
-        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c).
-        runtime_tree_cap = (
-            options.scenario.tree_idle_cap_s if options.scenario.tree_idle_cap_mode == "runtime" else None
+        self.rules = options.scenario.rule_set
+        self.affinity_headers = (
+            ("X-Session-Affinity",) if self.rules.session_affinity_header else ()
+        ) + options.server.affinity_headers
+        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c), under the
+        # harness's rules from the profiling start only (`_profiling_opened`).
+        self.runtime_tree_cap_s = (
+            options.scenario.tree_idle_cap_s if options.scenario.tree_cap_mode == "runtime" else None
         )
         self.clock = clock
-        self.idle = IdleCaps(options.scenario.system_idle_cap_s, runtime_tree_cap, clock)
-        self.gate = ProfilingGate()
+        from_start = self.runtime_tree_cap_s if self.rules.tree_idle_cap_mode == "warp" else None
+        self.idle = IdleCaps(options.scenario.system_idle_cap_s, from_start, clock)
+        self.gate = ProfilingGate(on_open=self._profiling_opened)
+        self.live_plays: set[Play] = set()
+        """Trees being played now."""
+        self.firsts: list[Play] = []
+        """The lanes' first trees, resumed at t* (agentx mode)."""
+        self._phase_cut_s: float | None = None
         self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
         cap = options.scenario.num_requests
         self.sender.request_cap = None if cap is None else shard_share(cap, options.runtime.shard)
@@ -156,25 +167,33 @@ class Runner:
             ]
             if self.options.runtime.quiet_gc:
                 background.append(services.create_task(collect_on_clock(self.clock)))
+            if self.options.runtime.stall_timeout_s is not None:
+                background.append(services.create_task(self._watch_stall(self.options.runtime.stall_timeout_s)))
             try:
                 firsts: dict[int, Play] = {}
                 load = self.options.load
                 if isinstance(load, AgentxLoad):
                     firsts = self._first_plays(load)
+                    self.firsts = list(firsts.values())
                     if self.options.runtime.quiet_gc:
                         freeze_new()  # the lanes' first plans: built once, walked by no collection
+                    scenario = self.options.scenario
                     self.warmup_expected_s = await send_primers(
                         self,
-                        list(firsts.values()),
+                        self.firsts,
                         spread=load.warmup == "spread",
-                        tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
-                        system_idle_cap_s=self.options.scenario.system_idle_cap_s,
+                        lead_cap_s=scenario.system_idle_cap_s
+                        if self.rules.warmup_lead_cap == "system"
+                        else scenario.tree_idle_cap_s,
+                        system_idle_cap_s=scenario.system_idle_cap_s,
                     )
                     primed_ns = time.perf_counter_ns()
-                    for play in firsts.values():
+                    for play in self.firsts:
                         play.start_ns = primed_ns
-                    self.gate.pressure_left = load.warmup_requests_per_lane * len(self.lanes)
-                if self.gate.pressure_left <= 0:
+                    self.gate.begin_pressure(
+                        self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
+                    )
+                else:
                     self.gate.open()
                 if isinstance(load, TraceLoad | RateLoad):
                     await self._arrivals(load)
@@ -268,7 +287,7 @@ class Runner:
             lane,
             position,
             time.perf_counter_ns(),
-            self.options.server.affinity_headers,
+            self.affinity_headers,
             snapshot=state,
             marker=marker,
         )
@@ -281,6 +300,23 @@ class Runner:
             due = loop.time() + LOOP_LAG_TICK_S
             await asyncio.sleep(LOOP_LAG_TICK_S)
             samples.append(max(0.0, loop.time() - due))
+
+    async def _watch_stall(self, timeout_s: float) -> None:
+        """Stop the run when requests are in flight and none has shown progress for `timeout_s` (a stalled server or
+        network): the requests in flight are cancelled at once, and the run says why (`cancel_reason` "stalled")."""
+        while True:
+            await asyncio.sleep(min(5.0, timeout_s / 4))
+            in_flight = len(self.sender.exchanges)
+            silent_s = (time.perf_counter_ns() - self.sender.progress_ns()) / 1e9
+            if in_flight and silent_s >= timeout_s and self.recorder.cancel_reason is None:
+                self.recorder.cancel_reason = "stalled"
+                self.notice(
+                    f"the server made no progress for {silent_s:,.0f} s with {in_flight:,} requests in flight "
+                    f"(--stall-timeout {timeout_s:g}): the run stopped and cancelled them"
+                )
+                self.stop()
+                self.hard_stop(f"the server made no progress for {timeout_s:g} s (--stall-timeout)")
+                return
 
     async def _tick(self) -> None:
         while True:
@@ -317,20 +353,23 @@ class Runner:
         return next(self.order, None)
 
     async def _lane(self, lane: int, first: Play | None = None) -> None:
-        load = self.options.load
-        ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
-        if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
-            return
-        if first is not None:
-            await self._run_play(first)
-        while (drawn := self._next_tree()) is not None:
-            position, index = drawn
-            self.trees_started += 1
-            marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
-            prepared = await self._prepared_off_loop(index)
-            play = self._play(prepared, lane, position, marker)
-            await self._prebuild(play)
-            await self._run_play(play)
+        try:
+            load = self.options.load
+            ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
+            if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
+                return
+            if first is not None:
+                await self._run_play(first)
+            while (drawn := self._next_tree()) is not None:
+                position, index = drawn
+                self.trees_started += 1
+                marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
+                prepared = await self._prepared_off_loop(index)
+                play = self._play(prepared, lane, position, marker)
+                await self._prebuild(play)
+                await self._run_play(play)
+        finally:
+            self.gate.lane_done(lane)  # a lane with nothing left to send holds no cache-pressure stage back
 
     async def _prebuild(self, tree: Play) -> None:
         """Build the bodies of a new tree's turns due at its start before its clock starts: they go out at once,
@@ -368,11 +407,34 @@ class Runner:
     async def _run_play(self, tree: Play, *, started: bool = False) -> None:
         if tree.snapshot is None and not started:
             tree.start_ns = time.perf_counter_ns()
-        async with asyncio.TaskGroup() as steps:
-            for step in tree.prepared.plan.steps:
-                steps.create_task(self._step(tree, step))
+        self.live_plays.add(tree)
+        try:
+            async with asyncio.TaskGroup() as steps:
+                for step in tree.prepared.plan.steps:
+                    steps.create_task(self._step(tree, step))
+        finally:
+            self.live_plays.discard(tree)
         self.trees_finished += 1
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
+
+    def _profiling_opened(self) -> None:
+        """The profiling start: under the harness's rules the per-tree idle cap acts from now, each idle tree's idle
+        clock starting now (§4c)."""
+        if self.runtime_tree_cap_s is not None and self.rules.tree_idle_cap_mode == "runtime":
+            self.idle.start_tree_cap(self.runtime_tree_cap_s, self.live_plays, self.gate.start_ns)
+
+    def _phase_cut(self) -> float:
+        """How much earlier every first profiling turn goes under a phase-wide profiling start (§4d; the harness's
+        `_profiling_phase_t0_offset_ms`): the earliest offset over every lane's turns that go out at an offset (turns
+        held at the gate after a per-lane cache-pressure stage, else the first trees' live turns), those waiting on
+        a join excepted. Taken once, at the first turn due after the start."""
+        if self._phase_cut_s is None:
+            if self.gate.held:
+                offsets = [due.replay_offset_s(tree, step) for tree, step, waiting in self.gate.held if not waiting]
+            else:
+                offsets = [offset for play in self.firsts if play.snapshot for offset in live_offsets(play.snapshot)]
+            self._phase_cut_s = min(offsets, default=0.0)
+        return self._phase_cut_s
 
     async def _step(self, tree: Play, step: Step) -> None:
         state = tree.snapshot
@@ -394,42 +456,53 @@ class Runner:
                 _, sent_tokens, body = prebuilt
             else:
                 sent_tokens, body = await self._build_off_loop(tree, step, phase)
+            # Under the harness's join rule the subagents joined are waited for after the turn's own deadline,
+            # which runs meanwhile (§3a); otherwise every dependency first.
+            joins_after = self.rules.join_waits_delay and bool(step.joins)
             for dependency in step.depends_on:
-                await tree.done[dependency].wait()
+                if not (joins_after and dependency in step.joins):
+                    await tree.done[dependency].wait()
             if self.stopped.is_set():
                 self.skipped += 1
                 return
             if self._ended(tree, step):
                 return
-            if not self.gate.started.is_set():
-                if self.gate.pressure_left > 0:
+            held = False
+            if not self.gate.started.is_set() and joins_after and not await self._joined_before_profiling(tree, step):
+                # Still waiting on its subagents when profiling started: held over, its deadline from the start.
+                held = True
+                self.gate.held.append((tree, step, True))
+            elif not self.gate.started.is_set():
+                if self.gate.take(tree.lane):
                     # A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d).
                     if phase != "warmup":
                         sent_tokens, body = self.bodies.build(tree, step, "warmup")
                     now_ns = time.perf_counter_ns()
                     await self.gate.press(self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup"))
                     return
+                held = self.rules.pressure == "per_lane"
+                if held:
+                    self.gate.held.append((tree, step, False))
                 await self.gate.wait(self.stopped)
-                if self.stopped.is_set():
-                    self.skipped += 1
-                    return
-                if phase != "profiling":
-                    sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            if phase != "profiling":
+                sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
+            due_ns = self._due_ns(tree, step, held)
             first_live = state is not None and step.index in state.first_live
-            due_ns = due.due_ns(
-                tree,
-                step,
-                profiling_start_ns=self.gate.start_ns,
-                load=self.options.load,
-                tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
-                delay_scale=self.delay_scale,
-            )
-            if step.depth > 0 and step.turn == 0 and not first_live:
-                # A subagent's first turn waits a plain sleep that no idle cap moves, as the reference's
+            child_start = step.depth > 0 and step.turn == 0 and not first_live
+            if (child_start or joins_after) and not self.rules.child_timers_capped:
+                # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
                 # (`timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
                 stopped = await self._sleep_until(due_ns)
             else:
                 stopped, due_ns = await self.idle.wait(tree, due_ns, self.stopped)
+            if joins_after and not stopped:
+                for dependency in step.joins:
+                    await tree.done[dependency].wait()
+                due_ns = max([due_ns, *(tree.completed_ns[joined] for joined in step.joins)])
+                stopped = self.stopped.is_set()
             if stopped:
                 self.skipped += 1
                 return
@@ -444,6 +517,59 @@ class Runner:
                 tree.completed_ns[step.index] = time.perf_counter_ns()
             tree.sent[step.index].set()
             tree.done[step.index].set()
+
+    async def _joined_before_profiling(self, tree: Play, step: Step) -> bool:
+        """Wait until the subagents `step` joins have completed (True) or profiling starts or the run stops first
+        (False): in the cache-pressure stage a join has no deadline, only its subagents (§4d)."""
+
+        async def all_joined() -> None:
+            for index in step.joins:
+                await tree.done[index].wait()
+
+        joined: asyncio.Future[None] = asyncio.ensure_future(all_joined())
+        started: asyncio.Future[None] = asyncio.ensure_future(self.gate.wait(self.stopped))
+        try:
+            await asyncio.wait({joined, started}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
+            if not joined.done():
+                joined.cancel()
+        return joined.done() and not joined.cancelled()
+
+    def _due_ns(self, tree: Play, step: Step, held: bool) -> int:
+        """When `step` is due (agentx.replayer.due): a turn held at the gate after a per-lane cache-pressure stage
+        at its recorded offset from its tree's origin, any other by its anchor, offset and barriers."""
+        if held:
+            return due.handoff_due_ns(
+                tree,
+                step,
+                profiling_start_ns=self.gate.start_ns,
+                phase_cut_s=self._handoff_cut(tree),
+                delay_scale=self.delay_scale,
+            )
+        return due.due_ns(
+            tree,
+            step,
+            profiling_start_ns=self.gate.start_ns,
+            load=self.options.load,
+            rules=self.rules,
+            tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
+            phase_cut_s=self._phase_cut() if self.rules.profiling_start == "phase" else 0.0,
+            delay_scale=self.delay_scale,
+        )
+
+    def _handoff_cut(self, tree: Play) -> float:
+        """The cut of a turn held at the gate: the phase-wide one, or with `warmup="burst"` its lane's earliest
+        offset (each lane's profiling starts at its earliest turn, §4d)."""
+        load = self.options.load
+        if not (isinstance(load, AgentxLoad) and load.warmup == "burst"):
+            return self._phase_cut()
+        offsets = [
+            due.replay_offset_s(held, step)
+            for held, step, waiting in self.gate.held
+            if held.lane == tree.lane and not waiting
+        ]
+        return min(offsets, default=0.0)
 
     def _ended(self, tree: Play, step: Step) -> bool:
         """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole

@@ -226,6 +226,10 @@ class Sender:
         """Called as the last request the cap allows is sent: no new request or tree starts from then on."""
         self.profiling_sent = 0
         self.cap_reached = False
+        self.exchanges: dict[int, tuple[Exchange, int]] = {}
+        """The exchanges in flight, by id, with when each went out: what the stall watchdog reads (`progress_ns`)."""
+        self.ended_ns = time.perf_counter_ns()
+        """When the last request ended (or the sender was made)."""
         self.on_in_flight: Callable[[RequestRecord], None] | None = None
         """Called as each request goes out with the record it keeps if its answer never arrives (`Recorder.stub`):
         a `--ray` shard tells the driver what is in flight."""
@@ -240,6 +244,15 @@ class Sender:
             self.cap_reached = True
             self.on_cap()
         return admitted
+
+    def progress_ns(self) -> int:
+        """The last sign of progress: a request ending, or a byte of an answer in flight arriving (its headers, its
+        latest chunk), or a request going out."""
+        latest = self.ended_ns
+        for exchange, sent_ns in self.exchanges.values():
+            last_chunk = exchange.chunk_ns[-1] if exchange.chunk_ns else 0
+            latest = max(latest, sent_ns, exchange.headers_ns, last_chunk)
+        return latest
 
     def hard_stop(self, why: str | None = None) -> None:
         """Cancel every in-flight request: the grace period is over, or `why` it was cut short (said in records)."""
@@ -270,6 +283,7 @@ class Sender:
             self._cancelled(exchange)
         else:
             self.idle.started(tree)
+            self.exchanges[id(exchange)] = (exchange, sent_ns)
             try:
                 async with asyncio.timeout(None) as timeout:
                     self._in_flight.add(timeout)
@@ -280,6 +294,8 @@ class Sender:
             except TimeoutError:
                 self._cancelled(exchange)
             finally:
+                del self.exchanges[id(exchange)]
+                self.ended_ns = time.perf_counter_ns()
                 self.idle.finished(tree)
         end_ns = exchange.end_ns or time.perf_counter_ns()
         tree.completed_ns[step.index] = end_ns

@@ -20,6 +20,7 @@ import msgspec
 from agentx.errors import ServerError
 from agentx.replayer.bodies import BodyBuilder
 from agentx.replayer.idle import IdleCaps
+from agentx.replayer.plan import Step
 from agentx.replayer.play import Play, PreparedSession
 from agentx.replayer.records import RequestRecord
 from agentx.replayer.sending import Sender
@@ -87,16 +88,21 @@ def _duration(seconds: float) -> str:
 
 
 def first_offset_cut(state: Snapshot, burst: bool, tree_idle_cap_s: float | None) -> float:
-    """How much earlier a lane's first live turns all go (§4c, §4d; reference `agentic_replay.py`,
-    `_dispatch_snapshot_for_profiling`): with a per-tree idle cap, so that the earliest is due at most the cap
-    after the profiling start; with `warmup="burst"`, so that it is due at the start. Turns waiting on a
-    join are not dispatched at an offset and take no part."""
-    offsets = [offset for index, offset in state.first_live.items() if index not in state.waiting]
+    """How much earlier a lane's first live turns all go under the AIPerf 0.13.0 rules (§4c, §4d; reference
+    `agentic_replay.py`, `_dispatch_snapshot_for_profiling`): with a per-tree idle cap, so that the earliest is due
+    at most the cap after the profiling start; with `warmup="burst"`, so that it is due at the start. Turns waiting
+    on a join are not dispatched at an offset and take no part."""
+    offsets = live_offsets(state)
     if not offsets:
         return 0.0
     if burst:
         return min(offsets)
     return 0.0 if tree_idle_cap_s is None else max(0.0, min(offsets) - tree_idle_cap_s)
+
+
+def live_offsets(state: Snapshot) -> list[float]:
+    """The profiling offsets of a lane's first live turns that go out at an offset (not those waiting on a join)."""
+    return [offset for index, offset in state.first_live.items() if index not in state.waiting]
 
 
 class Dispatcher(Protocol):
@@ -120,20 +126,21 @@ async def send_primers(
     plays: list[Play],
     *,
     spread: bool,
-    tree_idle_cap_s: float | None,
+    lead_cap_s: float | None,
     system_idle_cap_s: float | None,
 ) -> float:
     """Send every first tree's primers (the turn before each live agent's t*) and wait for all of them; returns
     how long the spread schedule was expected to take (0 for a burst).
 
-    Spread: a primer with lead `t* − t` goes out `max_lead − lead` after the warmup starts, so that every
-    lane's t* falls at the profiling start. A failed root primer stops the run (`WarmupFailed`).
+    Spread: a primer with lead `t* − t`, clamped to `lead_cap_s` (the idle cap the rule set names, §4d), goes out
+    `max_lead − lead` after the warmup starts, so that every lane's t* falls at the profiling start. A failed root
+    primer stops the run (`WarmupFailed`).
     """
     primers = [(play, index, lead) for play in plays if play.snapshot for index, lead in play.snapshot.primers.items()]
     if not primers:
         return 0.0
-    if tree_idle_cap_s is not None:
-        primers = [(play, index, min(lead, tree_idle_cap_s)) for play, index, lead in primers]
+    if lead_cap_s is not None:
+        primers = [(play, index, min(lead, lead_cap_s)) for play, index, lead in primers]
     max_lead = max(lead for _, _, lead in primers)
     expected_s = 0.0
     if spread:
@@ -183,23 +190,66 @@ async def send_primers(
 
 
 class ProfilingGate:
-    """The profiling start: at once, or once `pressure_left` cache-pressure requests (sent at once, recorded as
-    warmup, §4d) have ended. `on_start()` is called as it opens."""
+    """The profiling start: at once, or once the cache-pressure stage is over (§4d). `begin_pressure` sets the
+    stage: `pooled`, one pool of requests any lane may take (the gate opens when the last one ends); per lane, a
+    quota per lane, a lane's further turns held at the gate (`held`), the gate opening once every lane has used its
+    quota or has nothing left to send and every pressure request has ended. `on_open()` and `on_start()` are called
+    as it opens (the run's own hook first, then an observer's)."""
 
-    def __init__(self, on_start: Callable[[], None] | None = None) -> None:
-        self.on_start = on_start
+    def __init__(self, on_open: Callable[[], None] | None = None) -> None:
+        self.on_open = on_open
+        self.on_start: Callable[[], None] | None = None
         self.started = asyncio.Event()
         self.start_ns = 0
         self.pressure_left = 0
-        """Cache-pressure requests still to send before profiling starts."""
+        """Pooled: cache-pressure requests still to send before profiling starts."""
+        self.lane_left: dict[int, int] = {}
+        """Per lane: each lane's requests still to send; a lane with nothing left to send is dropped."""
         self.pressure_in_flight = 0
+        self.held: list[tuple[Play, Step, bool]] = []
+        """Per lane: (tree, step, waiting on subagents) of every turn held at the gate, in the order they came."""
+
+    def begin_pressure(self, lanes: Iterable[int], per_lane: int, *, pooled: bool) -> None:
+        """Start the cache-pressure stage of `per_lane` requests for each of `lanes`; with none, profiling starts."""
+        lanes = list(lanes)
+        if pooled:
+            self.pressure_left = per_lane * len(lanes)
+        elif per_lane > 0:
+            self.lane_left = dict.fromkeys(lanes, per_lane)
+        self._maybe_open()
+
+    @property
+    def pressing(self) -> bool:
+        """Whether cache-pressure requests may still go out (from some lane)."""
+        return self.pressure_left > 0 or any(self.lane_left.values())
+
+    def take(self, lane: int) -> bool:
+        """Whether a request of `lane` goes out now as a cache-pressure request (and counts it)."""
+        if self.pressure_left > 0:
+            self.pressure_left -= 1
+            return True
+        if self.lane_left.get(lane, 0) > 0:
+            self.lane_left[lane] -= 1
+            return True
+        return False
+
+    def lane_done(self, lane: int) -> None:
+        """`lane` has nothing more to send: it no longer holds the profiling start back."""
+        if self.lane_left.pop(lane, None) is not None:
+            self._maybe_open()
 
     def open(self) -> None:
         if not self.started.is_set():
             self.start_ns = time.perf_counter_ns()
             self.started.set()
+            if self.on_open is not None:
+                self.on_open()
             if self.on_start is not None:
                 self.on_start()
+
+    def _maybe_open(self) -> None:
+        if not self.pressing and self.pressure_in_flight == 0:
+            self.open()
 
     async def wait(self, stopped: asyncio.Event) -> None:
         """Until profiling starts or the run stops."""
@@ -212,12 +262,10 @@ class ProfilingGate:
             started.cancel()
 
     async def press(self, send: Awaitable[object]) -> None:
-        """Send one cache-pressure request; the last one to end opens the gate."""
-        self.pressure_left -= 1
+        """Send one cache-pressure request (counted by `take`); the last one to end opens the gate."""
         self.pressure_in_flight += 1
         try:
             await send
         finally:
             self.pressure_in_flight -= 1
-            if self.pressure_left <= 0 and self.pressure_in_flight == 0:
-                self.open()
+            self._maybe_open()

@@ -167,6 +167,7 @@ def _finish(
         percentiles=options.scenario.percentiles,
     )
     summary.stream_usage = run.stream_usage or None
+    summary.rules = options.scenario.rules
     summary.calibration = msgspec.to_builtins(run.calibration) if run.calibration is not None else None
     run_file = {"options": flat_options(options), "run": msgspec.to_builtins(run, enc_hook=str)}
     summary.acceptance = run_acceptance(
