@@ -1,9 +1,10 @@
-"""Key-by-key comparison of agentx's AIPerf exports with the reference's (AIPerf 0.13.0).
+"""Key-by-key comparison of agentx's AIPerf exports with a reference's (AIPerf 0.13.0, or agentx-harness 1.0.12's
+fork of it).
 
 Two commands:
 
     python scripts/aiperf_export_keys.py fixture REF_DIR [REF_DIR ...] --out tests/fixtures/aiperf_export_keys.json
-        --produced-by "how the reference runs were made"
+        --produced-by "how the reference runs were made" [--reference "agentx-harness 1.0.12"]
 
 reads each reference artifact directory (`profile_export.jsonl`, `profile_export_aiperf.json`) and writes the
 key sets it found — key names and units only, no values — as a JSON fixture (`tests/test_export.py` checks
@@ -325,7 +326,7 @@ def _fixture(args: argparse.Namespace) -> int:
     directories = [Path(directory) for directory in args.ref]
     document = {
         "produced_by": args.produced_by,
-        "reference": "AIPerf 0.13.0",
+        "reference": args.reference,
         "runs": [directory.name for directory in directories],
         "note": "key names and units only, no values: the union over the runs (a metric's statistics too); "
         "regenerate with scripts/aiperf_export_keys.py fixture",
@@ -364,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     fixture.add_argument("ref", nargs="+", help="reference artifact directories")
     fixture.add_argument("--out", required=True)
     fixture.add_argument("--produced-by", required=True, help="how the reference runs were made")
+    fixture.add_argument(
+        "--reference", default="AIPerf 0.13.0", help="which reference wrote them (e.g. agentx-harness 1.0.12)"
+    )
     compare = commands.add_parser("diff", help="diff an agentx run's exports against the reference's keys")
     source = compare.add_mutually_exclusive_group(required=True)
     source.add_argument("--fixture", help="a fixture written by the fixture command")

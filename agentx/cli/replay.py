@@ -215,16 +215,32 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
             f"a Ray worker was lost and the others were stopped (--on-worker-loss abort): {failed}; the shard and its "
             "node are in the warning above and in run.json (run.shards)"
         )
+    if cancel_reason == "stalled":
+        return f"the server stopped making progress with requests in flight (--stall-timeout): {failed}"
     if cancel_reason == "failure_threshold":
         given = "" if threshold is None else f" {threshold:g}"
         return f"the run was cancelled by --failed-request-threshold{given}: {failed}"
     if counts.profiling > 0 and counts.kept == 0:
         cancelled = f", {counts.cancelled:,} cancelled" if counts.cancelled else ""
         return f"no request succeeded: {failed}{cancelled}"
+    coverage = _coverage_failure(summary)
+    if coverage is not None:
+        return coverage
     if summary.acceptance is not None and summary.acceptance.mismatch:
         reasons = "; ".join(summary.acceptance.mismatch_reasons)
         return f"the realized speculative acceptance disagrees with the forced one: {reasons}"
     return None
+
+
+def _coverage_failure(summary: Summary) -> str | None:
+    """The coverage rule's failure, under a rule set that fails the run on it (the harness exits non-zero)."""
+    from agentx.results.validity import INSUFFICIENT_COVERAGE, rules_of
+
+    verdict = summary.validity
+    if verdict is None or not verdict.applies or rules_of({"rules": summary.rules}).coverage != "last_metric":
+        return None
+    reason = next((r for r in verdict.explained if r.code == INSUFFICIENT_COVERAGE), None)
+    return None if reason is None else f"insufficient profile metric coverage: {reason.message}"
 
 
 @click.command("decode", cls=GroupedCommand)

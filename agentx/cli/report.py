@@ -86,6 +86,11 @@ def _targets(text: str) -> tuple[float, ...]:
 )
 @click.option("--label", "labels", multiple=True, help="Name of each directory's series, in order (repeatable).")
 @click.option(
+    "--mixed-rules",
+    is_flag=True,
+    help="Report runs of different AgentX rule sets together (refused otherwise: their figures are not comparable).",
+)
+@click.option(
     "--engine",
     "engines",
     multiple=True,
@@ -109,6 +114,7 @@ def report_command(
     prices_path: Path | None,
     power_kw_per_gpu: float | None,
     labels: tuple[str, ...],
+    mixed_rules: bool,
     engines: tuple[str, ...],
 ) -> None:
     """Tables of one or more runs or sweeps (their directories), side by side: throughput per GPU at every
@@ -119,6 +125,7 @@ def report_command(
     from agentx.results.cost import TIERS, load_price_table
     from agentx.results.frontier import FrontierOptions
     from agentx.results.report import ReportOptions, build_report, load_series, report_json
+    from agentx.results.report import mixed_rules as rules_conflict
 
     if as_json and markdown:
         fail("pass --json or --markdown, not both: each prints the whole report")
@@ -150,6 +157,9 @@ def report_command(
             load_series(d, labels[i] if i < len(labels) else None, engines[i] if i < len(engines) else None)
             for i, d in enumerate(dirs)
         ]
+        conflict = rules_conflict(series)
+        if conflict is not None and not mixed_rules:
+            raise click.BadParameter(conflict)
         report = build_report(series, options, prices)
     except click.BadParameter as exc:
         fail(str(exc))

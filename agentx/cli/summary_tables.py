@@ -79,6 +79,13 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         rows.append(
             ("event-loop lag p50 · p99 · max (ms)", f"{_ms(loop.p50_s)} · {_ms(loop.p99_s)} · {_ms(loop.max_s)}")
         )
+    qps = summary.inferencex.qps if summary.inferencex is not None else None
+    if qps is not None and qps.p90 is not None:
+        rows.append(
+            ("QPS in 1 s windows: mean · p50 · p90", f"{_s(qps.mean, 2)} · {_s(qps.p50, 1)} · {_s(qps.p90, 1)}")
+        )
+    if summary.rules is not None:
+        rows.append(("AgentX rules", summary.rules))
     if summary.validity is not None:
         why = " (why below)" if summary.validity.applies and not summary.validity.valid else ""
         rows.append(("valid AgentX submission", summary.validity.verdict() + why))
@@ -123,9 +130,17 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         values = [stats.mean, *(_at(stats, p) for p in shown), stats.std]
         latency_rows.append([name, f"{stats.count:,}", *(unit(v) for v in values)])
     i = lat.interactivity_tps
-    if i is not None:
-        values = [i.mean, *(_at(i, p) for p in shown), i.std]
-        latency_rows.append(["interactivity (tok/s/user)", "", *(_s(v, 1) for v in values)])
+    inferencex = summary.inferencex
+    extra: list[tuple[str, Interactivity | None]] = [("interactivity (tok/s/user)", i)]
+    if inferencex is not None:
+        extra += [
+            ("full-response interactivity", inferencex.full_response_interactivity_tps),
+            ("E2E-normalized interactivity", inferencex.e2e_norm_interactivity_tps),
+        ]
+    for name, rate in extra:
+        if rate is not None:
+            values = [rate.mean, *(_at(rate, p) for p in shown), rate.std]
+            latency_rows.append([name, "", *(_s(v, 1) for v in values)])
     # The first and last percentiles asked for stay longest; the ones between go first, then the std.
     middle = {p: len(shown) - k for k, p in enumerate(shown[1:-1], start=1)}
     latency = FittedTable(
@@ -138,7 +153,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             Column("std", drop=len(shown) + 1),
         ],
         latency_rows,
-        caption="interactivity = 1/TPOT; pN = 1/(pN TPOT): N% of requests at least this fast"
+        caption="interactivity = 1/TPOT; pN = 1/(pN TPOT): N% of requests at least this fast; full-response: TPOT "
+        "to the end of the response (InferenceX's AgentX interactivity); E2E-normalized: 1/(E2EL/OSL)"
         if i is not None
         else None,
     )

@@ -23,9 +23,11 @@
   reference keeps out of every metric and export: agentx writes the line, flagged, and
   `profile_export_aiperf.json` leaves it out.
 - `agent_depth` = `depth`.
+- `agentx_rules` (agentx only): the rule set the run played (agentx.replayer.rules).
 
 **metrics**: `{tag: {"value", "unit"}}` by the definitions of `agentx.results.export_metrics`; a metric
-undefined for the record is absent (a failed request has only `error_isl`).
+undefined for the record is absent (a failed request has only `error_isl`); the harness's three full-response
+metrics only for a run of its rules.
 
 **error**: null, or `{code, type, message, cause}`: `code` = the HTTP error status (499 for a cancellation, as
 the reference; null for a failure with no error status, such as a stream cut after its 200), `type` = the
@@ -186,7 +188,7 @@ def _int(value: float) -> int | None:
 
 def jsonl_lines(table: pa.Table, ctx: RunContext) -> Iterator[bytes]:
     """The `profile_export.jsonl` lines (newline-terminated) of a records table, a record batch at a time."""
-    epoch_ns, run_id = ctx.epoch_ns, ctx.run_id
+    epoch_ns, run_id, rules = ctx.epoch_ns, ctx.run_id, ctx.rules.name
     numbers = session_numbers(table)
     has_warmup = "warmup" in strings(table, "phase", "profiling")
     columns = [name for name in _COLUMNS if name in table.schema.names]
@@ -238,6 +240,7 @@ def jsonl_lines(table: pa.Table, ctx: RunContext) -> Iterator[bytes]:
                 "parent_correlation_id": parent,
                 "root_correlation_id": root,
                 "request_num": request_num,
+                "agentx_rules": rules,
             }
             ok = bool(metrics.ok[i])
             error = (

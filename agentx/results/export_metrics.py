@@ -44,6 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentx.replayer.records import run_info
+from agentx.replayer.rules import RuleSet
+from agentx.results.validity import rules_of
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -51,8 +53,6 @@ BoolArray = npt.NDArray[np.bool_]
 
 NS_PER_MS: Final = 1e6
 NS_PER_S: Final = 1e9
-SCENARIO: Final = "inferencex-agentx-mvp"
-"""The AIPerf scenario an agentx-mode run reproduces (`--mode agentx`)."""
 CHAIN_KINDS: Final = frozenset({"fa", "aux", "wg"})
 """First `:`-separated word of the agent id of a chain split out of the root (agentx.trace.chains)."""
 
@@ -83,8 +83,18 @@ DEFINITIONS: Final[dict[str, tuple[str, str]]] = {
     "http_req_connection_overhead": ("ms", "sent − queued"),
     "http_req_total": ("ms", "end − queued"),
     "error_isl": ("tokens", "ISL of a failed request"),
+    "full_decode_duration": ("ms", "end − first content chunk (the harness's)"),
+    "full_response_inter_token_latency": ("ms", "full_decode_duration / (OSL − 1), OSL ≥ 2 (the harness's)"),
+    "full_response_output_token_throughput_per_user": (
+        "tokens/sec/user",
+        "1 / full_response_inter_token_latency, > 0 (the harness's)",
+    ),
 }
 """Tag → (display unit, definition) of every per-request metric, in the order the JSONL writes them."""
+HARNESS_TAGS: Final = frozenset(
+    {"full_decode_duration", "full_response_inter_token_latency", "full_response_output_token_throughput_per_user"}
+)
+"""The metrics agentx-harness 1.0.12 adds to AIPerf 0.13.0's: written only for a run of its rules."""
 
 UNITS: Final = {tag: unit for tag, (unit, _) in DEFINITIONS.items()}
 INTEGER_TAGS: Final = frozenset(tag for tag, unit in UNITS.items() if unit == "tokens")
@@ -113,8 +123,15 @@ class RunContext:
         return self.mode == "agentx"
 
     @property
+    def rules(self) -> RuleSet:
+        """The rule set the run played (AIPerf 0.13.0's for a run that predates rule sets)."""
+        return rules_of(self.options)
+
+    @property
     def scenario(self) -> str | None:
-        return SCENARIO if self.agentic else None
+        """The reference's scenario the run played, as its exports name it (`agentx` under agentx-harness
+        1.0.12, `inferencex-agentx-mvp` under AIPerf 0.13.0); None outside agentx mode."""
+        return self.rules.scenario if self.agentic else None
 
     @property
     def interrupted(self) -> bool:
@@ -312,6 +329,16 @@ def record_metrics(table: pa.Table, ctx: RunContext) -> RecordMetrics:
         "http_req_total": duration_ms(end, queued),
         "error_isl": np.where(~ok, isl, nan),
     }
+    full_ms = duration_ms(end, first)
+    full_itl_ms = when(osl >= 2, full_ms / np.where(osl >= 2, osl - 1, 1.0))
+    values["full_decode_duration"] = full_ms
+    values["full_response_inter_token_latency"] = full_itl_ms
+    values["full_response_output_token_throughput_per_user"] = when(
+        full_itl_ms > 0, 1e3 / np.where(full_itl_ms > 0, full_itl_ms, 1.0)
+    )
+    if not ctx.rules.export_harness_metrics:
+        for tag in HARNESS_TAGS:
+            values[tag] = nan
     counts = np.bincount(gap_rows, minlength=n) if n else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     return RecordMetrics(

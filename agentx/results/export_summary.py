@@ -40,9 +40,20 @@ document AIPerf writes to `server_metrics_export.json`, for the metrics agentx m
 **Run fields**: `schema_version`, `benchmark_id` (the `benchmark_id` option, else the run id), `run_info`
 (`benchmark_id`, `random_seed` = `--seed`, `trial` 0), `was_cancelled` / `is_complete` / `incomplete_reason`
 (an interrupted run, or one without run.json), `error_summary` (`{error_details, count}` per distinct error
-of the profiling phase, in order of first appearance), `metadata`: `scenario` (`inferencex-agentx-mvp` in
-agentx mode, else null), `submission_valid`, `submission_invalid_reasons` (agentx.results.validity) and
-`agentx` (run id, validity details).
+of the profiling phase, in order of first appearance), `metadata`: `scenario` (the rule set's scenario in agentx
+mode: `agentx` under agentx-harness 1.0.12, `inferencex-agentx-mvp` under AIPerf 0.13.0; else null),
+`submission_valid`, `submission_invalid_reasons` (agentx.results.validity) and `agentx` (run id, the rule set's
+name and reference, validity details, and `inferencex`: the metrics InferenceX's aggregation adds — full-response
+and E2E-normalized interactivity, 1 s QPS windows — over the profiling phase's successful requests,
+agentx.results.inferencex).
+
+**The rule set's schema** (agentx.replayer.rules, `export_harness_metrics`): a run of the agentx-harness 1.0.12
+rules is written as the harness writes it: with `full_decode_duration`, `full_response_inter_token_latency` and
+`full_response_output_token_throughput_per_user` (and their `adj_` variants when requests failed) beside AIPerf
+0.13.0's metrics, `metadata.metric_duration_coverage` (`[{phase_name, expected_duration_seconds, required_ratio,
+ttft_ratio, inter_token_latency_ratio}]`) when its coverage rule was applied, and without what its fork of AIPerf
+lacks: `is_complete` and `incomplete_reason`, and `completed_request_count` and `request_error_rate` when no
+request or every request failed (it derives them from both counts).
 
 **Not exported** (the reference writes them; agentx cannot produce them):
 
@@ -87,12 +98,15 @@ from agentx.results.export_metrics import (
 )
 from agentx.results.export_server_metrics import server_metrics_export
 from agentx.results.export_sweeps import sweep_metrics
+from agentx.results.inferencex import inferencex_metrics
 from agentx.results.validity import Validity, validity
 
 SCHEMA_VERSION: Final = "1.4"
 PERCENTILES: Final = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 ADJUSTED: Final = ("request_latency", "time_to_first_token", "inter_token_latency", "decode_duration")
 """AIPerf's metrics flagged PERCENTILE_INCLUDES_FAILED_REQUESTS: they get an `adj_` variant."""
+HARNESS_ADJUSTED: Final = ("full_decode_duration", "full_response_inter_token_latency")
+"""The harness's metrics with the same flag."""
 USAGE_DIFF_THRESHOLD_PCT: Final = 10.0
 OSL_MISMATCH_THRESHOLD_PCT: Final = 5.0
 OSL_MISMATCH_MAX_TOKENS: Final = 50
@@ -195,8 +209,10 @@ def phase_metrics(
     phase: BoolArray,
     window: tuple[float, float] | None,
     skipped_overflows: int,
+    harness: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Every metric block of one phase (`phase`: its rows, overflow records already left out)."""
+    """Every metric block of one phase (`phase`: its rows, overflow records already left out); `harness`: in the
+    agentx-harness's schema (the module docstring)."""
     valid, failed = phase & metrics.ok, phase & ~metrics.ok
     result: dict[str, dict[str, Any]] = {}
     for tag, (unit, _) in DEFINITIONS.items():
@@ -211,9 +227,11 @@ def phase_metrics(
     overflow = failed & equals(table, "error_kind", "context_overflow")
     result["request_count"] = _scalar(successes, "requests")
     result["error_request_count"] = _scalar(failures, "requests")
-    result["completed_request_count"] = _scalar(successes + failures, "requests")
-    if successes + failures:
-        result["request_error_rate"] = _scalar(100.0 * failures / (successes + failures), "%")
+    # The harness derives these two from both counts and drops them when either is zero.
+    if not harness or (successes and failures):
+        result["completed_request_count"] = _scalar(successes + failures, "requests")
+        if successes + failures:
+            result["request_error_rate"] = _scalar(100.0 * failures / (successes + failures), "%")
     result["context_overflow_count"] = _scalar(int(overflow.sum()) + skipped_overflows, "requests")
     if skipped_overflows:
         result["skipped_context_overflow_count"] = _scalar(skipped_overflows, "requests")
@@ -273,7 +291,7 @@ def phase_metrics(
             result["total_token_throughput"] = _scalar((isl + osl) / observed, "tokens/sec")
 
     if failures:
-        for tag in ADJUSTED:
+        for tag in ADJUSTED + (HARNESS_ADJUSTED if harness else ()):
             block = _adjusted_block(metrics.values[tag][valid], failures, "ms")
             if block is not None:
                 result[f"adj_{tag}"] = block
@@ -337,8 +355,9 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
     windows = phase_windows(table, ctx)
     benchmark_id = ctx.options.get("benchmark_id") or ctx.run_id
     document: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "benchmark_id": benchmark_id}
+    harness = ctx.rules.export_harness_metrics
     document |= phase_metrics(
-        table, metrics, profiling & ~skipped, windows["profiling"], int((profiling & skipped).sum())
+        table, metrics, profiling & ~skipped, windows["profiling"], int((profiling & skipped).sum()), harness
     )
     seed = ctx.options.get("seed")
     document["run_info"] = {
@@ -347,8 +366,9 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
         "trial": 0,
     }
     document["was_cancelled"] = ctx.interrupted
-    document["is_complete"] = not ctx.interrupted
-    if ctx.interrupted:
+    if not harness:  # the harness's fork predates these two
+        document["is_complete"] = not ctx.interrupted
+    if ctx.interrupted and not harness:
         document["incomplete_reason"] = (
             "Run cancelled before all records were processed."
             if ctx.has_run_file
@@ -360,7 +380,7 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
         document["end_time"] = _iso(ctx.epoch_ns, windows["profiling"][1])
     if warmup.any():
         document["warmup_metrics"] = phase_metrics(
-            table, metrics, warmup & ~skipped, windows["warmup"], int((warmup & skipped).sum())
+            table, metrics, warmup & ~skipped, windows["warmup"], int((warmup & skipped).sum()), harness
         )
     server_metrics = server_metrics_export(_summary_part(run_file, "server_telemetry"), _url(ctx), ctx.epoch_ns)
     if server_metrics is not None:
@@ -370,8 +390,18 @@ def aiperf_summary(table: pa.Table, run_file: Mapping[str, Any] | msgspec.Struct
         "scenario": ctx.scenario,
         "submission_valid": verdict.valid,
         "submission_invalid_reasons": verdict.reasons,
-        "agentx": {"run_id": ctx.run_id, "validity": verdict.details},
+        "agentx": {
+            "run_id": ctx.run_id,
+            "rules": {"name": ctx.rules.name, "reference": ctx.rules.reference},
+            "validity": verdict.details,
+            "inferencex": msgspec.to_builtins(inferencex_metrics(table.filter(pa.array(profiling & metrics.ok)))),
+        },
     }
+    coverage = verdict.details.get("metric_duration_coverage")
+    if harness and ctx.agentic and isinstance(coverage, Mapping) and coverage.get("applies") and not ctx.interrupted:
+        document["metadata"]["metric_duration_coverage"] = [
+            {key: value for key, value in coverage.items() if key != "applies"}
+        ]
     return document
 
 

@@ -35,6 +35,7 @@ from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Sta
 from agentx.results.goodput import slo_text
 from agentx.results.report_notes import price_problem, target_note, with_target
 from agentx.results.summary import Summary, summarize
+from agentx.results.validity import rules_of
 
 
 class ReportError(ConfigError):
@@ -53,6 +54,9 @@ class Level(msgspec.Struct, kw_only=True):
     model: str | None = None
     engine: str | None = None
     """The engine that served the run, with its version when it gave one (e.g. "vLLM 0.11.0")."""
+    rules: str | None = None
+    """The AgentX rule set the run played (agentx.replayer.rules; a run that predates rule sets played AIPerf
+    0.13.0's); None for a level that left no run."""
 
 
 class Series(msgspec.Struct, kw_only=True):
@@ -217,6 +221,7 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
         summary=summary,
         model=model if isinstance(model, str) else None,
         engine=engine,
+        rules=rules_of(options).name,
     )
 
 
@@ -266,6 +271,28 @@ def _load_series(path: Path, label: str | None) -> Series:
         )
     found.sort(key=lambda lv: (lv.concurrency is None, lv.concurrency or 0, lv.label))
     return Series(label=name, path=str(path), kind="sweep", gpu_sku=None, num_gpus=_gpus(found[0]), levels=found)
+
+
+def mixed_rules(series: Sequence[Series]) -> str | None:
+    """Why the runs of `series` do not belong on one frontier, when they played different AgentX rule sets (each
+    set sends a different request stream, so their numbers are not comparable); None when they played one."""
+    played: dict[str, list[str]] = {}
+    for one in series:
+        for level in one.levels:
+            if level.rules is not None:
+                played.setdefault(level.rules, []).append(
+                    f"{one.label}/{level.label}" if one.kind == "sweep" else one.label
+                )
+    if len(played) < 2:
+        return None
+    which = "; ".join(
+        f"{rules}: {', '.join(runs[:4])}{' …' if len(runs) > 4 else ''}" for rules, runs in played.items()
+    )
+    return (
+        f"these runs played different AgentX rule sets ({which}): each sends a different request stream (joins, idle "
+        "caps, warmup, profiling start), so their figures are not comparable and do not belong on one frontier; "
+        "replay them under one --rules, or pass --mixed-rules to report them anyway"
+    )
 
 
 def _gpus(level: Level) -> int | None:

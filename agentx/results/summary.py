@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from agentx.replayer.records import RecordsError, run_info
 from agentx.replayer.server_metrics import (
     LLAMACPP_CACHED_TOKENS,
     LLAMACPP_PROMPT_TOKENS,
@@ -33,8 +34,9 @@ from agentx.replayer.server_metrics import (
 )
 from agentx.results.columns import equals, flat, floats, has, ints_or, strings
 from agentx.results.goodput import goodput
+from agentx.results.inferencex import inferencex_metrics
 from agentx.results.plays import rollups, slowdown
-from agentx.results.stats import SHOWN_PERCENTILES, FloatArray, Stats, percentiles_sorted, positive, stats
+from agentx.results.stats import SHOWN_PERCENTILES, FloatArray, percentiles_sorted, positive, stats
 from agentx.results.summary_model import (
     Cache,
     Counts,
@@ -102,7 +104,7 @@ def summarize(
         tpot_s=tpot,
         itl_s=stats(chunk_gaps_s, percentiles),
         e2el_s=stats(positive(floats(table, "e2el_s")), percentiles),
-        interactivity_tps=_interactivity(tpot, tpot_values),
+        interactivity_tps=Interactivity.of(tpot, tpot_values),
         chunk_tokens=stats(chunk_tokens, percentiles),
     )
     throughput = _throughput(table, num_gpus)
@@ -119,6 +121,8 @@ def summarize(
         slowdown=slowdown(table),
         server_telemetry=summarize_telemetry(telemetry, records),
         percentiles=list(percentiles),
+        inferencex=inferencex_metrics(table, percentiles),
+        rules=_rules(records),
     )
 
 
@@ -129,6 +133,15 @@ def _run_id(table: pa.Table) -> str | None:
     if has(table, "run_id") and table.num_rows:
         return str(table.column("run_id")[0].as_py())
     return None
+
+
+def _rules(table: pa.Table) -> str | None:
+    """The rule set the records' options name (None: a file that predates rule sets, or a table without them)."""
+    try:
+        name = run_info(table).options.get("rules")
+    except RecordsError:
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _chunks(table: pa.Table) -> tuple[FloatArray, FloatArray]:
@@ -194,21 +207,6 @@ def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
         usage_reported_requests=int(reported.sum()),
         server_hit_rate=server_rate,
         theoretical_hit_rate=theoretical,
-    )
-
-
-def _interactivity(tpot: Stats | None, tpot_values: FloatArray) -> Interactivity | None:
-    if tpot is None:
-        return None
-    return Interactivity(
-        mean=1.0 / tpot.mean,
-        p50=1.0 / tpot.p50,
-        p75=1.0 / tpot.p75,
-        p90=1.0 / tpot.p90,
-        p95=1.0 / tpot.p95,
-        p99=1.0 / tpot.p99,
-        std=float(np.std(1.0 / tpot_values)),
-        more={key: 1.0 / value for key, value in tpot.more.items()},
     )
 
 

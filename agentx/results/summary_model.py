@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from agentx.results.acceptance import Acceptance
 from agentx.results.goodput import Goodput
 from agentx.results.shards import Shards
-from agentx.results.stats import PERCENTILES, SHOWN_PERCENTILES, Stats, percentile_key
+from agentx.results.stats import PERCENTILES, SHOWN_PERCENTILES, FloatArray, Stats, percentile_key
 from agentx.results.telemetry import ServerTelemetry
 from agentx.results.validity import Validity
 
@@ -35,6 +36,22 @@ class Interactivity(msgspec.Struct, kw_only=True):
         """1/TPOT at its `p`-th percentile: a field's, else one in `more`; KeyError when it was not computed."""
         key = percentile_key(p)
         return float(getattr(self, key)) if p in PERCENTILES else self.more[key]
+
+    @classmethod
+    def of(cls, seconds: Stats | None, values: FloatArray) -> Interactivity | None:
+        """The interactivity of a seconds-per-token statistic (`values`: its per-request population, > 0)."""
+        if seconds is None:
+            return None
+        return cls(
+            mean=1.0 / seconds.mean,
+            p50=1.0 / seconds.p50,
+            p75=1.0 / seconds.p75,
+            p90=1.0 / seconds.p90,
+            p95=1.0 / seconds.p95,
+            p99=1.0 / seconds.p99,
+            std=float(np.std(1.0 / values)),
+            more={key: 1.0 / value for key, value in seconds.more.items()},
+        )
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -144,6 +161,35 @@ class Rollups(msgspec.Struct, kw_only=True):
     """Per (play, session): last end − first sent of that session's requests."""
 
 
+class QpsWindows(msgspec.Struct, kw_only=True):
+    """Completed requests per second over back-to-back 1 s windows from the first completion (InferenceX's QPS):
+    `p90` is a busy second. Without one full window only `mean` (requests over the completions' span) is set."""
+
+    window_s: float
+    samples: int
+    mean: float
+    p50: float | None = None
+    p75: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    std: float | None = None
+
+
+class InferencexMetrics(msgspec.Struct, kw_only=True):
+    """What InferenceX's AgentX aggregation adds beside TTFT, TPOT and E2EL (agentx.results.inferencex)."""
+
+    full_response_tpot_s: Stats | None
+    """Per request: (end of the response − first content chunk) / (OSL − 1), the trailing usage chunk and the
+    stream's end included (the harness's full-response ITL); OSL ≥ 2."""
+    full_response_interactivity_tps: Interactivity | None
+    """1 / each full-response TPOT statistic: the interactivity InferenceX's dashboard shows for AgentX."""
+    e2el_per_osl_s: Stats | None
+    """Per request: E2EL / OSL, time to first token included; OSL ≥ 1."""
+    e2e_norm_interactivity_tps: Interactivity | None
+    """1 / each E2EL/OSL statistic (`p90` = 1 / p90(E2EL/OSL))."""
+    qps: QpsWindows | None
+
+
 class Summary(msgspec.Struct, kw_only=True):
     run_id: str | None
     counts: Counts
@@ -171,3 +217,7 @@ class Summary(msgspec.Struct, kw_only=True):
     """The server's `/metrics` over the profiling phase (agentx.results.telemetry), when it was scraped."""
     shards: Shards | None = None
     """A `--ray` run's shards, nodes, losses and clock bounds (agentx.results.shards); None otherwise."""
+    inferencex: InferencexMetrics | None = None
+    """The metrics InferenceX's aggregation adds (agentx.results.inferencex), None for an empty run."""
+    rules: str | None = None
+    """The AgentX rule set the run played (agentx.replayer.rules), when its options say."""

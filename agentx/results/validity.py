@@ -14,15 +14,24 @@ A run is valid unless one of these applies (reasons are reported in this order):
 - `run_cancelled`: `run.interrupted` is true or `run.cancel_reason` is non-empty; also when there is no run
   file at all, since every run that ends (interrupted ones included) writes `run.json`, so a run without one
   crashed or is still going.
-- `insufficient_profile_metric_coverage`, the test agentx chose (the reference's is unconfirmed):
-  the profiling window is [min `sent_ns`, max `end_ns`] over all profiling records (any status). The test
-  applies only when the window lasts ≥ `COVERAGE_MIN_PHASE_S` (900 s). An *observation* is a profiling record
-  with status ok and a finite TTFT > 0 and ITL > 0 (so OSL ≥ 2); it covers [`sent_ns`, `last_token_ns` +
-  `COVERAGE_IDLE_ALLOWANCE_S`], clipped to the window. The run fails when the union of those intervals
-  covers < `COVERAGE_MIN_FRACTION` (98 %) of the window. The 10 s allowance is the scenario's system-idle
-  cap (§4b): a healthy run is never idle longer, so idle think time between turns is not a hole, but a
-  stretch with no successful streamed request for more than 10 s (a dead or erroring server, a stalled client)
-  is.
+- `insufficient_profile_metric_coverage`, by the rule set's coverage rule (`RuleSet.coverage`; the rule set is
+  the options' `rules`, AIPerf 0.13.0's for a run that predates rule sets):
+  - `last_metric` (agentx-harness 1.0.12, `records/records_manager.py`,
+    `_validate_profile_metric_duration_coverage`): for a run of a configured duration ≥ `COVERAGE_MIN_PHASE_S`
+    (900 s) that was not cancelled, the TTFT ratio is (the last first token of a successful profiling request −
+    the profiling start) / the duration, the ITL ratio the same of the last response end of a successful request
+    with an ITL (OSL ≥ 2), each clipped to [0, 1]; the run fails when both are below
+    `HARNESS_COVERAGE_MIN_RATIO` (95 %): nothing reached the last 5 % of the window. The profiling start is
+    `run.profiling_start_ns` (else, for an older run.json, the last warmup request's end, or the first profiling
+    request's due time). The harness exits non-zero on it, and so does `agentx replay` (exit 3).
+  - `union` (agentx's own, AIPerf 0.13.0 has no coverage rule): the profiling window is [min `sent_ns`, max
+    `end_ns`] over all profiling records (any status). The test applies only when the window lasts ≥
+    `COVERAGE_MIN_PHASE_S` (900 s). An *observation* is a profiling record with status ok and a finite TTFT > 0
+    and ITL > 0 (so OSL ≥ 2); it covers [`sent_ns`, `last_token_ns` + `COVERAGE_IDLE_ALLOWANCE_S`], clipped to
+    the window. The run fails when the union of those intervals covers < `COVERAGE_MIN_FRACTION` (98 %) of the
+    window. The 10 s allowance is the scenario's system-idle cap (§4b): a healthy run is never idle longer, so
+    idle think time between turns is not a hole, but a stretch with no successful streamed request for more than
+    10 s (a dead or erroring server, a stalled client) is.
 
 - `dispatch_lag_exceeded`: the run fell behind its schedule: the p99 of the profiling records' dispatch lag
   (`sent − scheduled`, failed requests included) exceeds `DISPATCH_LAG_MAX_P99_S` (1 s). A request sent later
@@ -51,12 +60,14 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from agentx.replayer.records import RecordsError, run_info
+from agentx.replayer.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
 from agentx.results.acceptance import Acceptance
 from agentx.results.columns import equals, floats
 
 CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01
 COVERAGE_MIN_PHASE_S: Final = 900.0
 COVERAGE_MIN_FRACTION: Final = 0.98
+HARNESS_COVERAGE_MIN_RATIO: Final = 0.95
 COVERAGE_IDLE_ALLOWANCE_S: Final = 10.0
 INFERENCEX_MAX_ERROR_RATE: Final = 0.10
 DISPATCH_LAG_MAX_P99_S: Final = 1.0
@@ -125,6 +136,14 @@ def _locks(*options: Any) -> list[str]:
     return []
 
 
+def _option(options: Any, record_options: Any, name: str) -> Any:
+    """Option `name` from run.json's options, else the records' metadata."""
+    for found in (options, record_options):
+        if isinstance(found, Mapping) and name in found:
+            return found[name]
+    return None
+
+
 def _mode(*options: Any) -> str | None:
     for found in options:
         mode = found.get("mode") if isinstance(found, Mapping) else None
@@ -138,6 +157,8 @@ def _cancelled(document: Mapping[str, Any] | None, interrupted: bool, cancel_rea
         return "the run has no run.json, which every run that ends writes: it crashed or is still going"
     if cancel_reason == "failure_threshold":
         return "the run was cancelled: more requests failed than --failed-request-threshold allows"
+    if cancel_reason == "stalled":
+        return "the run was stopped: the server made no progress with requests in flight for --stall-timeout"
     if interrupted or cancel_reason == "interrupted":
         return "the run was interrupted (Ctrl-C or SIGTERM) before its end"
     return f"the run was cancelled ({cancel_reason})"
@@ -190,6 +211,73 @@ def _coverage(table: pa.Table, profiling: npt.NDArray[np.bool_], ok: npt.NDArray
         "observations": int(observed.sum()),
         "covered_fraction": fraction,
     }
+
+
+def rules_of(*options: Any) -> RuleSet:
+    """The rule set a run played, from the first options that name one; AIPerf 0.13.0's for a run that predates rule
+    sets (agentx played those rules then)."""
+    for found in options:
+        name = found.get("rules") if isinstance(found, Mapping) else None
+        if isinstance(name, str) and name in RULE_SETS:
+            return RULE_SETS[name]
+    return AIPERF_0_13_0
+
+
+def profiling_start_ns(table: pa.Table, run: Mapping[str, Any]) -> float | None:
+    """The profiling start in ns after the run start: `run.profiling_start_ns`, else the last warmup request's end,
+    else the first profiling request's due time (None without profiling records)."""
+    recorded = run.get("profiling_start_ns")
+    if isinstance(recorded, int | float) and not isinstance(recorded, bool):
+        return float(recorded)
+    warmup = equals(table, "phase", "warmup", missing=False)
+    if warmup.any():
+        return float(np.nanmax(floats(table, "end_ns")[warmup]))
+    scheduled = floats(table, "scheduled_ns")[~warmup]
+    scheduled = scheduled[np.isfinite(scheduled)]
+    return float(scheduled.min()) if scheduled.size else None
+
+
+def metric_coverage(
+    table: pa.Table,
+    profiling: npt.NDArray[np.bool_],
+    ok: npt.NDArray[np.bool_],
+    run: Mapping[str, Any],
+    duration: Any,
+    bounded: bool = False,
+) -> dict[str, Any]:
+    """The harness's coverage figures (module docstring, `last_metric`): the configured duration, the ratio the run
+    needs, the TTFT and ITL ratios, and whether the rule applies (not to a run `bounded` by its sessions or
+    requests); the keys of its `metric_duration_coverage`."""
+    configured = float(duration) if isinstance(duration, int | float) and not isinstance(duration, bool) else None
+    if bounded:  # it ends when its sessions or requests are done, not at its duration
+        configured = None
+    start = profiling_start_ns(table, run)
+    result: dict[str, Any] = {
+        "phase_name": "profiling",
+        "expected_duration_seconds": configured,
+        "required_ratio": HARNESS_COVERAGE_MIN_RATIO,
+        "ttft_ratio": 0.0,
+        "inter_token_latency_ratio": 0.0,
+        "applies": configured is not None and configured >= COVERAGE_MIN_PHASE_S and start is not None,
+    }
+    if configured is None or start is None:
+        return result
+    good = profiling & ok
+    first_token = floats(table, "first_token_ns")[good]
+    first_token = first_token[np.isfinite(first_token)]
+    itl = floats(table, "tpot_s")
+    with_itl = good & np.isfinite(itl)
+    ends = floats(table, "end_ns")[with_itl]
+    ends = ends[np.isfinite(ends)]
+
+    def ratio(times: npt.NDArray[np.float64]) -> float:
+        if not times.size:
+            return 0.0
+        return min(max((float(times.max()) - start) / (configured * _NS_PER_S), 0.0), 1.0)
+
+    result["ttft_ratio"] = ratio(first_token)
+    result["inter_token_latency_ratio"] = ratio(ends)
+    return result
 
 
 def _acceptance_mismatch(acceptance: Acceptance | None, document: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -277,16 +365,34 @@ def validity(
     if interrupted or cancel_reason or document is None:
         fail(RUN_CANCELLED, _cancelled(document, interrupted, cancel_reason))
 
-    coverage = _coverage(table, profiling, ok)
-    details["coverage"] = coverage
-    fraction = coverage["covered_fraction"]
-    if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
-        share = "none" if fraction is None else f"{fraction:.1%}"
-        fail(
-            INSUFFICIENT_COVERAGE,
-            f"successful streamed requests cover {share} of the {coverage['phase_s']:,.0f} s profiling window; "
-            f"the rules need {COVERAGE_MIN_FRACTION:.0%}",
-        )
+    rules = rules_of(options, record_options)
+    details["rules"] = rules.name
+    if rules.coverage == "last_metric":
+        bounded = any(_option(options, record_options, name) is not None for name in ("sessions", "num_requests"))
+        reached = metric_coverage(table, profiling, ok, run, _option(options, record_options, "duration_s"), bounded)
+        details["metric_duration_coverage"] = reached
+        cancelled = interrupted or bool(cancel_reason) or document is None
+        best = max(reached["ttft_ratio"], reached["inter_token_latency_ratio"])
+        if reached["applies"] and not cancelled and best < HARNESS_COVERAGE_MIN_RATIO:
+            duration_s = reached["expected_duration_seconds"]
+            fail(
+                INSUFFICIENT_COVERAGE,
+                f"the last first token came {reached['ttft_ratio']:.1%} and the last response with an ITL "
+                f"{reached['inter_token_latency_ratio']:.1%} into the {duration_s:,.0f} s profiling window; the "
+                f"rules need one of them past {HARNESS_COVERAGE_MIN_RATIO:.0%}: the server stopped answering or "
+                "stalled before the end",
+            )
+    else:
+        coverage = _coverage(table, profiling, ok)
+        details["coverage"] = coverage
+        fraction = coverage["covered_fraction"]
+        if coverage["applies"] and (fraction is None or fraction < COVERAGE_MIN_FRACTION):
+            share = "none" if fraction is None else f"{fraction:.1%}"
+            fail(
+                INSUFFICIENT_COVERAGE,
+                f"successful streamed requests cover {share} of the {coverage['phase_s']:,.0f} s profiling window; "
+                f"the rules need {COVERAGE_MIN_FRACTION:.0%}",
+            )
 
     lag = floats(table, "dispatch_lag_s")[profiling]
     lag = lag[np.isfinite(lag)]
