@@ -53,12 +53,17 @@ test-engine: $(ENGINE_STAMP)
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'engine_tests'); import llama; print('model:', llama.model_path())"
 	$(BIN)/pytest -q engine_tests
 
-# Differential tests against the AgentX reference, AIPerf 0.13.0 (`inferencex-agentx-mvp` scenario), in a venv of
-# its own (never an agentx dependency): both tools replay the same Weka traces against logging stand-in servers
-# on loopback and the suite compares what the servers saw per (session, agent, turn) (reference_tests/).
+# Differential tests against the AgentX references, each in a venv of its own (both install an `aiperf` package, and
+# the harness an `agentx` command; never agentx dependencies): SemiAnalysis' agentx-harness 1.0.12 (`agentx profile`,
+# scenario `agentx`) beside agentx's default rules, and AIPerf 0.13.0 (`inferencex-agentx-mvp`) beside
+# `--rules aiperf-0.13.0`. Both tools replay the same Weka traces against logging stand-in servers on loopback and
+# the suite compares what the servers saw per (session, agent, turn) (reference_tests/).
 REFERENCE_VENV := .venv-reference
 REFERENCE_AIPERF := aiperf==0.13.0
 REFERENCE_STAMP := $(REFERENCE_VENV)/.installed-stamp
+HARNESS_VENV := .venv-harness
+REFERENCE_HARNESS := agentx-harness==1.0.12
+HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
 
 $(REFERENCE_STAMP):
 	$(PYTHON) -m venv $(REFERENCE_VENV)
@@ -67,8 +72,16 @@ $(REFERENCE_STAMP):
 	$(REFERENCE_VENV)/bin/python -c "import aiperf; print('reference: aiperf', aiperf.__version__)"
 	touch $@
 
-test-reference: $(STAMP) $(REFERENCE_STAMP)
-	AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf $(BIN)/pytest -q reference_tests
+$(HARNESS_STAMP):
+	$(PYTHON) -m venv $(HARNESS_VENV)
+	$(HARNESS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(HARNESS_VENV)/bin/python -m pip install --quiet '$(REFERENCE_HARNESS)'
+	$(HARNESS_VENV)/bin/python -c "import aiperf; print('reference: agentx-harness', aiperf.__version__)"
+	touch $@
+
+test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
+	AGENTX_REFERENCE_HARNESS=$(HARNESS_VENV)/bin/agentx AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf \
+		$(BIN)/pytest -q reference_tests
 
 bench: install
 	$(BIN)/python bench/trace_io.py
@@ -81,4 +94,4 @@ samples: install
 	$(BIN)/python scripts/make_sample_traces.py
 
 clean:
-	rm -rf $(VENV) $(REFERENCE_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REFERENCE_VENV) $(HARNESS_VENV) .mypy_cache .pytest_cache .ruff_cache

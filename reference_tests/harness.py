@@ -23,8 +23,8 @@ before it): median |diff| ≤ 0.25 s and p90 ≤ 1 s; max tokens asked; message 
 server's prompt tokens less each tool's own marker and template overhead: the reference sends `in` tokens
 of content plus the chat template and a 5-token `[rid:…]` marker, agentx `in` tokens including the
 template plus its 4-word marker); the partition of keys by cache-bust marker and by `X-Correlation-ID`
-(and `X-Session-Affinity` equal to it); unique request ids; and the profiling request rate within
-−20%/+25% of the reference's. A failing check lists the differing rows side by side.
+(and `X-Session-Affinity` as the reference sends it: equal to it, or absent); unique request ids; and the
+profiling request rate within −20%/+25% of the reference's. A failing check lists the differing rows side by side.
 """
 
 from __future__ import annotations
@@ -48,10 +48,7 @@ from typing import Any, Final, Literal
 import standin
 import wordtok
 
-REFERENCE_ENV: Final = "AGENTX_REFERENCE_AIPERF"
-"""The reference's `aiperf` executable (the Makefile passes `.venv-reference/bin/aiperf`)."""
 ROOT: Final = Path(__file__).resolve().parent.parent
-DEFAULT_REFERENCE: Final = ROOT / ".venv-reference" / "bin" / "aiperf"
 MODEL: Final = "standin-model"
 EDGE_S: Final = 5.0
 """A key sent by one tool only is not a difference when it was sent this close to the profiling deadline."""
@@ -76,12 +73,45 @@ Key = tuple[str, int, str, int]
 """(trace, play, agent, turn)."""
 
 
-def reference_aiperf() -> Path | None:
-    """The reference's executable: `$AGENTX_REFERENCE_AIPERF`, else `.venv-reference/bin/aiperf` if present."""
-    configured = os.environ.get(REFERENCE_ENV)
-    if configured:
-        return Path(configured)
-    return DEFAULT_REFERENCE if DEFAULT_REFERENCE.exists() else None
+@dataclass(frozen=True)
+class Reference:
+    """One AgentX reference the suite plays agentx beside: its command, and the rule set agentx plays against it."""
+
+    name: str
+    """"agentx-harness" (SemiAnalysis' harness, `agentx profile`, scenario `agentx`) or "aiperf" (AIPerf 0.13.0,
+    `aiperf profile --scenario inferencex-agentx-mvp`)."""
+    executable: Path
+    rules: str
+    """agentx's `--rules` for this reference."""
+    env: str
+    """The environment variable that names the executable (the Makefile sets it)."""
+
+    @property
+    def python(self) -> Path:
+        """The reference's interpreter (its venv's)."""
+        return self.executable.parent / "python"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.rules})"
+
+
+REFERENCES: Final = (
+    ("agentx-harness", "AGENTX_REFERENCE_HARNESS", ROOT / ".venv-harness" / "bin" / "agentx", "agentx-harness-1.0.12"),
+    ("aiperf", "AGENTX_REFERENCE_AIPERF", ROOT / ".venv-reference" / "bin" / "aiperf", "aiperf-0.13.0"),
+)
+"""(name, environment variable, default executable, agentx's --rules) of each reference."""
+
+
+def references() -> list[Reference]:
+    """The references installed here: each from its environment variable, else its default venv when present."""
+    found = []
+    for name, env, default, rules in REFERENCES:
+        configured = os.environ.get(env)
+        executable = Path(configured) if configured else default
+        if executable.exists():
+            found.append(Reference(name, executable, rules, env))
+    return found
 
 
 def agentx_executable() -> Path:
@@ -205,6 +235,11 @@ class Case:
     grace: float = 5.0
     max_model_len: int | None = None
     reference_args: tuple[str, ...] = ()
+    """Flags of either reference."""
+    harness_args: tuple[str, ...] = ()
+    """Flags of agentx-harness only."""
+    aiperf_args: tuple[str, ...] = ()
+    """Flags of AIPerf 0.13.0 only."""
     agentx_args: tuple[str, ...] = ()
 
 
@@ -217,25 +252,26 @@ class Tokenizer:
     repo: str
 
 
-def make_tokenizer(workdir: Path, aiperf: Path | None, seeds: Iterable[int]) -> Tokenizer:
-    directory = wordtok.build_tokenizer(
-        workdir / "tokenizer", None if aiperf is None else aiperf.parent / "python", seeds
-    )
+def make_tokenizer(workdir: Path, refs: Sequence[Reference], seeds: Iterable[int]) -> Tokenizer:
+    directory = wordtok.build_tokenizer(workdir / "tokenizer", [ref.python for ref in refs], seeds)
     hf_home = workdir / "hf"
     repo = wordtok.install_in_hf_cache(directory, hf_home)
     return Tokenizer(directory, hf_home, repo)
 
 
-def reference_launch(case: Case, aiperf: Path, url: str, out_dir: Path, tokenizer: Tokenizer) -> Launch:
+def reference_launch(case: Case, ref: Reference, url: str, out_dir: Path, tokenizer: Tokenizer) -> Launch:
+    # The harness's `agentx profile` plays its `agentx` scenario, with that scenario's defaults for every flag not
+    # given here (10 cache-pressure requests per lane, a 300 s per-tree idle cap, ...), as agentx's default rules do.
+    scenario = [] if ref.name == "agentx-harness" else ["--scenario", "inferencex-agentx-mvp"]
     command = [
-        str(aiperf), "profile",
+        str(ref.executable), "profile",
         "--model", MODEL,
         "--url", url,
         "--endpoint-type", "chat",
         "--streaming",
         "--custom-dataset-type", "weka_trace",
         "--input-file", str(case.traces),
-        "--scenario", "inferencex-agentx-mvp",
+        *scenario,
         "--unsafe-override",
         "--concurrency", str(case.concurrency),
         "--benchmark-duration", str(case.duration),
@@ -254,6 +290,7 @@ def reference_launch(case: Case, aiperf: Path, url: str, out_dir: Path, tokenize
         "--workers-max", "1",
         "--record-processors", "1",
         *case.reference_args,
+        *(case.harness_args if ref.name == "agentx-harness" else case.aiperf_args),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -269,12 +306,13 @@ def reference_launch(case: Case, aiperf: Path, url: str, out_dir: Path, tokenize
     return Launch("reference", command, env, out_dir, out_dir.parent / f"{out_dir.name}.console.txt")
 
 
-def agentx_launch(case: Case, url: str, out_dir: Path) -> Launch:
+def agentx_launch(case: Case, url: str, out_dir: Path, rules: str) -> Launch:
     command = [
         str(agentx_executable()), "replay", str(case.traces),
         "--url", url,
         "--model", MODEL,
         "--api", "chat",
+        "--rules", rules,
         "--concurrency", str(case.concurrency),
         "--duration", str(case.duration),
         "--grace", str(case.grace),
@@ -861,16 +899,25 @@ def compare(case: str, left: View, right: View) -> Comparison:
 
     # correlation headers
     corr_rows = _partition_rows(common, lk, rk, lambda s: s.correlation_id)
+
+    # X-Session-Affinity: AIPerf 0.13.0 sends the correlation id in it, the harness sends none; agentx must match.
+    def affinity_state(sent: Sent) -> str:
+        if sent.affinity is None:
+            return "absent"
+        return "= X-Correlation-ID" if sent.affinity == sent.correlation_id and sent.correlation_id else "other"
+
+    expected_state = {affinity_state(sent) for sent in left.sent} - {"other"}
     affinity_rows = []
     for view, tool_index in ((left, 0), (right, 1)):
         for sent in view.sent:
-            if sent.affinity != sent.correlation_id or not sent.correlation_id:
+            state = affinity_state(sent)
+            if not sent.correlation_id or state == "other" or (tool_index == 1 and state not in expected_state):
                 cells = ["", ""]
                 cells[tool_index] = f"X-Correlation-ID {sent.correlation_id} / X-Session-Affinity {sent.affinity}"
                 affinity_rows.append((format_key(sent.key), cells[0], cells[1]))
     checks.append(
         Check(
-            "X-Correlation-ID grouping (one per agent session) and X-Session-Affinity = it",
+            "X-Correlation-ID grouping (one per agent session) and X-Session-Affinity as the reference's",
             not corr_rows and not affinity_rows,
             f"{len({s.correlation_id for s in lk.values()})} vs {len({s.correlation_id for s in rk.values()})} ids; "
             f"{len(corr_rows)} keys grouped differently; "
@@ -932,11 +979,11 @@ class CaseRun:
     seconds: float
 
 
-def run_case(case: Case, workdir: Path, aiperf: Path, tokenizer: Tokenizer, *, against: Tool = "agentx") -> CaseRun:
-    """Run the reference and `against` (agentx, or the reference again to check the harness) at once, each
-    against its own stand-in, and compare them."""
+def run_case(case: Case, workdir: Path, ref: Reference, tokenizer: Tokenizer, *, against: Tool = "agentx") -> CaseRun:
+    """Run the reference `ref` and `against` (agentx with `ref`'s rules, or the reference again to check the harness)
+    at once, each against its own stand-in, and compare them."""
     t0 = time.monotonic()
-    base = workdir / case.name
+    base = workdir / ref.name / case.name
     if base.exists():
         shutil.rmtree(base)
     base.mkdir(parents=True)
@@ -947,11 +994,11 @@ def run_case(case: Case, workdir: Path, aiperf: Path, tokenizer: Tokenizer, *, a
         standin_server(left_log, tokenizer.directory, case.max_model_len) as left_url,
         standin_server(right_log, tokenizer.directory, case.max_model_len) as right_url,
     ):
-        left = reference_launch(case, aiperf, left_url, base / "reference", tokenizer)
+        left = reference_launch(case, ref, left_url, base / "reference", tokenizer)
         if against == "agentx":
-            right = agentx_launch(case, right_url, base / "agentx")
+            right = agentx_launch(case, right_url, base / "agentx", ref.rules)
         else:
-            right = reference_launch(case, aiperf, right_url, base / "reference2", tokenizer)
+            right = reference_launch(case, ref, right_url, base / "reference2", tokenizer)
         finished = run_all([left, right], timeout_s=case.duration + case.grace + 240.0)
     for run in finished:
         if run.returncode != 0:

@@ -1,12 +1,13 @@
-"""agentx against the AgentX reference (AIPerf 0.13.0, `inferencex-agentx-mvp` scenario): each case replays
-the same Weka traces with both tools at once, each against its own logging stand-in server, and compares
-what the servers saw per (session, agent, turn) (harness.py says how). A case that differs fails with a
-side-by-side table of the differing rows; every report also lands in `$AGENTX_REFERENCE_OUT`
-(default `runs/reference/`), one folder per case plus `summary.txt`.
+"""agentx against the AgentX references: SemiAnalysis' agentx-harness 1.0.12 (`agentx profile`, scenario `agentx`)
+with agentx's default rules, and AIPerf 0.13.0 (scenario `inferencex-agentx-mvp`) with `--rules aiperf-0.13.0`.
+Each case replays the same Weka traces with a reference and agentx at once, each against its own logging stand-in
+server, and compares what the servers saw per (session, agent, turn) (harness.py says how). A case that differs
+fails with a side-by-side table of the differing rows; every report also lands in `$AGENTX_REFERENCE_OUT`
+(default `runs/reference/`), one folder per reference and case, plus `summary.txt`.
 
-The reference comes from `$AGENTX_REFERENCE_AIPERF` (`make test-reference` installs it into
-`.venv-reference`); without it every case is skipped. Cases on the real sample traces skip when
-`../shared/data/weka-sample` (beside the repository) is absent.
+The references come from `$AGENTX_REFERENCE_HARNESS` and `$AGENTX_REFERENCE_AIPERF` (`make test-reference`
+installs them into `.venv-harness` and `.venv-reference`); a reference that is absent has its cases skipped.
+Cases on the real sample traces skip when `../shared/data/weka-sample` (beside the repository) is absent.
 """
 
 from __future__ import annotations
@@ -103,6 +104,58 @@ def nested() -> dict[str, Any]:
     )
 
 
+def join_delay_longer_than_children() -> dict[str, Any]:
+    """Turn 1 (t=1) ends at 1.5; its subagent (t=2, 3 turns 1.5 s apart) ends at 5.5; the join turn is recorded at
+    t=20. AIPerf 0.13.0 sends it when the subagent ends; the harness waits its recorded 18.5 s after turn 1 (cut
+    by the 10 s system idle cap once nothing is in flight)."""
+    turns = [Turn(0.0), Turn(1.0), Turn(20.0), Turn(21.0)]
+    return trace("join_wait", turns, [Sub("quick", after=1, turns=even_turns(2.0, 3, 1.5))])
+
+
+def join_children_last() -> dict[str, Any]:
+    """A subagent that outruns the root's next recorded turn: its join goes out when it ends, under both rules."""
+    turns = [Turn(0.0), Turn(1.0), Turn(4.0), Turn(5.0)]
+    return trace("join_last", turns, [Sub("slow", after=1, turns=even_turns(1.5, 4, 2.0, api_time=1.5))])
+
+
+def tree_cap_busy_neighbour() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Lane 0's tree waits 40 s between turn pairs while lane 1's sends every 2 s, so the system is never idle and
+    only the per-tree idle cap (8 s in this case) shortens lane 0's gaps, inside profiling."""
+    gappy = trace("gappy", [Turn(t) for t in (0.0, 1.0, 41.0, 42.0, 82.0, 83.0, 123.0, 124.0)])
+    busy = trace("busy_nb", even_turns(0.0, 60, 2.0, api_time=0.5))
+    return gappy, busy
+
+
+def long_leads() -> list[dict[str, Any]]:
+    """Turns 60 s apart: a lane's primer (the turn before t*) leads t* by up to 60 s; the harness clamps each lead
+    to the 10 s system idle cap, AIPerf 0.13.0 (no per-tree cap) spreads the primers over the whole leads."""
+    return [trace(f"lead_{i}", [Turn(60.0 * k + 7.0 * i) for k in range(6)]) for i in range(3)]
+
+
+def staggered() -> list[dict[str, Any]]:
+    """Three traces whose turns are 9, 6 and 4 s apart: each lane's first live turn sits at a different offset after
+    its t*; the harness measures them all from one phase-wide start, AIPerf 0.13.0 from each lane's t*."""
+    return [trace(f"stag_{every}", even_turns(0.0, 12, float(every))) for every in (9, 6, 4)]
+
+
+def pressure_lengths() -> list[dict[str, Any]]:
+    """Lanes of very different lengths (4 and 30 turns) under the harness's 10 cache-pressure requests per lane:
+    the short lane's trees recycle during the pressure stage."""
+    return [short("press_short", 4, 1.0), short("press_long", 30, 1.0)]
+
+
+def delayed_child_in_idle() -> dict[str, Any]:
+    """Two subagents of one branch (spawned after turn 1, joined by turn 2): the second's first turn is recorded 25 s
+    after the branch starts, with nothing else in flight once the first has ended. The harness's idle caps move
+    that timer (the system one here, after 10 s idle); AIPerf 0.13.0 sleeps it out."""
+    turns = [Turn(0.0), Turn(1.0), Turn(40.0), Turn(41.0)]
+    return trace(
+        "late_child",
+        turns,
+        [Sub("first", after=1, turns=[Turn(2.0)]), Sub("second", after=1, turns=even_turns(27.0, 3, 1.0))],
+    )
+
+
 TSTAR_SPAWN = spawn_at_t_star()
 TSTAR_SEED = tracegen.seed_with_t_star_in(TSTAR_SPAWN, lane=0, low=20.0, high=30.0)
 """Lane 0's t* inside the spawning turn [20, 40) and before the subagent's first turn (t=30)."""
@@ -128,6 +181,7 @@ class Spec:
     max_model_len: int | None = None
     real: bool = False
     agentx_args: tuple[str, ...] = ()
+    reference_args: tuple[str, ...] = ()
 
     def case(self, directory: Path) -> harness.Case:
         return harness.Case(
@@ -138,6 +192,7 @@ class Spec:
             self.seed,
             max_model_len=self.max_model_len,
             agentx_args=self.agentx_args,
+            reference_args=self.reference_args,
         )
 
 
@@ -169,6 +224,21 @@ SPECS = [
     Spec("wrap_fill_one_trace_three_lanes", _synthetic(join_late("wrap")), concurrency=3, duration=45, seed=6),
     Spec("recycling", _synthetic(short("rec_a", 3, 1.0), short("rec_b", 4, 1.5)), 2, 40, seed=4),
     Spec("context_overflow", _synthetic(OVERFLOW), concurrency=1, duration=40, seed=OVERFLOW_SEED, max_model_len=1800),
+    Spec("join_delay_longer_than_children", _synthetic(join_delay_longer_than_children()), 1, 50, seed=12),
+    Spec("join_children_finish_last", _synthetic(join_children_last()), concurrency=1, duration=40, seed=13),
+    Spec(
+        "tree_idle_cap_inside_profiling",
+        _synthetic(*tree_cap_busy_neighbour()),
+        concurrency=2,
+        duration=60,
+        seed=14,
+        agentx_args=("--tree-idle-cap", "8"),
+        reference_args=("--trace-idle-gap-cap-seconds", "8"),
+    ),
+    Spec("warmup_leads_over_10s", _synthetic(*long_leads()), concurrency=3, duration=45, seed=15),
+    Spec("lanes_with_different_tstar_offsets", _synthetic(*staggered()), concurrency=3, duration=45, seed=16),
+    Spec("pressure_lanes_of_different_lengths", _synthetic(*pressure_lengths()), concurrency=2, duration=40, seed=17),
+    Spec("delayed_child_turn0_in_idle", _synthetic(delayed_child_in_idle()), concurrency=1, duration=60, seed=18),
 ]
 SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
 NEGATIVE_CONTROL = Spec(
@@ -189,15 +259,23 @@ SEEDS = sorted({spec.seed for spec in [*SPECS, SELF_CHECK, NEGATIVE_CONTROL]})
 
 @dataclass
 class Suite:
-    aiperf: Path
+    references: dict[str, harness.Reference]
     workdir: Path
     tokenizer: harness.Tokenizer
     summary: Path
 
-    def record(self, run: harness.CaseRun) -> str:
+    def reference(self, name: str) -> harness.Reference:
+        found = self.references.get(name)
+        if found is None:
+            variable = next(env for ref, env, _, _ in harness.REFERENCES if ref == name)
+            pytest.skip(f"the reference {name} is not installed: set {variable} (`make test-reference` does)")
+        return found
+
+    def record(self, ref: harness.Reference, run: harness.CaseRun) -> str:
         report = run.comparison.report()
         timing = ", ".join(f"{f.launch.tool} {f.seconds:.0f} s" for f in run.runs)
-        text = f"{report}\n  (case {run.seconds:.0f} s: {timing}; artifacts {self.workdir / run.case.name})\n"
+        artifacts = self.workdir / ref.name / run.case.name
+        text = f"[{ref.label}] {report}\n  (case {run.seconds:.0f} s: {timing}; artifacts {artifacts})\n"
         with self.summary.open("a") as f:
             f.write(text + "\n")
         return text
@@ -205,19 +283,18 @@ class Suite:
 
 @pytest.fixture(scope="session")
 def suite() -> Iterator[Suite]:
-    aiperf = harness.reference_aiperf()
-    if aiperf is None or not aiperf.exists():
-        pytest.skip(
-            f"the reference is not installed: set {harness.REFERENCE_ENV} to AIPerf 0.13.0's `aiperf` "
-            "(`make test-reference` installs it into .venv-reference)"
-        )
+    found = {ref.name: ref for ref in harness.references()}
+    if not found:
+        variables = " and ".join(env for _, env, _, _ in harness.REFERENCES)
+        pytest.skip(f"no reference is installed: set {variables} (`make test-reference` installs both)")
     OUT.mkdir(parents=True, exist_ok=True)
     summary = OUT / "summary.txt"
-    summary.write_text(f"agentx {_revision()} vs AIPerf 0.13.0 ({aiperf}), {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
+    against = ", ".join(f"{ref.label} at {ref.executable}" for ref in found.values())
+    summary.write_text(f"agentx {_revision()} vs {against}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
     t0 = time.monotonic()
-    tokenizer = harness.make_tokenizer(OUT, aiperf, SEEDS)
+    tokenizer = harness.make_tokenizer(OUT, list(found.values()), SEEDS)
     print(f"tokenizer for seeds {SEEDS} in {time.monotonic() - t0:.1f} s")
-    yield Suite(aiperf, OUT, tokenizer, summary)
+    yield Suite(found, OUT, tokenizer, summary)
     with summary.open("a") as f:
         f.write(f"suite: {time.monotonic() - t0:.0f} s\n")
 
@@ -233,11 +310,14 @@ def _revision() -> str:
     return f"{git('rev-parse', '--short', 'HEAD') or '(no git)'}{' + uncommitted agentx/ changes' if dirty else ''}"
 
 
-def _run(suite: Suite, spec: Spec, against: harness.Tool = "agentx") -> harness.CaseRun:
+def _run(suite: Suite, ref: harness.Reference, spec: Spec, against: harness.Tool = "agentx") -> harness.CaseRun:
     if spec.real and not tracegen.REAL_TRACES.is_dir():
         pytest.skip(f"the real Weka sample traces are absent ({tracegen.REAL_TRACES})")
     directory = spec.build(suite.workdir / "traces" / spec.name)
-    return harness.run_case(spec.case(directory), suite.workdir, suite.aiperf, suite.tokenizer, against=against)
+    return harness.run_case(spec.case(directory), suite.workdir, ref, suite.tokenizer, against=against)
+
+
+REFERENCE_NAMES = [name for name, _, _, _ in harness.REFERENCES]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,33 +326,38 @@ def _run(suite: Suite, spec: Spec, against: harness.Tool = "agentx") -> harness.
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("spec", SPECS, ids=[spec.name for spec in SPECS])
-def test_agentx_matches_reference(suite: Suite, spec: Spec) -> None:
-    run = _run(suite, spec)
-    report = suite.record(run)
+@pytest.mark.parametrize("reference", REFERENCE_NAMES)
+def test_agentx_matches_reference(suite: Suite, reference: str, spec: Spec) -> None:
+    ref = suite.reference(reference)
+    run = _run(suite, ref, spec)
+    report = suite.record(ref, run)
     if not run.comparison.ok:
-        pytest.fail(f"agentx differs from the reference (all cases: {suite.summary}):\n{report}", pytrace=False)
+        pytest.fail(f"agentx differs from {ref.label} (all cases: {suite.summary}):\n{report}", pytrace=False)
 
 
 @pytest.mark.timeout(900)
-def test_nested_subagents(suite: Suite) -> None:
-    """Nested subagents: agentx replays them; the reference's Weka schema allows none (a subagent's requests
+@pytest.mark.parametrize("reference", REFERENCE_NAMES)
+def test_nested_subagents(suite: Suite, reference: str) -> None:
+    """Nested subagents: agentx replays them; the references' Weka schema allows none (a subagent's requests
     are `n`/`s` only), so the case is skipped when the reference rejects the trace."""
+    ref = suite.reference(reference)
     directory = tracegen.write_dir(suite.workdir / "traces" / "nested_subagents", [nested()])
-    reason = tracegen.reference_rejects(suite.aiperf.parent / "python", directory / "nested.json")
+    reason = tracegen.reference_rejects(ref.python, directory / "nested.json")
     if reason is not None:
-        pytest.skip(f"the reference rejects nested subagents: {reason[:300]}")
+        pytest.skip(f"{ref.name} rejects nested subagents: {reason[:300]}")
     spec = Spec("nested_subagents", lambda d: d, concurrency=1, duration=45, seed=1)
-    run = harness.run_case(spec.case(directory), suite.workdir, suite.aiperf, suite.tokenizer)
-    report = suite.record(run)
+    run = harness.run_case(spec.case(directory), suite.workdir, ref, suite.tokenizer)
+    report = suite.record(ref, run)
     if not run.comparison.ok:
-        pytest.fail(f"agentx differs from the reference (all cases: {suite.summary}):\n{report}", pytrace=False)
+        pytest.fail(f"agentx differs from {ref.label} (all cases: {suite.summary}):\n{report}", pytrace=False)
 
 
 @pytest.mark.timeout(900)
 def test_harness_self_check(suite: Suite) -> None:
-    """The harness itself: two runs of the reference with the same seed must agree on every check."""
-    run = _run(suite, SELF_CHECK, against="reference")
-    report = suite.record(run)
+    """The harness itself: two runs of the default rules' reference with the same seed must agree on every check."""
+    ref = suite.reference(REFERENCE_NAMES[0])
+    run = _run(suite, ref, SELF_CHECK, against="reference")
+    report = suite.record(ref, run)
     if not run.comparison.ok:
         pytest.fail(f"two runs of the reference disagree (the harness is not measuring well):\n{report}", pytrace=False)
 
@@ -281,8 +366,9 @@ def test_harness_self_check(suite: Suite) -> None:
 def test_harness_negative_control(suite: Suite) -> None:
     """The harness itself: an agentx run made to differ (no idle cap, full-length primers) must fail the gap,
     max-tokens and rate checks."""
-    run = _run(suite, NEGATIVE_CONTROL)
-    report = suite.record(run)
+    ref = suite.reference(REFERENCE_NAMES[0])
+    run = _run(suite, ref, NEGATIVE_CONTROL)
+    report = suite.record(ref, run)
     failed = {check.name.split(" (")[0] for check in run.comparison.failed()}
     expected = {"gaps", "max tokens asked", "profiling request rate"}
     if not expected <= failed:

@@ -165,9 +165,11 @@ def reference_corpus_text(python: Path, seeds: Iterable[int]) -> str:
     return result.stdout
 
 
-def build_tokenizer(directory: Path, python: Path | None, seeds: Iterable[int]) -> Path:
-    """The tokenizer directory for a suite: the reference's corpus for `seeds` (when `python` is given)."""
-    texts = [reference_corpus_text(python, seeds)] if python is not None else []
+def build_tokenizer(directory: Path, pythons: Iterable[Path], seeds: Iterable[int]) -> Path:
+    """The tokenizer directory for a suite: the words of every reference's corpus for `seeds` (`pythons`: the
+    references' interpreters; none gives the base vocabulary alone)."""
+    seeds = list(seeds)
+    texts = [reference_corpus_text(python, seeds) for python in pythons]
     return write_tokenizer_dir(directory, vocabulary(texts))
 
 
