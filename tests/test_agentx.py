@@ -341,3 +341,43 @@ def test_burst_also_starts_each_lanes_earliest_live_turn_at_the_profiling_start(
         assert 0.45 <= gap_s <= 0.6
     else:
         assert gap_s < 0.05
+
+
+def test_the_harness_presses_each_lane_to_its_quota_and_hands_the_rest_over_at_their_recorded_offsets(
+    sim: SimServer, tmp_path: Path
+) -> None:
+    """agentx-harness 1.0.12 (§4d): each lane sends `warmup_requests_per_lane` cache-pressure requests beside its
+    primers, its further turns wait; profiling then sends each stream's next turn at its recorded offset from its
+    tree's t* less the earliest such offset over every lane (one phase-wide start), with no residual delay."""
+    trace = Trace(
+        sessions=[_chain("long", 40, gap_s=2.0), _chain("longer", 60, gap_s=3.0, base=1000)], block_size=BLOCK
+    )
+    options = _options(
+        sim, tmp_path, concurrency=2, sessions=2, warmup_requests_per_lane=4, delay_scale=0.01, tstar_window=(0.2, 0.3)
+    )
+    result, records = _run(trace, options)
+    warmup = [r for r in records if r.phase == "warmup"]
+    profiling = sorted((r for r in records if r.phase == "profiling"), key=lambda r: r.sent_ns)
+    by_lane: dict[int, list[RequestRecord]] = {}
+    for record in warmup:
+        by_lane.setdefault(record.lane, []).append(record)
+    starts = {start.lane: start.t_star_s for start in result.tstar}
+    for sent in by_lane.values():
+        assert len(sent) == 1 + 4  # the primer, then the lane's quota
+        turns = sorted(r.turn for r in sent)
+        assert turns == list(range(turns[0], turns[0] + 5))  # the primer and the next four turns, back to back
+    assert result.profiling_start_ns is not None
+    start_ns = result.profiling_start_ns
+    # Each lane's first profiling turn: the one after its last pressure request, due at its offset from t* less the
+    # earliest of the two offsets, after the profiling start.
+    firsts = {lane: min((r for r in profiling if r.lane == lane), key=lambda r: r.sent_ns) for lane in by_lane}
+    plans = {s.session_id: s for s in trace.sessions}
+    offsets = {}
+    for lane, first in firsts.items():
+        assert first.turn == max(r.turn for r in by_lane[lane]) + 1
+        request = plans[first.session_id].root.requests[first.turn]
+        offsets[lane] = request.t - starts[lane]
+    cut = min(offsets.values())
+    for lane, first in firsts.items():
+        expected_ns = start_ns + (offsets[lane] - cut) * 0.01 * 1e9
+        assert first.scheduled_ns == pytest.approx(expected_ns, abs=3e6)

@@ -30,7 +30,15 @@ from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase
 from agentx.replayer.sending import OnRecord, Recorder, Sender
 from agentx.replayer.tstar import Snapshot, snapshot, t_star
-from agentx.replayer.warmup import LaneStart, ProfilingGate, WarmupFailed, lane_start, live_offsets, send_primers
+from agentx.replayer.warmup import (
+    LaneStart,
+    ProfilingGate,
+    WarmupFailed,
+    handoff_steps,
+    lane_start,
+    live_offsets,
+    send_primers,
+)
 from agentx.trace.model import Trace
 
 FLUSH_EVERY_S = 0.05
@@ -127,6 +135,9 @@ class Runner:
         self.firsts: list[Play] = []
         """The lanes' first trees, resumed at t* (agentx mode)."""
         self._phase_cut_s: float | None = None
+        self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
+        """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
+        (tree, step, waiting on subagents) (agentx.replayer.warmup.handoff_steps)."""
         self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
         cap = options.scenario.num_requests
         self.sender.request_cap = None if cap is None else shard_share(cap, options.runtime.shard)
@@ -418,19 +429,27 @@ class Runner:
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
     def _profiling_opened(self) -> None:
-        """The profiling start: under the harness's rules the per-tree idle cap acts from now, each idle tree's idle
-        clock starting now (§4c)."""
+        """The profiling start: after a per-lane cache-pressure stage, every turn of a live tree that is next to go
+        (its anchor returned, or it has none) is handed over to profiling at its recorded offset (`handoff`, §4d);
+        under the harness's rules the per-tree idle cap acts from now, each idle tree's idle clock starting now
+        (§4c)."""
+        if self.gate.per_lane:
+            self.handoff = {
+                (id(tree), step.index): (tree, step, waiting) for tree, step, waiting in handoff_steps(self.live_plays)
+            }
         if self.runtime_tree_cap_s is not None and self.rules.tree_idle_cap_mode == "runtime":
             self.idle.start_tree_cap(self.runtime_tree_cap_s, self.live_plays, self.gate.start_ns)
 
     def _phase_cut(self) -> float:
         """How much earlier every first profiling turn goes under a phase-wide profiling start (§4d; the harness's
-        `_profiling_phase_t0_offset_ms`): the earliest offset over every lane's turns that go out at an offset (turns
-        held at the gate after a per-lane cache-pressure stage, else the first trees' live turns), those waiting on
-        a join excepted. Taken once, at the first turn due after the start."""
+        `_profiling_phase_t0_offset_ms`): the earliest offset over every lane's turns that go out at an offset (the
+        turns a per-lane cache-pressure stage handed over, else the first trees' live turns), those waiting on a
+        join excepted. Taken once, at the first turn due after the start."""
         if self._phase_cut_s is None:
-            if self.gate.held:
-                offsets = [due.replay_offset_s(tree, step) for tree, step, waiting in self.gate.held if not waiting]
+            if self.gate.per_lane:
+                offsets = [
+                    due.replay_offset_s(tree, step) for tree, step, waiting in self.handoff.values() if not waiting
+                ]
             else:
                 offsets = [offset for play in self.firsts if play.snapshot for offset in live_offsets(play.snapshot)]
             self._phase_cut_s = min(offsets, default=0.0)
@@ -467,12 +486,14 @@ class Runner:
                 return
             if self._ended(tree, step):
                 return
-            held = False
-            if not self.gate.started.is_set() and joins_after and not await self._joined_before_profiling(tree, step):
-                # Still waiting on its subagents when profiling started: held over, its deadline from the start.
-                held = True
-                self.gate.held.append((tree, step, True))
-            elif not self.gate.started.is_set():
+            if not self.gate.started.is_set() and joins_after:
+                # In the cache-pressure stage a join waits for its subagents only; profiling may start first.
+                await self._joined_before_profiling(tree, step)
+            if not self.gate.started.is_set() and self.gate.per_lane and step.turn > 0:
+                # The subagents a return spawns take the lane's quota before the agent's next turn, as the harness's
+                # orchestrator starts them before its strategy sends that turn (their steps wake right after).
+                await asyncio.sleep(0)
+            if not self.gate.started.is_set():
                 if self.gate.take(tree.lane):
                     # A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d).
                     if phase != "warmup":
@@ -480,16 +501,13 @@ class Runner:
                     now_ns = time.perf_counter_ns()
                     await self.gate.press(self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup"))
                     return
-                held = self.rules.pressure == "per_lane"
-                if held:
-                    self.gate.held.append((tree, step, False))
                 await self.gate.wait(self.stopped)
             if self.stopped.is_set():
                 self.skipped += 1
                 return
             if phase != "profiling":
                 sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
-            due_ns = self._due_ns(tree, step, held)
+            due_ns = self._due_ns(tree, step, (id(tree), step.index) in self.handoff)
             first_live = state is not None and step.index in state.first_live
             child_start = step.depth > 0 and step.turn == 0 and not first_live
             if (child_start or joins_after) and not self.rules.child_timers_capped:
@@ -518,9 +536,8 @@ class Runner:
             tree.sent[step.index].set()
             tree.done[step.index].set()
 
-    async def _joined_before_profiling(self, tree: Play, step: Step) -> bool:
-        """Wait until the subagents `step` joins have completed (True) or profiling starts or the run stops first
-        (False): in the cache-pressure stage a join has no deadline, only its subagents (§4d)."""
+    async def _joined_before_profiling(self, tree: Play, step: Step) -> None:
+        """Wait until the subagents `step` joins have completed, or profiling starts or the run stops first."""
 
         async def all_joined() -> None:
             for index in step.joins:
@@ -532,13 +549,11 @@ class Runner:
             await asyncio.wait({joined, started}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             started.cancel()
-            if not joined.done():
-                joined.cancel()
-        return joined.done() and not joined.cancelled()
+            joined.cancel()
 
     def _due_ns(self, tree: Play, step: Step, held: bool) -> int:
-        """When `step` is due (agentx.replayer.due): a turn held at the gate after a per-lane cache-pressure stage
-        at its recorded offset from its tree's origin, any other by its anchor, offset and barriers."""
+        """When `step` is due (agentx.replayer.due): a turn a per-lane cache-pressure stage handed over (`held`) at its
+        recorded offset from its tree's origin, any other by its anchor, offset and barriers."""
         if held:
             return due.handoff_due_ns(
                 tree,
@@ -559,15 +574,15 @@ class Runner:
         )
 
     def _handoff_cut(self, tree: Play) -> float:
-        """The cut of a turn held at the gate: the phase-wide one, or with `warmup="burst"` its lane's earliest
-        offset (each lane's profiling starts at its earliest turn, §4d)."""
+        """The cut of a turn handed over to profiling: the phase-wide one, or with `warmup="burst"` its lane's
+        earliest offset (each lane's profiling starts at its earliest turn, §4d)."""
         load = self.options.load
         if not (isinstance(load, AgentxLoad) and load.warmup == "burst"):
             return self._phase_cut()
         offsets = [
-            due.replay_offset_s(held, step)
-            for held, step, waiting in self.gate.held
-            if held.lane == tree.lane and not waiting
+            due.replay_offset_s(other, step)
+            for other, step, waiting in self.handoff.values()
+            if other.lane == tree.lane and not waiting
         ]
         return min(offsets, default=0.0)
 

@@ -3,7 +3,8 @@ cache with the turn before, an optional cache-pressure stage follows, and profil
 
 - `send_primers`: every first tree's primers, spread so that every lane's t* falls at the profiling start
   (`warmup="spread"`) or all at once (`"burst"`); a failed root primer stops the run (`WarmupFailed`).
-- `ProfilingGate`: the profiling start, held while cache-pressure requests are still to go.
+- `ProfilingGate`: the profiling start, held while cache-pressure requests are still to go; `handoff_steps`: the
+  turns a per-lane stage hands over to profiling.
 - `first_offset_cut`: how much earlier a lane's first live turns all go once profiling starts.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Final, Protocol
 
 import msgspec
@@ -105,6 +106,22 @@ def live_offsets(state: Snapshot) -> list[float]:
     return [offset for index, offset in state.first_live.items() if index not in state.waiting]
 
 
+def handoff_steps(plays: Iterable[Play]) -> Iterator[tuple[Play, Step, bool]]:
+    """The turns a per-lane cache-pressure stage hands over to profiling (§4d; the harness's `finalize_phase`): of
+    each live tree, every turn not sent yet that has no anchor or whose anchor has returned (been sent, for a turn
+    timed from its anchor's send), barrier-held ones included; with whether it still waits on subagents it joins.
+    An anchor's return is its `completed_ns`, set as its request ends, before its step is marked done."""
+    for play in plays:
+        settled = play.snapshot.not_sent if play.snapshot is not None else frozenset()
+        for step in play.prepared.plan.steps:
+            if play.sent[step.index].is_set() or step.index in settled:
+                continue
+            anchor = step.anchor
+            if anchor is not None and not (play.sent_ns if step.from_anchor_send else play.completed_ns)[anchor]:
+                continue
+            yield play, step, any(not play.completed_ns[joined] for joined in step.joins)
+
+
 class Dispatcher(Protocol):
     """What the primers need of the run (agentx.replayer.runner.Runner)."""
 
@@ -192,9 +209,9 @@ async def send_primers(
 class ProfilingGate:
     """The profiling start: at once, or once the cache-pressure stage is over (§4d). `begin_pressure` sets the
     stage: `pooled`, one pool of requests any lane may take (the gate opens when the last one ends); per lane, a
-    quota per lane, a lane's further turns held at the gate (`held`), the gate opening once every lane has used its
-    quota or has nothing left to send and every pressure request has ended. `on_open()` and `on_start()` are called
-    as it opens (the run's own hook first, then an observer's)."""
+    quota per lane, a lane's further turns waiting at the gate, which opens once every lane has used its quota or
+    has nothing left to send and every pressure request has ended. `on_open()` and `on_start()` are called as it
+    opens (the run's own hook first, then an observer's)."""
 
     def __init__(self, on_open: Callable[[], None] | None = None) -> None:
         self.on_open = on_open
@@ -205,9 +222,9 @@ class ProfilingGate:
         """Pooled: cache-pressure requests still to send before profiling starts."""
         self.lane_left: dict[int, int] = {}
         """Per lane: each lane's requests still to send; a lane with nothing left to send is dropped."""
+        self.per_lane = False
+        """A per-lane stage was set: its turns over quota are handed over to profiling (agentx.replayer.runner)."""
         self.pressure_in_flight = 0
-        self.held: list[tuple[Play, Step, bool]] = []
-        """Per lane: (tree, step, waiting on subagents) of every turn held at the gate, in the order they came."""
 
     def begin_pressure(self, lanes: Iterable[int], per_lane: int, *, pooled: bool) -> None:
         """Start the cache-pressure stage of `per_lane` requests for each of `lanes`; with none, profiling starts."""
@@ -216,6 +233,7 @@ class ProfilingGate:
             self.pressure_left = per_lane * len(lanes)
         elif per_lane > 0:
             self.lane_left = dict.fromkeys(lanes, per_lane)
+            self.per_lane = True
         self._maybe_open()
 
     @property
