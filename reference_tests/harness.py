@@ -790,6 +790,65 @@ def _partition_rows(
     return [(format_key(k), g_left[k], g_right[k]) for k in common if g_left[k] != g_right[k]]
 
 
+def _quota_swaps(common: Sequence[Key], lk: Mapping[Key, Sent], rk: Mapping[Key, Sent]) -> set[Key]:
+    """Keys whose phase differs only because two streams of one play raced for its lane's last cache-pressure slot
+    (agentx-harness 1.0.12: 10 requests per lane): one key warmup in the reference and profiling in agentx, another of
+    the same play the other way round. Which of two requests in flight at once returns first decides which stream's
+    next turn takes the slot, a race of milliseconds on the stand-in, not a rule."""
+    ahead: dict[tuple[str, int], list[Key]] = defaultdict(list)
+    behind: dict[tuple[str, int], list[Key]] = defaultdict(list)
+    for key in common:
+        a, b = lk[key].phase, rk[key].phase
+        if (a, b) == ("warmup", "profiling"):
+            behind[(key[0], key[1])].append(key)
+        elif (a, b) == ("profiling", "warmup"):
+            ahead[(key[0], key[1])].append(key)
+    return {
+        key
+        for play in set(ahead) & set(behind)
+        if len(ahead[play]) == len(behind[play])
+        for key in ahead[play] + behind[play]
+    }
+
+
+CAP_S: Final = 10.0
+"""The system idle cap both tools run with (docs/agentx.md §4b)."""
+CASCADE_WINDOW_S: Final = 0.05
+
+
+def _cap_cascade(reference: View, other: Mapping[Key, Sent]) -> set[Key]:
+    """Keys of agent sessions that agentx-harness's system idle cap released early by a tie, with their later turns
+    that `other` did not send. When the system has been idle for the cap, the harness's idle watchdog and the timer
+    the cap moved to that instant are due together; when the timer's callback runs first, the watchdog still sees
+    nothing in flight and no budget left and pulls the next pending timer, of any tree, to now
+    (`timing/strategies/agentic_replay.py`, `enforce_system_idle_cap`, `_arm_system_idle_watchdog`). Which runs
+    first varies from run to run, so one cap event may release two requests at once; agentx releases one
+    (docs/agentx.md, "Open points"). Such a request is a reference request arriving within `CASCADE_WINDOW_S` of
+    another after the system had been idle for the cap."""
+    sent = sorted(reference.sent, key=lambda s: s.arrive_s)
+    cascaded: set[Key] = set()
+    busy_until = float("-inf")
+    for index, request in enumerate(sent):
+        idle_before = request.arrive_s - busy_until
+        if index > 0 and idle_before >= CAP_S - CASCADE_WINDOW_S:
+            first = request
+            for later in sent[index + 1 :]:
+                if later.arrive_s - first.arrive_s > CASCADE_WINDOW_S:
+                    break
+                if later.key not in other and later.phase == "profiling":
+                    cascaded.add(later.key)
+        busy_until = max(busy_until, request.end_s if request.end_s is not None else request.arrive_s)
+    # The cascaded session's later turns follow from its early start.
+    for key in list(cascaded):
+        trace, play, agent, turn = key
+        cascaded |= {
+            s.key
+            for s in sent
+            if s.key[:3] == (trace, play, agent) and s.key[3] > turn and s.key not in other and s.phase == "profiling"
+        }
+    return cascaded
+
+
 def compare(case: str, left: View, right: View) -> Comparison:
     """Compare `right` against `left` (the reference) request by request (module docstring)."""
     checks: list[Check] = []
@@ -800,19 +859,26 @@ def compare(case: str, left: View, right: View) -> Comparison:
     # keys and phases
     rows: list[tuple[str, str, str]] = []
     edge_rows: list[tuple[str, str, str]] = []
+    swapped = _quota_swaps(common, lk, rk)
+    cascaded = _cap_cascade(left, rk) if left.tool == "reference" else set()
+    at_edge: set[Key] = set()
     for key in order:
         a, b = lk.get(key), rk.get(key)
         if a is not None and b is not None:
             if a.phase != b.phase:
-                rows.append((format_key(key), a.phase, b.phase))
+                (edge_rows if key in swapped else rows).append((format_key(key), a.phase, b.phase))
             continue
         present = a if a is not None else b
         assert present is not None
         view = left if a is not None else right
         near_end = view.deadline_s is not None and present.arrive_s >= view.deadline_s - EDGE_S
+        if a is not None and key in cascaded:
+            edge_rows.append((format_key(key), f"{present.phase} (released with another by the cap)", "— (not sent)"))
+            continue
         since = "" if view.profiling_start_s is None else f" at +{present.arrive_s - view.profiling_start_s:.1f} s"
         text = f"{present.phase}{since}"
         if present.phase == "profiling" and near_end:
+            at_edge.add(key)
             edge_rows.append(
                 (format_key(key), text if a is not None else "— (not sent)", text if b is not None else "— (not sent)")
             )
@@ -829,7 +895,12 @@ def compare(case: str, left: View, right: View) -> Comparison:
             "keys and phases",
             not rows,
             f"{len(common)} keys in both, {len(rows)} differ"
-            + (f" ({len(edge_rows)} sent by one tool only in the last {EDGE_S:.0f} s, tolerated)" if edge_rows else ""),
+            + (
+                f" ({len(edge_rows)} tolerated: sent by one tool only in the last {EDGE_S:.0f} s, or a play's last "
+                "cache-pressure slot taken by another of its streams)"
+                if edge_rows
+                else ""
+            ),
             rows,
             edge_rows,
         )
@@ -867,11 +938,18 @@ def compare(case: str, left: View, right: View) -> Comparison:
         )
     )
 
-    def field_check(name: str, get: Callable[[Sent], Any], show: Callable[[Any], str] = str) -> None:
-        rows = [(format_key(k), show(get(lk[k])), show(get(rk[k]))) for k in common if get(lk[k]) != get(rk[k])]
+    def field_check(
+        name: str, get: Callable[[Sent], Any], show: Callable[[Any], str] = str, skip: Iterable[Key] = ()
+    ) -> None:
+        skipped = set(skip)
+        rows = [
+            (format_key(k), show(get(lk[k])), show(get(rk[k])))
+            for k in common
+            if k not in skipped and get(lk[k]) != get(rk[k])
+        ]
         checks.append(Check(name, not rows, f"{len(common) - len(rows)}/{len(common)} equal", rows))
 
-    field_check("max tokens asked", lambda s: s.max_tokens)
+    field_check("max tokens asked", lambda s: s.max_tokens, skip=swapped)
     field_check("message roles", lambda s: s.roles, roles_text)
     field_check("HTTP status", lambda s: s.status)
     field_check(
@@ -941,8 +1019,10 @@ def compare(case: str, left: View, right: View) -> Comparison:
         Check("X-Request-ID unique per request", not dup_rows, f"{len(dup_rows)} missing/duplicated", dup_rows)
     )
 
-    # rate
-    n_left, n_right = len(left.profiling()), len(right.profiling())
+    # rate (less the reference's requests an idle-cap tie released early, and the keys one tool alone sent in the
+    # window's last seconds: both are tolerated above)
+    n_left = len([sent for sent in left.profiling() if sent.key not in cascaded | at_edge])
+    n_right = len([sent for sent in right.profiling() if sent.key not in at_edge])
     ratio = n_right / n_left if n_left else (1.0 if not n_right else float("inf"))
     checks.append(
         Check(

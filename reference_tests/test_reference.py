@@ -395,3 +395,48 @@ def test_trace_shapes() -> None:
     assert not tracegen.has_nested_subagents(fan_out())
     overflow_ins = [r["in"] for r in OVERFLOW["requests"]]
     assert overflow_ins == [512, 1024, 1536, 2048, 2560, 3072]
+
+
+def _sent(key: harness.Key, phase: str, arrive_s: float, end_s: float) -> harness.Sent:
+    return harness.Sent(
+        tool="reference",
+        key=key,
+        phase=phase,
+        arrive_s=arrive_s,
+        end_s=end_s,
+        status=200,
+        max_tokens=1,
+        roles=("user",),
+        prompt_tokens=1,
+        content_tokens=1,
+        marker=None,
+        correlation_id="c",
+        affinity=None,
+        request_id=f"{key}",
+        play_id="p",
+    )
+
+
+def test_the_tolerances_for_the_reference_s_races() -> None:
+    """Two streams of one play swapping phases at the last cache-pressure slot are tolerated as a pair only; a
+    request the harness's idle-cap tie released with another (after the cap's idle time), and its session's later
+    turns agentx did not send, are tolerated; a request alone after the same idle time is not."""
+    a0, b0, c0 = ("t", 0, "", 3), ("t", 0, "sub", 1), ("t", 1, "", 3)
+    left = {a0: _sent(a0, "warmup", 0, 1), b0: _sent(b0, "profiling", 0, 1), c0: _sent(c0, "warmup", 0, 1)}
+    right = {a0: _sent(a0, "profiling", 0, 1), b0: _sent(b0, "warmup", 0, 1), c0: _sent(c0, "profiling", 0, 1)}
+    assert harness._quota_swaps([a0, b0, c0], left, right) == {a0, b0}  # play 1's lone change is no swap
+    released = _sent(("t", 0, "", 5), "profiling", 20.0, 20.1)
+    together = _sent(("u", 0, "", 8), "profiling", 20.02, 20.3)
+    later = _sent(("u", 0, "", 9), "profiling", 25.0, 25.1)
+    alone = _sent(("v", 0, "", 1), "profiling", 40.0, 40.1)
+    view = harness.View(
+        "reference",
+        [_sent(("t", 0, "", 4), "profiling", 9.0, 10.0), released, together, later, alone],
+        0,
+        [],
+        "x",
+        0.0,
+        60.0,
+    )
+    agentx_keys = {released.key: released}
+    assert harness._cap_cascade(view, agentx_keys) == {together.key, later.key}
