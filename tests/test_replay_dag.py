@@ -480,3 +480,33 @@ def test_a_stalled_server_stops_the_run(tmp_path: Path) -> None:
 
     steady_result, _ = asyncio.run(go(steady, tmp_path / "steady"))
     assert steady_result.cancel_reason is None and steady_result.errors == 0 and steady_result.requests == 5
+
+
+@pytest.mark.parametrize("rules", ["agentx-harness-1.0.12", "aiperf-0.13.0"])
+def test_a_failed_root_cache_pressure_request_ends_the_run_before_profiling(tmp_path: Path, rules: RulesName) -> None:
+    """Turns 0–4 answer, turns 5 on fail: t* in the middle makes turn 4 the primer (it succeeds) and turn 5 the
+    first cache-pressure request (it fails). Both references abort on any failed root request of their warmup
+    (`credit/callback_handler.py`, `_handle_warmup_failure`): the run stops before profiling (docs/agentx.md §5)."""
+    outs = [3] * 5 + [FAILING_TOKENS] * 5
+    requests = [Request(t=float(i), model="m", in_tokens=20, out_tokens=out) for i, out in enumerate(outs)]
+    trace = Trace(sessions=[Session(session_id="presses", root=Agent(requests=requests))], block_size=BLOCK)
+
+    async def go() -> None:
+        async with _stand_in() as url:
+            options = replay_options(
+                url=url,
+                model="m",
+                out_dir=tmp_path,
+                stream_usage="final",
+                tstar_window=(0.5, 0.5),
+                warmup_max_tokens=None,
+                warmup_requests_per_lane=3,
+                rules=rules,
+                delay_scale=0.0,
+            )
+            await run_replay(trace, options)
+
+    with pytest.raises(WarmupFailed, match="cache-pressure request of session 'presses' \\(turn 5\\)"):
+        asyncio.run(go())
+    records = to_records(read_records(tmp_path / "records.arrow"))
+    assert [(r.turn, r.phase, r.status) for r in records] == [(4, "warmup", "ok"), (5, "warmup", "error")]

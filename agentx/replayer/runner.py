@@ -27,7 +27,7 @@ from agentx.replayer.options import AgentxLoad, LaneLoad, RateLoad, ReplayOption
 from agentx.replayer.plan import Step, session_order
 from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_hex
 from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import Phase
+from agentx.replayer.records import Phase, RequestRecord
 from agentx.replayer.sending import OnRecord, Recorder, Sender
 from agentx.replayer.tstar import Snapshot, snapshot, t_star
 from agentx.replayer.warmup import (
@@ -135,6 +135,8 @@ class Runner:
         self.firsts: list[Play] = []
         """The lanes' first trees, resumed at t* (agentx mode)."""
         self._phase_cut_s: float | None = None
+        self.warmup_failure: WarmupFailed | None = None
+        """A failed root request of the cache-pressure stage: the run stopped, and `run` raises it."""
         self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
         """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
         (tree, step, waiting on subagents) (agentx.replayer.warmup.handoff_steps)."""
@@ -214,6 +216,8 @@ class Runner:
                             lane_tasks.create_task(self._lane(lane, firsts.get(lane)))
             except WarmupFailed as exc:
                 failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
+            else:
+                failure = self.warmup_failure
             finally:
                 for task in background:
                     task.cancel()
@@ -499,7 +503,7 @@ class Runner:
                     if phase != "warmup":
                         sent_tokens, body = self.bodies.build(tree, step, "warmup")
                     now_ns = time.perf_counter_ns()
-                    await self.gate.press(self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup"))
+                    await self.gate.press(self._send_pressure(tree, step, now_ns, sent_tokens, body))
                     return
                 await self.gate.wait(self.stopped)
             if self.stopped.is_set():
@@ -535,6 +539,22 @@ class Runner:
                 tree.completed_ns[step.index] = time.perf_counter_ns()
             tree.sent[step.index].set()
             tree.done[step.index].set()
+
+    async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: bytes) -> RequestRecord:
+        """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as
+        the references abort on any failed root request of their warmup (`credit/callback_handler.py`,
+        `_handle_warmup_failure`; docs/agentx.md §5)."""
+        record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
+        if record.status == "error" and step.depth == 0 and not self.gate.aborted and not self.stopped.is_set():
+            self.gate.abort()
+            self.warmup_failure = WarmupFailed(
+                f"the cache-pressure request of session {record.session_id!r} (turn {record.turn}) failed with "
+                f"{record.error_kind}: {record.error_message}; the run stopped before profiling, as AgentX does for "
+                "any failed root request of its warmup, and cancelled the requests in flight"
+            )
+            self.stop()
+            self.hard_stop("a root agent's warmup request failed")
+        return record
 
     async def _joined_before_profiling(self, tree: Play, step: Step) -> None:
         """Wait until the subagents `step` joins have completed, or profiling starts or the run stops first."""

@@ -225,6 +225,7 @@ class ProfilingGate:
         self.per_lane = False
         """A per-lane stage was set: its turns over quota are handed over to profiling (agentx.replayer.runner)."""
         self.pressure_in_flight = 0
+        self.aborted = False
 
     def begin_pressure(self, lanes: Iterable[int], per_lane: int, *, pooled: bool) -> None:
         """Start the cache-pressure stage of `per_lane` requests for each of `lanes`; with none, profiling starts."""
@@ -266,7 +267,7 @@ class ProfilingGate:
                 self.on_start()
 
     def _maybe_open(self) -> None:
-        if not self.pressing and self.pressure_in_flight == 0:
+        if not self.aborted and not self.pressing and self.pressure_in_flight == 0:
             self.open()
 
     async def wait(self, stopped: asyncio.Event) -> None:
@@ -279,11 +280,16 @@ class ProfilingGate:
             stop.cancel()
             started.cancel()
 
-    async def press(self, send: Awaitable[object]) -> None:
-        """Send one cache-pressure request (counted by `take`); the last one to end opens the gate."""
+    async def press(self, send: Awaitable[RequestRecord]) -> RequestRecord:
+        """Send one cache-pressure request (counted by `take`); the last one to end opens the gate, unless a failed
+        root request of the stage ended the run (`abort`)."""
         self.pressure_in_flight += 1
         try:
-            await send
+            return await send
         finally:
             self.pressure_in_flight -= 1
             self._maybe_open()
+
+    def abort(self) -> None:
+        """The warmup failed: profiling never starts."""
+        self.aborted = True
