@@ -241,6 +241,8 @@ class Case:
     aiperf_args: tuple[str, ...] = ()
     """Flags of AIPerf 0.13.0 only."""
     agentx_args: tuple[str, ...] = ()
+    agentx_harness_args: tuple[str, ...] = ()
+    """agentx's flags beside agentx-harness only."""
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,7 @@ def agentx_launch(case: Case, url: str, out_dir: Path, rules: str) -> Launch:
         "--seed", str(case.seed),
         "--out", str(out_dir),
         *case.agentx_args,
+        *(case.agentx_harness_args if rules == "agentx-harness-1.0.12" else ()),
     ]  # fmt: skip
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     return Launch("agentx", command, env, out_dir, out_dir.parent / f"{out_dir.name}.console.txt")

@@ -183,7 +183,7 @@ class Spec:
     agentx_args: tuple[str, ...] = ()
     reference_args: tuple[str, ...] = ()
     harness_args: tuple[str, ...] = ()
-    """Flags of agentx-harness only."""
+    """Flags of agentx-harness, and of agentx beside it (the same names)."""
 
     def case(self, directory: Path) -> harness.Case:
         return harness.Case(
@@ -196,6 +196,7 @@ class Spec:
             agentx_args=self.agentx_args,
             reference_args=self.reference_args,
             harness_args=self.harness_args,
+            agentx_harness_args=self.harness_args,
         )
 
 
@@ -214,10 +215,10 @@ def _sample(directory: Path) -> Path:
 
 
 SPECS = [
-    Spec("real_all", _real(), concurrency=3, duration=60, seed=42, real=True),
+    Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True),
     Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True),
     Spec("real_trace_0014", _real(["trace_0014"]), concurrency=1, duration=45, seed=3, real=True),
-    Spec("sample_corpus", _sample, concurrency=4, duration=60, seed=11),
+    Spec("sample_corpus", _sample, concurrency=4, duration=50, seed=11),
     Spec("join_after_next_turn", _synthetic(join_late("join_a"), join_late("join_b", 0.7)), 2, 45, seed=5),
     Spec("background_subagent", _synthetic(background("bg_a"), background("bg_b", 0.4)), 2, 45, seed=5),
     Spec("fan_out", _synthetic(fan_out()), concurrency=1, duration=45, seed=9),
@@ -226,8 +227,8 @@ SPECS = [
     Spec("idle_cap_while_subagent_busy", _synthetic(BUSY), concurrency=1, duration=45, seed=BUSY_SEED),
     Spec("wrap_fill_one_trace_three_lanes", _synthetic(join_late("wrap")), concurrency=3, duration=45, seed=6),
     Spec("recycling", _synthetic(short("rec_a", 3, 1.0), short("rec_b", 4, 1.5)), 2, 40, seed=4),
-    # No cache-pressure stage: its requests would reach the overflowing turn in warmup, where a failed root request
-    # aborts the run (§5); the case is about an overflow in profiling.
+    # One cache-pressure request (turn 2; the harness takes no 0): ten would reach the overflowing turn in warmup,
+    # where a failed root request aborts the run (§5); the case is about an overflow in profiling.
     Spec(
         "context_overflow",
         _synthetic(OVERFLOW),
@@ -235,8 +236,7 @@ SPECS = [
         duration=40,
         seed=OVERFLOW_SEED,
         max_model_len=1800,
-        agentx_args=("--warmup-requests-per-lane", "0"),
-        harness_args=("--warmup-requests-per-lane", "0"),
+        harness_args=("--warmup-requests-per-lane", "1"),
     ),
     Spec("join_delay_longer_than_children", _synthetic(join_delay_longer_than_children()), 1, 50, seed=12),
     Spec("join_children_finish_last", _synthetic(join_children_last()), concurrency=1, duration=40, seed=13),
@@ -244,7 +244,7 @@ SPECS = [
         "tree_idle_cap_inside_profiling",
         _synthetic(*tree_cap_busy_neighbour()),
         concurrency=2,
-        duration=60,
+        duration=45,
         seed=14,
         agentx_args=("--tree-idle-cap", "8"),
         reference_args=("--trace-idle-gap-cap-seconds", "8"),
@@ -252,7 +252,7 @@ SPECS = [
     Spec("warmup_leads_over_10s", _synthetic(*long_leads()), concurrency=3, duration=45, seed=15),
     Spec("lanes_with_different_tstar_offsets", _synthetic(*staggered()), concurrency=3, duration=45, seed=16),
     Spec("pressure_lanes_of_different_lengths", _synthetic(*pressure_lengths()), concurrency=2, duration=40, seed=17),
-    Spec("delayed_child_turn0_in_idle", _synthetic(delayed_child_in_idle()), concurrency=1, duration=60, seed=18),
+    Spec("delayed_child_turn0_in_idle", _synthetic(delayed_child_in_idle()), concurrency=1, duration=45, seed=18),
 ]
 SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
 NEGATIVE_CONTROL = Spec(
