@@ -795,9 +795,9 @@ def _partition_rows(
 
 def _quota_swaps(common: Sequence[Key], lk: Mapping[Key, Sent], rk: Mapping[Key, Sent]) -> set[Key]:
     """Keys whose phase differs only because two streams of one play raced for its lane's last cache-pressure slot
-    (agentx-harness 1.0.12: 10 requests per lane): one key warmup in the reference and profiling in agentx, another of
-    the same play the other way round. Which of two requests in flight at once returns first decides which stream's
-    next turn takes the slot, a race of milliseconds on the stand-in, not a rule."""
+    (agentx-harness 1.0.12: 10 requests per lane): one key warmup in the reference and profiling (or not sent) in
+    agentx, another of the same play the other way round. Which of two requests in flight at once returns first
+    decides which stream's next turn takes the slot, a race of milliseconds on the stand-in, not a rule."""
     ahead: dict[tuple[str, int], list[Key]] = defaultdict(list)
     behind: dict[tuple[str, int], list[Key]] = defaultdict(list)
     for key in common:
@@ -805,6 +805,12 @@ def _quota_swaps(common: Sequence[Key], lk: Mapping[Key, Sent], rk: Mapping[Key,
         if (a, b) == ("warmup", "profiling"):
             behind[(key[0], key[1])].append(key)
         elif (a, b) == ("profiling", "warmup"):
+            ahead[(key[0], key[1])].append(key)
+    for key, sent in lk.items():
+        if key not in rk and sent.phase == "warmup":
+            behind[(key[0], key[1])].append(key)
+    for key, sent in rk.items():
+        if key not in lk and sent.phase == "warmup":
             ahead[(key[0], key[1])].append(key)
     return {
         key
@@ -875,6 +881,15 @@ def compare(case: str, left: View, right: View) -> Comparison:
         assert present is not None
         view = left if a is not None else right
         near_end = view.deadline_s is not None and present.arrive_s >= view.deadline_s - EDGE_S
+        if key in swapped:
+            edge_rows.append(
+                (
+                    format_key(key),
+                    present.phase if a is not None else "— (not sent)",
+                    present.phase if b else "— (not sent)",
+                )
+            )
+            continue
         if a is not None and key in cascaded:
             edge_rows.append((format_key(key), f"{present.phase} (released with another by the cap)", "— (not sent)"))
             continue
