@@ -66,7 +66,7 @@ def plan_origin_t(plan: SessionPlan) -> float:
 
 
 def handoff_due_ns(tree: Play, step: Step, *, profiling_start_ns: int, phase_cut_s: float, delay_scale: float) -> int:
-    """When a turn held at the profiling gate after a per-lane cache-pressure stage is due (§4d): its recorded offset
-    from its tree's origin less the phase-wide cut, after the profiling start (no residual delay is kept)."""
+    """When a turn a per-lane cache-pressure stage handed over to profiling is due (§4d): its recorded offset from its
+    tree's origin less the phase-wide cut, after the profiling start (no residual delay is kept)."""
     offset_s = max(0.0, replay_offset_s(tree, step) - phase_cut_s)
     return profiling_start_ns + int(offset_s * delay_scale * 1e9)
