@@ -59,24 +59,18 @@ test-engine: $(ENGINE_STAMP)
 # `--rules aiperf-0.13.0`. Both tools replay the same Weka traces against logging stand-in servers on loopback and
 # the suite compares what the servers saw per (session, agent, turn) (reference_tests/).
 REFERENCE_VENV := .venv-reference
-REFERENCE_AIPERF := aiperf==0.13.0
-REFERENCE_STAMP := $(REFERENCE_VENV)/.installed-stamp
 HARNESS_VENV := .venv-harness
-REFERENCE_HARNESS := agentx-harness==1.0.12
+REFERENCE_STAMP := $(REFERENCE_VENV)/.installed-stamp
 HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
+REFERENCE_PACKAGE_reference := aiperf==0.13.0
+REFERENCE_PACKAGE_harness := agentx-harness==1.0.12
 
-$(REFERENCE_STAMP):
-	$(PYTHON) -m venv $(REFERENCE_VENV)
-	$(REFERENCE_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(REFERENCE_VENV)/bin/python -m pip install --quiet '$(REFERENCE_AIPERF)'
-	$(REFERENCE_VENV)/bin/python -c "import aiperf; print('reference: aiperf', aiperf.__version__)"
-	touch $@
-
-$(HARNESS_STAMP):
-	$(PYTHON) -m venv $(HARNESS_VENV)
-	$(HARNESS_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(HARNESS_VENV)/bin/python -m pip install --quiet '$(REFERENCE_HARNESS)'
-	$(HARNESS_VENV)/bin/python -c "import aiperf; print('reference: agentx-harness', aiperf.__version__)"
+# One venv per reference: .venv-reference (AIPerf), .venv-harness (agentx-harness).
+.venv-%/.installed-stamp:
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet '$(REFERENCE_PACKAGE_$*)'
+	.venv-$*/bin/python -c "import aiperf; print('reference: $(REFERENCE_PACKAGE_$*), aiperf', aiperf.__version__)"
 	touch $@
 
 test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
