@@ -153,6 +153,7 @@ def convert_sample(agentx: Path, directory: Path) -> tuple[Path, list[str]]:
     """agentx's sample corpus as a folder of Weka JSON, without the sessions the reference cannot load
     (nested subagents); returns the folder and the ids left out."""
     jsonl = directory.with_suffix(".jsonl")
+    jsonl.parent.mkdir(parents=True, exist_ok=True)  # the first case of a fresh run may be this one
     subprocess.run(
         [str(agentx), "convert", str(SAMPLE_CORPUS), str(jsonl), "--to", "weka"],
         check=True,
