@@ -858,6 +858,43 @@ def _cap_cascade(reference: View, other: Mapping[Key, Sent]) -> set[Key]:
     return cascaded
 
 
+def _join_deadline_tie(reference: View, other: View) -> set[Key]:
+    """Reference-only profiling keys that the idle-cap tie of `_cap_cascade` explains when the timer it pulled to now
+    was a join's replay deadline (`timing/branch_orchestrator.py`, `_arm_join_replay_deadline`): the pull shows on
+    no request, but the join then goes out when its children end, up to a cap earlier than the other tool sends it,
+    and every later play of that lane starts as much earlier. A key is tolerated when the reference sent it within
+    that lead of the window's end: had the reference waited out the deadline too, it would not have sent it."""
+    if reference.deadline_s is None or reference.profiling_start_s is None or other.profiling_start_s is None:
+        return set()
+    ref_start, other_start = reference.profiling_start_s, other.profiling_start_s
+    theirs = other.by_key()
+    sent = sorted(reference.sent, key=lambda s: s.arrive_s)
+    cap_events: list[float] = []
+    busy_until = float("-inf")
+    for index, request in enumerate(sent):
+        if index > 0 and request.arrive_s - busy_until >= CAP_S - CASCADE_WINDOW_S:
+            cap_events.append(request.arrive_s)
+        busy_until = max(busy_until, request.end_s if request.end_s is not None else request.arrive_s)
+    lead_s = 0.0
+    tolerated: set[Key] = set()
+    for request in sent:
+        if request.phase != "profiling":
+            continue
+        mine = theirs.get(request.key)
+        if mine is None:
+            if lead_s > 0.0 and request.arrive_s >= reference.deadline_s - lead_s:
+                tolerated.add(request.key)
+            continue
+        if request.gap_s is None or mine.gap_s is None:
+            continue
+        earlier_s = mine.gap_s - request.gap_s
+        previous_end_s = request.arrive_s - request.gap_s
+        pulled = any(previous_end_s < event < request.arrive_s for event in cap_events)
+        if pulled and 1.0 <= earlier_s <= CAP_S + 1.0:
+            lead_s = max(lead_s, (mine.arrive_s - other_start) - (request.arrive_s - ref_start))
+    return tolerated
+
+
 def compare(case: str, left: View, right: View) -> Comparison:
     """Compare `right` against `left` (the reference) request by request (module docstring)."""
     checks: list[Check] = []
@@ -869,7 +906,7 @@ def compare(case: str, left: View, right: View) -> Comparison:
     rows: list[tuple[str, str, str]] = []
     edge_rows: list[tuple[str, str, str]] = []
     swapped = _quota_swaps(common, lk, rk)
-    cascaded = _cap_cascade(left, rk) if left.tool == "reference" else set()
+    cascaded = _cap_cascade(left, rk) | _join_deadline_tie(left, right) if left.tool == "reference" else set()
     at_edge: set[Key] = set()
     for key in order:
         a, b = lk.get(key), rk.get(key)
@@ -914,8 +951,8 @@ def compare(case: str, left: View, right: View) -> Comparison:
             not rows,
             f"{len(common)} keys in both, {len(rows)} differ"
             + (
-                f" ({len(edge_rows)} tolerated: sent by one tool only in the last {EDGE_S:.0f} s, or a play's last "
-                "cache-pressure slot taken by another of its streams)"
+                f" ({len(edge_rows)} tolerated: sent by one tool only in the last {EDGE_S:.0f} s, a play's last "
+                "cache-pressure slot taken by another of its streams, or the harness's idle-cap tie)"
                 if edge_rows
                 else ""
             ),

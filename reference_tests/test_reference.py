@@ -12,6 +12,7 @@ Cases on the real sample traces skip when `../shared/data/weka-sample` (beside t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -454,3 +455,23 @@ def test_the_tolerances_for_the_reference_s_races() -> None:
     )
     agentx_keys = {released.key: released}
     assert harness._cap_cascade(view, agentx_keys) == {together.key, later.key}
+
+
+def test_the_tolerance_for_a_join_deadline_the_cap_pulled() -> None:
+    """The idle-cap tie pulling a join's deadline: the reference's join goes out at its children's end, ~10 s before
+    agentx's, after a cap event; its reference-only keys within that lead of the window's end are tolerated, earlier
+    ones are not, and with no cap event before the join nothing is."""
+    parent = _sent(("t", 1, "", 1), "profiling", 11.7, 11.79)
+    first = _sent(("t", 1, "first", 0), "profiling", 11.79, 11.87)
+    second = _sent(("t", 1, "second", 0), "profiling", 21.88, 23.14)  # after the cap's 10 s of idle
+    join = dataclasses.replace(_sent(("t", 1, "", 2), "profiling", 23.14, 23.23), gap_s=11.35)
+    early_only = _sent(("t", 2, "", 0), "profiling", 30.0, 30.1)
+    late_only = _sent(("t", 2, "second", 2), "profiling", 35.77, 35.85)
+    common = [parent, first, second, join]
+    reference = harness.View("reference", [*common, early_only, late_only], 0, [], "x", 0.0, 45.0)
+    agentx_join = dataclasses.replace(join, tool="agentx", arrive_s=33.19, gap_s=21.33)
+    agentx = harness.View("agentx", [*common[:3], agentx_join], 0, [], "x", 0.0, 45.0)
+    assert harness._join_deadline_tie(reference, agentx) == {late_only.key}
+    busy = _sent(("u", 0, "", 0), "profiling", 12.0, 21.0)  # no idle stretch: no cap event, no tie
+    reference_busy = harness.View("reference", [*reference.sent, busy], 0, [], "x", 0.0, 45.0)
+    assert harness._join_deadline_tie(reference_busy, agentx) == set()
