@@ -151,8 +151,8 @@ segments = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(segments, st.integers(0, 200), st.booleans())
+@settings(max_examples=80, deadline=None)
+@given(segments, st.integers(-150, 200), st.booleans())
 def test_rendered_messages_count_as_predicted(raw: list[tuple[str, list[int], int]], slack: int, toy: bool) -> None:
     counter = ToyBpeCounter() if toy else SimCounter()
     calibration = _TOY_CAL if toy else _SIM_CAL
@@ -166,12 +166,34 @@ def test_rendered_messages_count_as_predicted(raw: list[tuple[str, list[int], in
     messages, predicted = renderer.render(segs, target_tokens=target, scope_key="s", session_id="s")
     as_dicts = [{"role": m.role, "content": m.content} for m in messages]
     assert asyncio.run(counter.count_messages(as_dicts)) == predicted
-    # The target is met unless the last message had nothing left to give up.
-    assert predicted == target or (predicted > target and messages[-1].content == calibration.head)
-    # A message's text depends on itself only: the history renders the same whatever comes last.
+    # The target is met unless no message had anything left to give up.
+    assert predicted == target or (predicted > target and all(m.content == calibration.head for m in messages))
+    # A message's text depends on itself only: the history renders the same whatever comes last, unless the last
+    # message could not give up enough; then the latest messages before it gave up the rest, and only they changed.
     other_last = Segment("user", (99,), 5, "other")
     again, _ = renderer.render([*segs[:-1], other_last], target_tokens=10_000, scope_key="s", session_id="s")
-    assert [m.content for m in again[:-1]] == [m.content for m in messages[:-1]]
+    history, full = [m.content for m in messages[:-1]], [m.content for m in again[:-1]]
+    if messages[-1].content != calibration.head:
+        assert history == full
+    else:
+        changed = [i for i, (mine, whole) in enumerate(zip(history, full, strict=True)) if mine != whole]
+        if changed:
+            assert all(text == calibration.head for text in history[changed[0] + 1 :])
+
+
+def test_a_context_shorter_than_its_history_takes_the_tokens_off_the_latest_messages() -> None:
+    """A recorded context that shrank below its history plus the last output: the server still counts `in`, and
+    only the tail of the latest message before the last changes."""
+    renderer = ChatRenderer(_SIM_CAL, seed=3, block_size=16)
+    segs = [Segment("user", (1, 2, 3), 0, "k0"), Segment("assistant", (4, 5), 0, "k1"), Segment("user", (6,), 0, "k2")]
+    full, full_count = renderer.render(segs, target_tokens=6 * 16, scope_key="s", session_id="s")
+    short, short_count = renderer.render(segs, target_tokens=4 * 16, scope_key="s", session_id="s")
+    assert short_count == 4 * 16
+    assert asyncio.run(SimCounter().count_messages([{"role": m.role, "content": m.content} for m in short])) == 4 * 16
+    assert short[0].content == full[0].content
+    assert full[1].content.startswith(short[1].content) and short[1].content != full[1].content
+    assert short[2].content == _SIM_CAL.head
+    assert full_count == 6 * 16
 
 
 def test_a_local_tokenizer_file_calibrates_like_the_server(tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ content. Each message gives up its own (role markers, the head) from its tail, f
 then from the end of its last block, so a message's text depends only on itself and stays byte-identical
 while later turns resend it (the prefix cache sees the recorded reuse); the last message also gives up
 the conversation's base tokens (the generation prompt) and whatever a too-short message could not. When
-the last message is too short for that, the prompt comes out longer than `in`, and the record's
-`isl_sent_tokens` says by how much. (The reference instead sends `in`
-tokens of content and lets the template add its own, docs/agentx.md §2a–§2d.)
+the last message is too short for that (a recorded context can shrink below its history plus the last output),
+the messages before it give up the rest from their tails, the latest first, so the prompt keeps its cached
+prefix up to there; only a prompt shorter than the template's own tokens comes out longer than `in`, and the
+record's `isl_sent_tokens` says by how much. (The reference instead sends `in` tokens of content and lets the
+template add its own, docs/agentx.md §2a–§2d.)
 """
 
 from __future__ import annotations
@@ -107,9 +109,19 @@ class ChatRenderer:
             for segment in segments
         ]
         predicted = calibration.overhead([segment.role for segment in segments]) + sum(budgets)
-        last_budget = max(0, budgets[-1] + target_tokens - predicted)
-        predicted += last_budget - budgets[-1]
-        budgets[-1] = last_budget
+        # The last message takes the difference; what it cannot give up comes off the tails of the messages before
+        # it, last first (a recorded context can shrink below history plus output: a compaction, a dropped file).
+        excess = predicted - target_tokens
+        if excess < 0:
+            budgets[-1] -= excess
+            predicted = target_tokens
+        for index in reversed(range(len(budgets))):
+            if excess <= 0:
+                break
+            taken = min(excess, budgets[index])
+            budgets[index] -= taken
+            predicted -= taken
+            excess -= taken
         messages = [
             _Message(segment.role, self._message_text(segment, budget, scope_key, session_id))
             for segment, budget in zip(segments, budgets, strict=True)
