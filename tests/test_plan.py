@@ -220,6 +220,17 @@ def test_a_branch_begun_while_its_spawning_root_request_ran_starts_from_that_req
     assert not any(step.from_anchor_send for step in keeping.steps)
 
 
+def test_a_branch_recorded_at_its_spawning_request_s_end_overlaps_as_the_references_round() -> None:
+    # r1 [20.83…, +23.78…]: its end in seconds equals A's spawn (44.616160248488995), but in milliseconds, as the
+    # references compare, the spawn is one rounding before the end: A starts from r1's send (a trace seen held out).
+    t_s, api_s, spawn_s = 20.832535248489002, 23.783624999999997, 44.616160248488995
+    assert t_s + api_s == spawn_s
+    subs = [sub("A", 2, spawn_s, req(spawn_s + 0.05, 1))]
+    plan = plan_session(session(req(0, 5), req(t_s, api_s), req(300, 1), subagents=subs))
+    first = next(step for step in plan.steps if step.agent_id == "A")
+    assert first.from_anchor_send and first.delay_s == pytest.approx(spawn_s + 0.05 - t_s)
+
+
 def test_a_missing_spawn_time_falls_back_to_the_first_request() -> None:
     # A without a spawn time: branch start = its first request → delay 0 after the anchor r0 [0, 1].
     plan = plan_session(session(req(0, 1), req(5, 1), subagents=[sub("A", 1, None, req(2, 1))]))

@@ -188,7 +188,7 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
                     and child_offset == "branch_start"
                     and spawning.api_time is not None
                     and spawning.api_time > 0
-                    and branch_start[(sub.spawn_after, joined_at)] < spawning.end
+                    and _before_end_ms(branch_start[(sub.spawn_after, joined_at)], spawning.t, spawning.api_time)
                 )
                 if overlaps:
                     sub_start = _Start(own[sub.spawn_after - 1], max(0.0, first_t - spawning.t), first_t, True)
@@ -214,6 +214,13 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
             held_by = tuple(sorted(set(extra) - {step.anchor} - set(step.joins)))
             steps[index] = msgspec.structs.replace(step, barriers=held_by)
     return _finish(session.session_id, steps)
+
+
+def _before_end_ms(start_s: float, t_s: float, api_time_s: float) -> bool:
+    """Whether `start_s` falls before the end of a request at `t_s` lasting `api_time_s`, compared in milliseconds
+    as the references do (`timing/branch_orchestrator.py`, `on_credit_issued`): a branch recorded at its spawning
+    turn's end is one rounding away from it, and the side it falls on decides the anchor."""
+    return start_s * 1000.0 < t_s * 1000.0 + api_time_s * 1000.0
 
 
 def _scopes(session: Session) -> list[list[str]]:
