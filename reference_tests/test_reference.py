@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -215,6 +216,22 @@ def _sample(directory: Path) -> Path:
     return folder
 
 
+def _held_out_seed() -> int:
+    configured = os.environ.get("AGENTX_REFERENCE_HELD_OUT_SEED")
+    return int(configured) if configured else random.SystemRandom().randrange(100, 1_000_000)
+
+
+HELD_OUT_SEED = _held_out_seed()
+"""A fresh seed per suite run unless `AGENTX_REFERENCE_HELD_OUT_SEED` names one: the held-out case plays sessions no
+earlier run saw (its report names the seed, to replay a difference)."""
+
+
+def _held_out(directory: Path) -> Path:
+    folder, dropped = tracegen.synthesize(harness.agentx_executable(), directory, sessions=6, seed=HELD_OUT_SEED)
+    print(f"held-out trace: agentic-coding seed {HELD_OUT_SEED}; left out {dropped} (nested subagents)")
+    return folder
+
+
 SPECS = [
     Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True),
     Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True),
@@ -254,6 +271,7 @@ SPECS = [
     Spec("lanes_with_different_tstar_offsets", _synthetic(*staggered()), concurrency=3, duration=45, seed=16),
     Spec("pressure_lanes_of_different_lengths", _synthetic(*pressure_lengths()), concurrency=2, duration=40, seed=17),
     Spec("delayed_child_turn0_in_idle", _synthetic(delayed_child_in_idle()), concurrency=1, duration=45, seed=18),
+    Spec("held_out_synthetic", _held_out, concurrency=3, duration=50, seed=HELD_OUT_SEED),
 ]
 SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
 NEGATIVE_CONTROL = Spec(
@@ -305,7 +323,10 @@ def suite() -> Iterator[Suite]:
     OUT.mkdir(parents=True, exist_ok=True)
     summary = OUT / "summary.txt"
     against = ", ".join(f"{ref.label} at {ref.executable}" for ref in found.values())
-    summary.write_text(f"agentx {_revision()} vs {against}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
+    summary.write_text(
+        f"agentx {_revision()} vs {against}, {time.strftime('%Y-%m-%d %H:%M:%S')}; held-out seed {HELD_OUT_SEED} "
+        f"(AGENTX_REFERENCE_HELD_OUT_SEED={HELD_OUT_SEED} replays it)\n\n"
+    )
     t0 = time.monotonic()
     tokenizer = harness.make_tokenizer(OUT, list(found.values()), SEEDS)
     print(f"tokenizer for seeds {SEEDS} in {time.monotonic() - t0:.1f} s")

@@ -152,14 +152,27 @@ def has_nested_subagents(item: Json) -> bool:
 def convert_sample(agentx: Path, directory: Path) -> tuple[Path, list[str]]:
     """agentx's sample corpus as a folder of Weka JSON, without the sessions the reference cannot load
     (nested subagents); returns the folder and the ids left out."""
+    return _weka_folder(agentx, SAMPLE_CORPUS, directory)
+
+
+def synthesize(agentx: Path, directory: Path, sessions: int, seed: int) -> tuple[Path, list[str]]:
+    """Fresh sessions of agentx's `agentic-coding` model (`agentx synth generate`) as a folder of Weka JSON, without
+    nested subagents; returns the folder and the ids left out."""
+    arrow = directory.with_suffix(".arrow")
+    arrow.parent.mkdir(parents=True, exist_ok=True)
+    generate = ["synth", "generate", "--preset", "agentic-coding", "--sessions", str(sessions), "--seed", str(seed)]
+    _agentx(agentx, *generate, "--out", str(arrow))
+    return _weka_folder(agentx, arrow, directory)
+
+
+def _agentx(agentx: Path, *args: str) -> None:
+    subprocess.run([str(agentx), *args], check=True, capture_output=True, text=True)
+
+
+def _weka_folder(agentx: Path, source: Path, directory: Path) -> tuple[Path, list[str]]:
     jsonl = directory.with_suffix(".jsonl")
     jsonl.parent.mkdir(parents=True, exist_ok=True)  # the first case of a fresh run may be this one
-    subprocess.run(
-        [str(agentx), "convert", str(SAMPLE_CORPUS), str(jsonl), "--to", "weka"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    _agentx(agentx, "convert", str(source), str(jsonl), "--to", "weka")
     kept: list[Json] = []
     dropped: list[Json] = []
     for line in jsonl.read_text().splitlines():
