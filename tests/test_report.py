@@ -22,6 +22,7 @@ from agentx.cli import main
 from agentx.cli.layout import FittedTable
 from agentx.cli.report_tables import MISSING, report_markdown, report_tables
 from agentx.replayer.run_folder import RUN_FILE
+from agentx.results.acceptance import Acceptance, StreamAcceptance
 from agentx.results.folders import read_run_file
 from agentx.results.report import ReportOptions, build_report, load_series
 from agentx.results.report_notes import suggest_targets, with_target
@@ -259,3 +260,31 @@ def test_a_run_json_before_vllms_names_reads_with_them(sweep_dir: Path, tmp_path
     (tmp_path / RUN_FILE).write_text(json.dumps(document))
     read = read_run_file(tmp_path / RUN_FILE)
     assert msgspec.to_builtins(read.summary.latency) == latency
+
+
+def test_a_run_json_with_the_stream_s_acceptance_reads_back(sweep_dir: Path, tmp_path: Path) -> None:
+    """The acceptance's tokens-per-chunk histogram has integer keys, which JSON writes as strings (seen on a run
+    against vLLM: its report fell back to the records)."""
+    document = json.loads((sweep_dir / "c1" / RUN_FILE).read_text())
+    stream = StreamAcceptance(
+        stream_interval=1,
+        requests=2,
+        chunks=5,
+        tokens_per_chunk_mean=1.6,
+        tokens_per_step=1.6,
+        tokens_per_chunk={1: 3, 3: 1, 2: 1},
+    )
+    acceptance = Acceptance(
+        forced_al=None,
+        spec_k=None,
+        tolerance=0.05,
+        counters=None,
+        stream=stream,
+        realized_al=1.6,
+        realized_source="stream",
+        mismatch=False,
+    )
+    document["summary"]["acceptance"] = msgspec.to_builtins(acceptance)
+    (tmp_path / RUN_FILE).write_text(json.dumps(document))
+    read = read_run_file(tmp_path / RUN_FILE)
+    assert read.summary.acceptance is not None and read.summary.acceptance.stream == stream

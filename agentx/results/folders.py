@@ -78,16 +78,17 @@ LATENCY_RENAMES: Final = (("itl_s", "tpot_s"), ("chunk_itl_s", "itl_s"), ("e2e_s
 def read_run_file(path: Path) -> RunFile:
     """A run.json (an older one's latency keys renamed, `LATENCY_RENAMES`); OSError or msgspec.DecodeError when it
     cannot be read as one."""
-    document = msgspec.json.decode(path.read_bytes())
+    raw = path.read_bytes()
+    document = msgspec.json.decode(raw)
     latency = document.get("summary", {}).get("latency") if isinstance(document, dict) else None
     if isinstance(latency, dict) and "tpot_s" not in latency:
         for old, new in LATENCY_RENAMES:
             if old in latency:
                 latency[new] = latency.pop(old)
-    try:
-        return msgspec.convert(document, type=RunFile, dec_hook=_paths)
-    except msgspec.ValidationError as exc:
-        raise msgspec.DecodeError(str(exc)) from None
+        raw = msgspec.json.encode(document)
+    # Decoded from JSON, not converted from the document: JSON's object keys are strings, and only the JSON
+    # decoder reads them back into a struct's integer keys (the acceptance's tokens per chunk).
+    return msgspec.json.decode(raw, type=RunFile, dec_hook=_paths)
 
 
 def finished_run(run_dir: Path) -> RunFile | None:
