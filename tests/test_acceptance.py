@@ -21,6 +21,7 @@ from agentx.replayer.records import read_records
 from agentx.replayer.server_metrics import METRIC_LABELS, parse_counters
 from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
 from agentx.results.acceptance import (
+    CounterAcceptance,
     acceptance,
     counter_acceptance,
     stream_acceptance,
@@ -333,3 +334,24 @@ def test_spec_golden_resolves_the_published_al(tmp_path: Path) -> None:
 def test_replay_options_refuse_an_al_outside_its_range(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"must be \[1, K\+1\] = \[1, 4\] for K=3, got 4.5"):
         Speculative(al=4.5, k=3)  # refused as it is made, before any run
+
+
+def _counters(al: float, draft_tokens_per_step: float) -> CounterAcceptance:
+    return CounterAcceptance(
+        engine="vllm", window="run", acceptance_length=al, draft_acceptance_rate=None,
+        draft_tokens_per_step=draft_tokens_per_step,
+    )  # fmt: skip
+
+
+def test_a_drafter_that_proposes_short_is_the_same_k_and_named_when_it_lowers_the_al() -> None:
+    """vLLM's n-gram drafter proposes fewer than K when it finds no continuation (2.98 of 3 seen against vLLM):
+    the same K, fine while the AL holds; a step average nearest another K is that K; a short drafter that moved
+    the AL is named as the cause."""
+    assert not acceptance(counters=_counters(2.49, 2.98), stream=None, forced_al=2.5, spec_k=3).mismatch
+    other_k = acceptance(counters=_counters(2.49, 2.0), stream=None, forced_al=2.5, spec_k=3)
+    assert other_k.mismatch
+    assert other_k.mismatch_reasons == ["the server proposed 2.00 draft tokens per step, not K = 3"]
+    assert acceptance(counters=_counters(2.5, 3.2), stream=None, forced_al=2.5, spec_k=3).mismatch
+    short = acceptance(counters=_counters(2.385, 2.53), stream=None, forced_al=2.5, spec_k=3)
+    assert short.mismatch and len(short.mismatch_reasons) == 2
+    assert "drafter proposed 2.53 of K = 3" in short.mismatch_reasons[1]
