@@ -114,14 +114,12 @@ class ChatRenderer:
         excess = predicted - target_tokens
         if excess < 0:
             budgets[-1] -= excess
-            predicted = target_tokens
-        for index in reversed(range(len(budgets))):
-            if excess <= 0:
-                break
-            taken = min(excess, budgets[index])
-            budgets[index] -= taken
-            predicted -= taken
-            excess -= taken
+        else:
+            for index in reversed(range(len(budgets))):
+                taken = min(excess, budgets[index])
+                budgets[index] -= taken
+                excess -= taken
+        predicted = target_tokens + max(0, excess)
         messages = [
             _Message(segment.role, self._message_text(segment, budget, scope_key, session_id))
             for segment, budget in zip(segments, budgets, strict=True)
