@@ -39,6 +39,8 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port = 0
+        self.startup_s = 0.0
+        """How long the last start took until the server answered its health check."""
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
