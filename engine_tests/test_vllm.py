@@ -245,7 +245,7 @@ def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> Non
 def completions_b(spec_b: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Token-id prompts in closed mode, long outputs (AL at `AL_B` needs thousands of steps)."""
     directory = tmp_path_factory.mktemp("completions-b")
-    trace = saved(long_outputs(sessions=4, turns=3, out=600), directory / "trace.arrow")
+    trace = saved(long_outputs(sessions=4, turns=3, out=1000), directory / "trace.arrow")
     warm_up(spec_b)
     return ok(replay(spec_b, directory / "run", trace, "--mode", "closed", "--concurrency", "4",
                      "--delay-scale", "0", "--spec-al", str(AL_B), "--spec-k", str(SPEC_K)))  # fmt: skip
@@ -311,14 +311,14 @@ def test_a_server_forced_to_another_length_fails_the_run(spec_b: VllmServer, tmp
 @pytest.mark.parametrize(("al", "fixture"), [(AL_A, "spec_a"), (AL_B, "spec_b")])
 def test_decode_reports_the_realized_length(al: float, fixture: str, request: pytest.FixtureRequest) -> None:
     server: VllmServer = request.getfixturevalue(fixture)
-    result = _agentx("decode", "--url", server.url, "--model", server.model, "--isl", "256", "--osl", "600",
+    result = _agentx("decode", "--url", server.url, "--model", server.model, "--isl", "256", "--osl", "1000",
                      "--concurrency", "4", "--repetitions", "2", "--spec-al", str(al), "--spec-k", str(SPEC_K),
                      "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     acceptance = json.loads(result.stdout)["acceptance"]
     realized = acceptance["realized_al"]
     print(f"decode at AL {al}: realized {realized:.4f} ({acceptance['realized_source']})")
-    # 4,800 tokens: ~1,900–2,700 steps, the bound ≥ 3.5 standard errors of the per-step acceptance
+    # 8,000 tokens: the AL varies ~1% between runs of 4,000 tokens (requests differ in how often n-gram finds a draft)
     assert acceptance["realized_source"] == "counters" and abs(realized - al) / al <= AL_BOUND
 
 
