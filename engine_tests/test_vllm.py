@@ -49,6 +49,12 @@ DRAFTS: Final = "vllm:spec_decode_num_drafts_total"
 ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens_total"
 HITS: Final = "vllm:prefix_cache_hits_total"
 QUERIES: Final = "vllm:prefix_cache_queries_total"
+CLIENT_OVER_SERVER_S: Final = 0.025
+"""How much longer than vLLM's own timing agentx's may read on loopback: the request's parsing and the response's
+way out through vLLM's API process and into agentx's, a few ms of Python in each on an idle machine, with room for
+a few of the scheduler's time slices on two cores shared with vLLM's engine."""
+CLOCK_SLEW: Final = 0.0005
+"""vLLM times with the wall clock, which NTP may slew by up to 500 ppm; agentx with the monotonic one."""
 COUNTERS: Final = (TTFT_SUM, TTFT_COUNT, E2E_SUM, E2E_COUNT, DRAFTS, ACCEPTED, HITS, QUERIES)
 
 
@@ -243,12 +249,14 @@ def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> Non
 
 @pytest.fixture(scope="module")
 def completions_b(spec_b: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """Token-id prompts in closed mode, long outputs (AL at `AL_B` needs thousands of steps)."""
+    """Token-id prompts in closed mode, long outputs (AL at `AL_B` needs thousands of steps). Usage in every chunk,
+    what the stream-usage probe finds on vLLM, named so that no probe request joins vLLM's histograms."""
     directory = tmp_path_factory.mktemp("completions-b")
     trace = saved(long_outputs(sessions=4, turns=3, out=1000), directory / "trace.arrow")
     warm_up(spec_b)
     return ok(replay(spec_b, directory / "run", trace, "--mode", "closed", "--concurrency", "4",
-                     "--delay-scale", "0", "--spec-al", str(AL_B), "--spec-k", str(SPEC_K)))  # fmt: skip
+                     "--delay-scale", "0", "--stream-usage", "continuous", "--spec-al", str(AL_B),
+                     "--spec-k", str(SPEC_K)))  # fmt: skip
 
 
 def warm_up(server: VllmServer) -> None:
@@ -277,26 +285,35 @@ def test_forced_acceptance_at_a_second_length(completions_b: Run) -> None:
     assert acceptance["mismatch"] is False
 
 
-def test_client_timing_beside_vllms_own_clock(completions_b: Run) -> None:
-    """agentx's mean TTFT and E2EL beside vLLM's histograms over the same requests (and the stream-usage probe;
-    vLLM publishes its histograms from its engine's stats a moment late, so a count may lag by one). vLLM measures
-    from the request's arrival in its engine; agentx from its send to the first and last content chunk read, so
-    its E2EL includes vLLM's. The TTFT bound is not asserted yet: with `--stream-usage continuous` agentx's mean
-    TTFT read 448 ms against vLLM's 30 ms on the same requests, unexplained so far (engine_tests/README.md, "Open")."""
+def test_client_timing_beside_vllms_own_clock(completions_b: Run, spec_b: VllmServer) -> None:
+    """agentx's mean TTFT and E2EL beside vLLM's histograms over the same requests. vLLM times a request from its
+    arrival in the engine (`arrival_time`: the body parsed and validated) to the moment its API process takes the
+    first and the last token from the engine core; agentx from writing the request to reading the first and the last
+    content chunk, so its interval holds vLLM's plus the request's parsing and the response's detokenizing,
+    serializing and crossing the loopback, both ways through two Python processes. Bound: 0 ≤ agentx − vLLM ≤
+    `CLIENT_OVER_SERVER_S` for both means (measured 3–6 ms), less a clock allowance (vLLM reads the wall clock)."""
     records = completions_b.records()
-    count = delta(completions_b.before, completions_b.after, E2E_COUNT)
-    vllm_ttft = delta(completions_b.before, completions_b.after, TTFT_SUM) / count
-    vllm_e2e = delta(completions_b.before, completions_b.after, E2E_SUM) / count
+    after = completions_b.after
+    deadline = time.monotonic() + 15
+    while delta(completions_b.before, after, E2E_COUNT) < len(records) and time.monotonic() < deadline:
+        time.sleep(0.5)  # vLLM publishes a finished request's figures with its engine's next stats, a moment late
+        after = scrape(spec_b)
+    count = delta(completions_b.before, after, E2E_COUNT)
+    assert count == delta(completions_b.before, after, TTFT_COUNT) == len(records)
+    vllm_ttft = delta(completions_b.before, after, TTFT_SUM) / count
+    vllm_e2e = delta(completions_b.before, after, E2E_SUM) / count
     ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
     e2els = [r.e2el_s for r in records if r.e2el_s is not None]
     assert len(ttfts) == len(e2els) == len(records)
     ttft, e2el = sum(ttfts) / len(ttfts), sum(e2els) / len(e2els)
+    lag = completions_b.run_file["summary"]["loop_lag"]
     print(
-        f"{len(records)} requests ({count:.0f} in vLLM's histograms): mean TTFT agentx {ttft * 1e3:.1f} ms, "
-        f"vLLM {vllm_ttft * 1e3:.1f} ms; mean E2EL agentx {e2el * 1e3:.1f} ms, vLLM {vllm_e2e * 1e3:.1f} ms"
+        f"{len(records)} requests: mean TTFT agentx {ttft * 1e3:.1f} ms, vLLM {vllm_ttft * 1e3:.1f} ms "
+        f"(+{(ttft - vllm_ttft) * 1e3:.1f}); mean E2EL agentx {e2el * 1e3:.1f} ms, vLLM {vllm_e2e * 1e3:.1f} ms "
+        f"(+{(e2el - vllm_e2e) * 1e3:.1f}); agentx's event-loop lag max {lag['max_s'] * 1e3:.1f} ms"
     )
-    assert len(records) - 1 <= count <= len(records) + 2
-    assert e2el >= vllm_e2e * 0.95
+    for client_s, server_s in ((ttft, vllm_ttft), (e2el, vllm_e2e)):
+        assert -CLOCK_SLEW * server_s - 0.001 <= client_s - server_s <= CLIENT_OVER_SERVER_S
 
 
 def test_a_server_forced_to_another_length_fails_the_run(spec_b: VllmServer, tmp_path: Path) -> None:

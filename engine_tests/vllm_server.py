@@ -45,6 +45,10 @@ class VllmServer(ServerProcess):
     """vLLM's OpenAI server on a free loopback port; `extra_args` are appended (e.g. a `--speculative-config`)."""
 
     name = "vLLM"
+    background = True
+    """vLLM on the CPU polls for work without sleeping, in its engine core and its worker (`sched_yield` loops), on
+    both of a 2-core machine's cores; at normal priority that starved the client beside it for seconds at a time
+    (a request's TTFT read 3.4 s where vLLM's own histogram said 20 ms, and agentx reported event-loop lag of 7 s)."""
 
     def __init__(self, *, extra_args: tuple[str, ...] = (), startup_timeout_s: float = 240.0) -> None:
         super().__init__(startup_timeout_s=startup_timeout_s, stop_timeout_s=20.0)

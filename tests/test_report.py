@@ -288,3 +288,30 @@ def test_a_run_json_with_the_stream_s_acceptance_reads_back(sweep_dir: Path, tmp
     (tmp_path / RUN_FILE).write_text(json.dumps(document))
     read = read_run_file(tmp_path / RUN_FILE)
     assert read.summary.acceptance is not None and read.summary.acceptance.stream == stream
+
+
+@pytest.mark.parametrize(
+    ("loop_lag_max_s", "says"),
+    [(3.4, "the client read late: its event loop stalled for up to 3,400 ms"), (0.002, "the server sent each stream")],
+)
+def test_a_level_whose_tokens_arrived_at_one_instant_says_why_it_has_no_interactivity(
+    sweep_dir: Path, tmp_path: Path, loop_lag_max_s: float, says: str
+) -> None:
+    """Every chunk of every response read at one instant: TPOT 0, no interactivity, no point; the report says so and
+    puts it down to the client when its event loop stalled (seen against vLLM on a 2-core machine), else to the
+    server."""
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, copy)
+    document = json.loads((copy / "c1" / RUN_FILE).read_text())
+    summary = document["summary"]
+    summary["latency"]["tpot_s"] = summary["latency"]["interactivity_tps"] = None
+    summary["loop_lag"] = {"samples": 90, "p50_s": 0.0, "p99_s": loop_lag_max_s, "max_s": loop_lag_max_s}
+    (copy / "c1" / RUN_FILE).write_text(json.dumps(document))
+    document = _report([str(copy)])
+    rows = {row["label"]: row for row in document["series"][0]["levels"]}
+    assert rows["c1"]["interactivity_tps"] is None and not rows["c1"]["on_front"]
+    assert rows["c1"]["note"].startswith("no request has a TPOT above 0: every response's tokens were read at one")
+    assert says in rows["c1"]["note"]
+    assert rows["c2"]["note"] is None and rows["c4"]["note"] is None
+    result = CliRunner().invoke(main, ["report", str(copy)])
+    assert result.exit_code == 0 and "note: sweep c1: no request has a TPOT above 0" in " ".join(result.stdout.split())

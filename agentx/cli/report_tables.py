@@ -58,8 +58,10 @@ class Section(msgspec.Struct, kw_only=True):
 
 
 def report_notes(report: Report) -> list[str]:
-    """Why figures are missing, one line each (targets off a front, no price), with what to pass instead."""
-    return [note for s in report.series for note in (s.target_note, s.price_note) if note is not None]
+    """Why figures are missing, one line each (a level off the frontier, targets off a front, no price), with what
+    to pass instead."""
+    levels = [f"{s.label} {row.label}: {row.note}" for s in report.series for row in s.levels if row.note is not None]
+    return levels + [note for s in report.series for note in (s.target_note, s.price_note) if note is not None]
 
 
 def _name(s: SeriesReport) -> str:

@@ -33,7 +33,7 @@ from agentx.results.cost import (
 from agentx.results.folders import SWEEP_FILE, RunFile, read_index, read_run_file
 from agentx.results.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.goodput import slo_text
-from agentx.results.report_notes import price_problem, target_note, with_target
+from agentx.results.report_notes import no_point, price_problem, target_note, with_target
 from agentx.results.summary import Summary, summarize
 from agentx.results.validity import rules_of
 
@@ -110,6 +110,8 @@ class LevelRow(msgspec.Struct, kw_only=True):
     goodput_requests_per_s: float | None = None
     goodput_output_tps_per_gpu: float | None = None
     """Output tokens/s of the requests meeting every SLO, per GPU (agentx.results.goodput)."""
+    note: str | None = None
+    """Why a level with a summary has no interactivity or throughput (`report_notes.no_point`); None when it has."""
 
 
 class TargetRow(msgspec.Struct, kw_only=True):
@@ -331,6 +333,8 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         run_dir=level.run_dir,
         on_front=on_front,
     )
+    if found is None and level.summary is not None and level.status != "failed":
+        row.note = no_point(level.summary)
     if found is not None:
         row.interactivity_tps = found.interactivity_tps
         row.total_tps_per_gpu = found.total_tps_per_gpu

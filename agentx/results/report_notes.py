@@ -1,12 +1,15 @@
-"""The targets table's rows, and why it shows "—": interactivity targets off a series' front, or no price at the
-chosen tier, each said in one line with what to pass instead (`agentx report`, docs/results.md)."""
+"""The targets table's rows, and why the report shows "—": a level with no point on the frontier, interactivity
+targets off a series' front, or no price at the chosen tier, each said in one line with what to pass instead
+(`agentx report`, docs/results.md)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Final
 
 from agentx.results.cost import Price, PriceTable
+from agentx.results.summary_model import Summary
 
 
 def with_target(targets_tps: Sequence[float], target_tps: float) -> tuple[float, ...]:
@@ -64,3 +67,34 @@ def price_problem(
     why = f" ({chosen.what})" if chosen is not None and chosen.what else ""
     instead = f"pass --tier {priced[0]} (priced: {', '.join(priced)}) or --price" if priced else "pass --price"
     return f"{label}: no {tier} price for {sku.upper()}{why}: {instead}"
+
+
+def no_point(summary: Summary) -> str:
+    """Why a level's summary gives no point on the frontier (`frontier.point` returned None): no request kept, no
+    throughput, or no TPOT — the last with what the run saw, since a TPOT of 0 (every token read at one instant) is a
+    stream the server sent at once or a client that read it late, and the run's event-loop lag tells which."""
+    if summary.counts.kept == 0:
+        return "no request was kept, so no interactivity and no throughput"
+    if summary.throughput is None:
+        return "no throughput (no request completed in the measured window)"
+    latency = summary.latency
+    if latency.tpot_s is not None:
+        return "its interactivity is not a finite positive figure"
+    if latency.e2el_s is None:
+        return "no request completed, so no TPOT and no interactivity"
+    chunk = latency.chunk_tokens
+    bundled = f" (up to {chunk.max:,.0f} tokens in one chunk)" if chunk is not None else ""
+    lag = summary.loop_lag
+    if lag is not None and lag.max_s >= LATE_READ_S:
+        who = (
+            f"the client read late: its event loop stalled for up to {lag.max_s * 1e3:,.0f} ms (a client starved of "
+            "CPU); rerun with the client on a core of its own"
+        )
+    else:
+        who = "the server sent each stream at once (a stream interval, a buffering proxy) or no response had two tokens"
+    return f"no request has a TPOT above 0: every response's tokens were read at one instant{bundled}; {who}"
+
+
+LATE_READ_S: Final = 0.1
+"""Event-loop lag above which a stream read at one instant is put down to the client (its 100 ms timer woke this
+late: a response of a few hundred tokens can arrive whole meanwhile)."""
