@@ -87,9 +87,10 @@ class ServerProcess:
             stderr=self._log,
             env=self.env(),
             start_new_session=True,
-            preexec_fn=(lambda: os.nice(BACKGROUND_NICE)) if self.background else None,  # noqa: PLW1509 (no threads)
         )
         if self.background:
+            # Before it starts its workers (seconds later), which inherit both.
+            os.setpriority(os.PRIO_PROCESS, self._process.pid, BACKGROUND_NICE)
             _lower_autogroup(self._process.pid)
         started = time.monotonic()
         deadline = started + self.startup_timeout_s
@@ -150,4 +151,4 @@ def _lower_autogroup(pid: int) -> None:
             with open(path, "w") as autogroup:
                 autogroup.write(str(BACKGROUND_NICE))
         except OSError as exc:
-            raise ServerProcessError(f"could not lower the CPU share of the server's autogroup ({path}): {exc}") from exc
+            raise ServerProcessError(f"could not lower the CPU share of the server's group ({path}): {exc}") from exc

@@ -190,8 +190,9 @@ def test_chat_prompts_are_exactly_what_agentx_meant(agentx_chat: Run) -> None:
 
 
 def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run) -> None:
-    """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same; the trace's
-    theoretical hit bounds both (see engine_tests/README.md for the bound)."""
+    """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same; the replay's own
+    bound (an infinite cache of what the run sent) holds every request's hit, short of it by at most what the block
+    grid explains (`GRID_BLOCKS`)."""
     records = agentx_chat.records()
     cache = agentx_chat.run_file["summary"]["cache"]
     ok_records = [r for r in records if r.status == "ok" and r.phase == "profiling"]
@@ -203,17 +204,24 @@ def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run) -> None:
     queries = delta(agentx_chat.before, agentx_chat.after, QUERIES)
     print(
         f"hit: usage {cache['usage_hit_rate']:.4f}, vLLM counters {hits / queries:.4f} (this run's delta), "
-        f"agentx's counters {cache['server_hit_rate']:.4f}, theoretical {cache['theoretical_hit_rate']:.4f}"
+        f"agentx's counters {cache['server_hit_rate']:.4f}, the replay's bound {cache['replayed_hit_rate']:.4f}, "
+        f"the trace's per turn {cache['theoretical_hit_rate']:.4f}"
     )
     assert cache["server_hit_rate"] == pytest.approx(hits / queries, abs=0.01)
     assert cache["usage_hit_rate"] == pytest.approx(cache["server_hit_rate"], abs=0.01)
-    assert cache["usage_hit_rate"] <= cache["theoretical_hit_rate"] + THEORETICAL_SLACK
+    for record in records:  # warmup requests too: they fill the cache the profiling ones hit
+        if record.status != "ok":
+            continue
+        assert record.replayed_hit_blocks is not None and record.cached_tokens is not None
+        bound = record.replayed_hit_blocks * BLOCK
+        assert bound - GRID_BLOCKS * BLOCK <= record.cached_tokens <= bound, record
 
 
-THEORETICAL_SLACK: Final = 0.01
-"""How far vLLM's hit may exceed the trace's theoretical one: a prompt's tokens past its last full block never hit
-in either, and cache-bust markers cost one block per tree; what remains is the chat template's tokens that repeat
-across sessions (every conversation opens with the same role tag), under one 64-token block per session."""
+GRID_BLOCKS: Final = 2
+"""How many of the blocks the replay's bound counts vLLM may miss per request: vLLM's 64-token blocks run over the
+prompt's tokens, the trace's over its content, and the two grids part where the cache-bust marker and the chat
+template's role tokens sit; the last message of a prompt also gives up the generation prompt's tokens, so its text
+changes when a later turn resends it. Each costs at most the block it falls in."""
 
 
 def test_forced_acceptance_is_realized(agentx_chat: Run) -> None:
@@ -337,6 +345,40 @@ def test_decode_reports_the_realized_length(al: float, fixture: str, request: py
     print(f"decode at AL {al}: realized {realized:.4f} ({acceptance['realized_source']})")
     # 8,000 tokens: the AL varies ~1% between runs of 4,000 tokens (requests differ in how often n-gram finds a draft)
     assert acceptance["realized_source"] == "counters" and abs(realized - al) / al <= AL_BOUND
+
+
+def test_a_sweep_and_its_report(spec_b: VllmServer, tmp_path: Path) -> None:
+    """Three levels against vLLM, then `agentx report`: every level has its numbers and the frontier its points;
+    a figure the report leaves out ("—") comes with the line that says why."""
+    trace = saved(long_outputs(sessions=4, turns=2, out=300), tmp_path / "trace.arrow")
+    out = tmp_path / "sweep"
+    swept = _agentx("sweep", str(trace), "--url", spec_b.url, "--model", spec_b.model, "--mode", "closed",
+                    "--delay-scale", "0", "--stream-usage", "continuous", "--concurrency", "1,2,4", "--gpus", "1",
+                    "--out", str(out))  # fmt: skip
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    reported = _agentx("report", str(out), "--json")
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    (series,) = json.loads(reported.stdout)["series"]
+    levels = {level["label"]: level for level in series["levels"]}
+    assert list(levels) == ["c1", "c2", "c4"]
+    for label, level in levels.items():
+        print(
+            f"{label}: {level['requests']} requests, {level['interactivity_tps']:.0f} tok/s/user, "
+            f"{level['total_tps_per_gpu']:.0f} tok/s/GPU, TTFT p50 {level['ttft_p50_s'] * 1e3:.0f} ms, "
+            f"TPOT p90 {level['tpot_p90_s'] * 1e3:.1f} ms"
+            if level["interactivity_tps"] is not None
+            else f"{label}: no point ({level['note']})"
+        )
+        assert level["status"] == "ok" and level["requests"] == 8, level
+        assert level["interactivity_tps"] is not None, level["note"]
+        assert level["total_tps_per_gpu"] > 0 and level["ttft_p50_s"] > 0 and level["tpot_p90_s"] > 0, level
+    assert any(level["on_front"] for level in levels.values())
+    assert levels["c4"]["total_tps_per_gpu"] > levels["c1"]["total_tps_per_gpu"]  # batching pays on vLLM too
+    assert series["peak_total_tps_per_gpu"]["value"] == max(lv["total_tps_per_gpu"] for lv in levels.values())
+    missing = [row for row in series["targets"] if row["total_tps_per_gpu"] is None]
+    assert not missing or series["target_note"], series["targets"]
+    table = _agentx("report", str(out))
+    assert table.returncode == 0 and ("—" not in table.stdout or "note:" in table.stdout), table.stdout
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan import plan_session
 from agentx.replayer.records import RequestRecord, read_records, run_info, to_records
 from agentx.replayer.run_result import RunResult
+from agentx.results.summary import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -160,6 +161,33 @@ def test_sessions_budget_recycles(sim: SimServer, tmp_path: Path) -> None:
     assert all(counts[p] == (2 if by_play[p] == "a" else 3) for p in range(5))
     assert result.requests == 2 + 3 + 2 + 3 + 2
     _assert_exact(records)
+
+
+def test_a_recycled_play_hits_what_its_first_play_sent(sim: SimServer, tmp_path: Path) -> None:
+    """The trace's theoretical hit is fixed per turn; a session played again without a cache-bust marker resends
+    content the server has cached. The replay's own bound (`replayed_hit_blocks`) sees that, and so does the
+    server's cache; on the first plays the two agree with the trace."""
+    trace = _trace(
+        Session(session_id="a", root=Agent(requests=_chain(0.0, 3))),
+        Session(session_id="b", root=Agent(requests=_chain(0.0, 3, base_id=100))),
+    )
+    result, records = _replay(trace, _options(sim, tmp_path, concurrency=1, sessions=4))
+    assert [r.session_id for r in sorted(records, key=lambda r: r.sent_ns)] == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + [
+        "b"
+    ] * 3
+    _assert_exact(records)
+    for record in records:
+        if record.play < 2:
+            assert record.replayed_hit_blocks == record.theoretical_hit_blocks, record
+        else:
+            assert record.replayed_hit_blocks == record.theoretical_total_blocks, record  # every block sent before
+    again = [r for r in records if r.play >= 2 and r.turn == 0]
+    assert all(r.theoretical_hit_blocks == 0 and (r.cached_tokens or 0) > 0 for r in again)
+    summary = summarize(read_records(result.records_path))
+    blocks = sum(r.theoretical_total_blocks or 0 for r in records)
+    assert summary.cache.replayed_hit_rate == pytest.approx(sum(r.replayed_hit_blocks or 0 for r in records) / blocks)
+    assert summary.cache.theoretical_hit_rate is not None
+    assert summary.cache.replayed_hit_rate > summary.cache.theoretical_hit_rate
 
 
 def test_deadline_cancels_in_flight_after_grace(slow_sim: SimServer, tmp_path: Path) -> None:

@@ -193,7 +193,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             _pct(summary.cache.usage_hit_rate),
         ],
         ["server (vLLM counters)", _pct(summary.cache.server_hit_rate)],
-        ["theoretical (trace)", _pct(summary.cache.theoretical_hit_rate)],
+        ["bound: infinite cache of what the run sent", _pct(summary.cache.replayed_hit_rate)],
+        ["theoretical: the trace's, per turn (AgentX)", _pct(summary.cache.theoretical_hit_rate)],
     ]
     tables.append(FittedTable("prefix-cache hit", [text_column("source"), Column("hit rate")], cache_rows))
     if summary.server_telemetry is not None:

@@ -193,6 +193,8 @@ class Play:
         self.completed_ns = [0] * n
         self.sent_ns = [0] * n
         """When each step's request went out (0: not sent)."""
+        self.replayed_hit_blocks: list[int | None] = [None] * n
+        """Per step sent: its leading blocks the run had already sent (agentx.replayer.sent_blocks)."""
         self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
         self.conversations: dict[str, Conversation] = {}

@@ -36,10 +36,10 @@ from agentx.replayer.ipc_files import IpcReader
 from agentx.replayer.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.9"
+FORMAT_VERSION: Final = "1.10"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
 `itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
-`worker` and `node`."""
+`worker` and `node`; 1.10 `replayed_hit_blocks`."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
@@ -108,6 +108,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     cached_tokens: int | None = None
     theoretical_hit_blocks: int | None = None
     theoretical_total_blocks: int | None = None
+    replayed_hit_blocks: int | None = None
     api_time_recorded_s: float | None = None
     ttft_recorded_s: float | None = None
     status: Status = "ok"
@@ -221,6 +222,11 @@ COLUMNS: list[tuple[pa.Field, str]] = [
         "theoretical prefix-cache hit: leading hash-id blocks already produced in the trace; null if unset",
     ),
     (pa.field("theoretical_total_blocks", _INT64), "hash-id blocks of the request; null if unset"),
+    (
+        pa.field("replayed_hit_blocks", _INT64),
+        "the replay's own bound: leading hash-id blocks whose content the run had already sent, in send order "
+        "(a play without a cache-bust marker hits its earlier plays); null if unset",
+    ),
     (pa.field("api_time_recorded_s", _FLOAT), "the trace's recorded server time of the request; null if unknown"),
     (pa.field("ttft_recorded_s", _FLOAT), "the trace's recorded TTFT (streamed requests); null if unknown"),
     (pa.field("status", _STR, nullable=False), '"ok" or "error"'),
@@ -380,7 +386,8 @@ def describe_layout() -> str:
         "- Duration = (max `end_ns` − min `sent_ns`) / 1e9 over the kept rows; throughput = ΣISL, ΣOSL over it,",
         "  with ISL = `isl_server_tokens` else `isl_sent_tokens` and OSL = `osl_server_tokens` else",
         "  `osl_streamed_tokens` (the OSL `tpot_s` uses).",
-        "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks`.",
+        "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks` (the trace's, per",
+        "  turn); replayed hit rate = Σ`replayed_hit_blocks` / Σ`theoretical_total_blocks` (the run's own bound).",
         "- Goodput (with `--slo`) = the profiling rows with `slo_met` true, per second of that duration; the fraction",
         "  meeting the SLOs is over the profiling rows not cancelled (`error_kind` ≠ `cancelled`). Files from",
         "  before format 1.7 have no `slo_met`.",

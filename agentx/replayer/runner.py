@@ -29,6 +29,7 @@ from agentx.replayer.play import Play, PreparedSession, PreparedTrace, marker_he
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import Phase, RequestRecord
 from agentx.replayer.sending import OnRecord, Recorder, Sender
+from agentx.replayer.sent_blocks import SentBlocks
 from agentx.replayer.tstar import Snapshot, snapshot, t_star
 from agentx.replayer.warmup import (
     LaneStart,
@@ -140,7 +141,9 @@ class Runner:
         self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
         """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
         (tree, step, waiting on subagents) (agentx.replayer.warmup.handoff_steps)."""
-        self.sender = Sender(client, bodies.path, self.idle, self.recorder, options.runtime.grace_s)
+        self.sender = Sender(
+            client, bodies.path, self.idle, self.recorder, options.runtime.grace_s, SentBlocks(bodies.session_scope)
+        )
         cap = options.scenario.num_requests
         self.sender.request_cap = None if cap is None else shard_share(cap, options.runtime.shard)
         self.sender.on_cap = self.halt
@@ -429,6 +432,7 @@ class Runner:
                     steps.create_task(self._step(tree, step))
         finally:
             self.live_plays.discard(tree)
+            self.sender.sent_blocks.forget(tree)
         self.trees_finished += 1
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
 

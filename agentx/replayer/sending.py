@@ -23,6 +23,7 @@ from agentx.replayer.plan import Step
 from agentx.replayer.play import Play
 from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import WORKER_LOST, Phase, RequestRecord
+from agentx.replayer.sent_blocks import SentBlocks
 from agentx.replayer.slo import Slos
 
 OnRecord = Callable[[RequestRecord], None]
@@ -102,6 +103,7 @@ class Recorder:
             "osl_recorded_tokens": request.out_tokens,
             "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
             "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
+            "replayed_hit_blocks": tree.replayed_hit_blocks[step.index],
             "api_time_recorded_s": request.api_time,
             "ttft_recorded_s": request.ttft,
         }
@@ -210,12 +212,14 @@ class Sender:
         idle: IdleCaps,
         recorder: Recorder,
         grace_s: float,
+        sent_blocks: SentBlocks,
         on_sent: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.path = path
         self.idle = idle
         self.recorder = recorder
+        self.sent_blocks = sent_blocks
         self.on_sent = on_sent
         self._hard_stopped = False
         self._cancel_message = f"cancelled after the {grace_s:g} s grace period"
@@ -269,6 +273,7 @@ class Sender:
         """Send `step`'s body, due at `scheduled_ns`, and return its record (written already)."""
         tree.sent_ns[step.index] = time.perf_counter_ns()
         tree.sent[step.index].set()
+        tree.replayed_hit_blocks[step.index] = self.sent_blocks.hit(tree, step)
         request_id = str(uuid.uuid4())
         headers = {**tree.headers(step.agent_id), "X-Request-ID": request_id}
         if self.on_sent is not None:

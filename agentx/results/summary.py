@@ -201,12 +201,17 @@ def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
     both = np.isfinite(hit_blocks) & np.isfinite(total_blocks)
     total = float(total_blocks[both].sum())
     theoretical = float(hit_blocks[both].sum()) / total if total > 0 else None
+    replayed_blocks = floats(table, "replayed_hit_blocks")
+    sent = np.isfinite(replayed_blocks) & np.isfinite(total_blocks)
+    sent_total = float(total_blocks[sent].sum())
+    replayed = float(replayed_blocks[sent].sum()) / sent_total if sent.any() and sent_total > 0 else None
     return Cache(
         usage_hit_rate=usage_rate,
         usage_cached_tokens=cached_sum,
         usage_reported_requests=int(reported.sum()),
         server_hit_rate=server_rate,
         theoretical_hit_rate=theoretical,
+        replayed_hit_rate=replayed,
     )
 
 

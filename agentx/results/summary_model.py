@@ -106,7 +106,12 @@ class Cache(msgspec.Struct, kw_only=True):
     server_hit_rate: float | None
     """Δ`prefix_cache_hits` / Δ`prefix_cache_queries` of the server (vLLM), when metrics were given."""
     theoretical_hit_rate: float | None
-    """Σ hit blocks / Σ blocks of the trace's infinite causal cache, over kept requests that carry them."""
+    """Σ hit blocks / Σ blocks of the trace's infinite cache, over kept requests that carry them: the reference's
+    figure, fixed per turn whatever the run sent (a recycled play, a play resumed at t*)."""
+    replayed_hit_rate: float | None = None
+    """Σ replayed hit blocks / Σ blocks: an infinite cache of the prompts the run sent, in send order
+    (agentx.replayer.sent_blocks), the bound on what a server's prefix cache can hit in this run; None for records
+    before format 1.10."""
 
 
 class DispatchLag(msgspec.Struct, kw_only=True):
