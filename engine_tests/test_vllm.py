@@ -385,17 +385,44 @@ def test_a_sweep_and_its_report(spec_b: VllmServer, tmp_path: Path) -> None:
 # faults
 
 
-def test_a_prompt_over_the_context_is_vllms_400_and_a_context_overflow(spec_b: VllmServer, tmp_path: Path) -> None:
-    limit = _max_model_len(spec_b)
-    over = Request(t=0.0, model="m", in_tokens=limit + 256, out_tokens=8, api_time=1.0,
-                   hash_ids_added=tuple(range(900_000, 900_000 + (limit + 256) // BLOCK)))  # fmt: skip
-    fits = Request(t=1.0, model="m", in_tokens=512, out_tokens=8, api_time=1.0, hash_ids_added=tuple(range(8)))
-    trace = Trace(sessions=[Session(session_id="big", root=Agent(requests=[fits, over]))], block_size=BLOCK)
-    run = replay(spec_b, tmp_path / "run", saved(trace, tmp_path / "trace.arrow"), "--mode", "closed",
-                 "--delay-scale", "0")  # fmt: skip
-    records = {r.turn: r for r in run.records()}
-    assert records[0].status == "ok"
-    assert records[1].http_status == 400 and records[1].error_kind == "context_overflow", records[1]
+def test_the_context_edge_a_clamped_output_and_vllms_400(tmp_path: Path) -> None:
+    """Its own server with a 2,048-token context. A request whose output runs past the context gets what the context
+    leaves (vLLM clamps `max_tokens`; agentx holds `min_tokens` to the room `/v1/models` gives, else vLLM refuses it
+    with a 400 no overflow check recognises), as the references, which send no `min_tokens`, do; a prompt over the
+    context gets vLLM's 400 and is a context overflow."""
+    server = VllmServer(extra_args=("--max-model-len", str(SHORT_CONTEXT)))
+    try:
+        server.start()
+        limit = _max_model_len(server)
+        assert limit == SHORT_CONTEXT
+        fits = Request(t=0.0, model="m", in_tokens=512, out_tokens=8, api_time=1.0, hash_ids_added=tuple(range(8)))
+        near = Request(t=1.0, model="m", in_tokens=limit - 100, out_tokens=400, api_time=1.0,
+                       hash_ids_added=tuple(range(100, 100 + (limit - 100) // BLOCK)))  # fmt: skip
+        over = Request(t=0.0, model="m", in_tokens=limit + 256, out_tokens=8, api_time=1.0,
+                       hash_ids_added=tuple(range(900_000, 900_000 + (limit + 256) // BLOCK)))  # fmt: skip
+        trace = Trace(
+            sessions=[
+                Session(session_id="fits", root=Agent(requests=[fits, near])),
+                Session(session_id="big", root=Agent(requests=[over])),
+            ],
+            block_size=BLOCK,
+        )
+        run = replay(server, tmp_path / "run", saved(trace, tmp_path / "trace.arrow"), "--mode", "closed",
+                     "--concurrency", "2", "--delay-scale", "0")  # fmt: skip
+    finally:
+        server.stop()
+    records = {(r.session_id, r.turn): r for r in run.records()}
+    assert records[("fits", 0)].status == "ok"
+    clamped = records[("fits", 1)]
+    print(f"near the context: {clamped.isl_server_tokens} in, {clamped.osl_server_tokens} of 400 out")
+    assert clamped.status == "ok", clamped.error_message
+    assert clamped.osl_server_tokens == limit - (clamped.isl_server_tokens or 0) == 100
+    overflow = records[("big", 0)]
+    assert overflow.http_status == 400 and overflow.error_kind == "context_overflow", overflow
+
+
+SHORT_CONTEXT: Final = 2048
+"""The context of the server the context-edge test starts (the others keep the model's 131,072)."""
 
 
 def _max_model_len(server: VllmServer) -> int:

@@ -190,6 +190,24 @@ def test_a_recycled_play_hits_what_its_first_play_sent(sim: SimServer, tmp_path:
     assert summary.cache.replayed_hit_rate > summary.cache.theoretical_hit_rate
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_an_output_past_the_context_gets_what_the_context_leaves(tmp_path: Path, api: str) -> None:
+    """vLLM 0.32 clamps `max_tokens` to the context's room and refuses a `min_tokens` above it; the references send
+    no `min_tokens` and get the room's tokens. agentx holds `min_tokens` to the room the server's `/v1/models`
+    gives, so it gets the same answer; a prompt past the context stays a context overflow."""
+    near = _req(0.0, 900, 400, 0.5, 0, tuple(range(900 // BLOCK + 1)))
+    over = _req(1.0, 1100, 8, 0.5, 0, tuple(range(1000, 1000 + 1100 // BLOCK + 1)))
+    trace = _trace(Session(session_id="near", root=Agent(requests=[near])), _flat_session("over", 1))
+    trace.sessions[1].root.requests[0] = over
+    with SimServer(time_scale=0.001, block_size=BLOCK, max_model_len=1024) as server:
+        _, records = _replay(trace, _options(server, tmp_path, concurrency=2, api=api))
+    by_session = {r.session_id: r for r in records}
+    fits = by_session["near"]
+    assert fits.status == "ok", fits.error_message
+    assert fits.osl_server_tokens == 1024 - fits.isl_server_tokens < fits.osl_recorded_tokens
+    assert by_session["over"].error_kind == "context_overflow"
+
+
 def test_deadline_cancels_in_flight_after_grace(slow_sim: SimServer, tmp_path: Path) -> None:
     long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0), _req(61.0, 80, 4, 1.0)]))
     options = _options(slow_sim, tmp_path, concurrency=2, duration_s=0.3, grace_s=0.3)

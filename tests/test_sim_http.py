@@ -291,6 +291,15 @@ def test_eos_stops_early_after_min_tokens(sim: SimServer) -> None:
         assert choice["finish_reason"] == "stop" and response["usage"]["completion_tokens"] == len(choice["token_ids"])
 
 
+def test_max_tokens_past_the_context_is_clamped_to_it(sim: SimServer) -> None:
+    """vLLM 0.32 (`get_max_tokens`) and the simulator alike: what the context has left, not a 400."""
+    body = {"prompt": [8000] * 4000, "max_tokens": 500, "ignore_eos": True}
+    status, response = run(lambda session: post(session, sim.url, "/v1/completions", body))
+    assert status == 200, response
+    assert response["usage"]["completion_tokens"] == MAX_MODEL_LEN - 4000
+    assert response["choices"][0]["finish_reason"] == "length"
+
+
 def test_default_max_tokens_fills_the_context(sim: SimServer) -> None:
     body = {"prompt": [8000] * 96, "ignore_eos": True}
     status, response = run(lambda session: post(session, sim.url, "/v1/completions", body))
@@ -482,9 +491,10 @@ def test_chat_template_count_formula(sim: SimServer) -> None:
     [
         ("/v1/completions", {"prompt": "kawa", "n": 2}, 400, "n=2"),
         ("/v1/completions", {"prompt": [1000] * (MAX_MODEL_LEN + 1)}, 400, "maximum context length"),
-        ("/v1/completions", {"prompt": [1000] * 4000, "max_tokens": 200}, 400, "maximum context length"),
+        ("/v1/completions", {"prompt": [1000] * MAX_MODEL_LEN, "max_tokens": 8}, 400, "at least 1, got 0"),
+        ("/v1/completions", {"prompt": [1000] * 4000, "max_tokens": 200, "min_tokens": 200}, 400, "max_tokens=96, got"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a " * 5000}]}, 400, "context length"),
-        ("/v1/completions", {"prompt": "kawa", "model": "gpt-9"}, 404, "The model `gpt-9` does not exist."),
+        ("/v1/completions", {"prompt": "kawa", "model": "gpt-9"}, 404, "The model `gpt-9` does not exist. Valid"),
         ("/v1/completions", {"prompt": ["kawa", "bawone"]}, 400, "one prompt per request"),
         ("/v1/completions", {"prompt": [[1000, 1001]], "max_tokens": 1}, 200, ""),
         ("/v1/completions", {"prompt": [40000]}, 400, "out of vocabulary"),

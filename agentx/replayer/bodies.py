@@ -44,6 +44,8 @@ class BodyBuilder:
         self.primer_tokens = load.warmup_max_tokens if isinstance(load, AgentxLoad) else None
         self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
         self.renderer: ChatRenderer | None = None
+        self.context_lengths: Mapping[str, int] = {}
+        """Served model → its context length, where `/v1/models` says it (`min_tokens`)."""
 
     def max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:
         """The output length `step` forces: a primer's, or the recorded one (top-level turns capped)."""
@@ -54,6 +56,16 @@ class BodyBuilder:
         if cap is not None and tree.prepared.top_level[step.index]:
             out = min(out, cap)
         return max(1, out)
+
+    def min_tokens(self, model: str, prompt_tokens: int, out: int) -> int:
+        """The `min_tokens` forcing `out` tokens, held within what the model's context leaves after the prompt.
+
+        vLLM clamps `max_tokens` to that room and then refuses a `min_tokens` above it (a 400 no context-overflow
+        check recognises); the references send no `min_tokens`, so the server answers with the room's tokens. Held
+        to the room, agentx gets the same answer. A prompt that fills the context is left to the server's 400."""
+        context = self.context_lengths.get(model)
+        room = out if context is None else context - prompt_tokens
+        return min(out, room) if room >= 1 else out
 
     def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
         """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
@@ -74,12 +86,9 @@ class BodyBuilder:
             prefix_ids=marker_ids,
         )
         out = self.max_tokens(tree, step, phase)
+        model = tree.prepared.models[step.index]
         body = completions_body(
-            tree.prepared.models[step.index],
-            prompt,
-            out,
-            min_tokens=out,
-            **self._common(tree),
+            model, prompt, out, min_tokens=self.min_tokens(model, len(prompt), out), **self._common(tree)
         )
         return len(prompt), body
 
@@ -119,8 +128,10 @@ class BodyBuilder:
             session_id=session_id,
             marker=marker,
         )
+        model = tree.prepared.models[step.index]
+        out = self.max_tokens(tree, step, phase)
         body = chat_body(
-            tree.prepared.models[step.index], messages, self.max_tokens(tree, step, phase), **self._common(tree)
+            model, messages, out, min_tokens=self.min_tokens(model, sent_tokens, out), **self._common(tree)
         )
         return sent_tokens, body
 

@@ -46,6 +46,8 @@ class ModelNotServed(ServerError):  # noqa: N818
 
 class _Model(msgspec.Struct):
     id: str
+    max_model_len: int | None = None
+    """vLLM's and SGLang's context length of the model (absent elsewhere)."""
 
 
 class _ModelList(msgspec.Struct):
@@ -84,13 +86,17 @@ class Calls:
 
     async def probe_models(self, require: str | None = None) -> list[str]:
         """The model ids of `GET /v1/models`; raises ServerUnreachable, or ModelNotServed if `require` is absent."""
+        return list(await self.served_models(require))
+
+    async def served_models(self, require: str | None = None) -> dict[str, int | None]:
+        """`probe_models` with each model's context length, where the server says it (`max_model_len`)."""
         url = self.base_url + "/v1/models"
         status, reason, body = await self.call("GET", "/v1/models", None, timeout_s=None, accept="application/json")
         if status != 200:
             message = error_message(body) or reason
             raise ServerUnreachable(self.scrub(f"GET {url}: HTTP {status}: {message}"))
         try:
-            models = [model.id for model in _models_decoder.decode(body).data]
+            models = {model.id: model.max_model_len for model in _models_decoder.decode(body).data}
         except msgspec.DecodeError as exc:
             raise ServerUnreachable(self.scrub(f"GET {url}: not a model list: {exc}")) from None
         if require is not None and require not in models:

@@ -179,18 +179,19 @@ def chat_body(
     stream_options: Mapping[str, object] | None,
     extra_body: Mapping[str, object] | None = None,
     cache_salt: str | None = None,
+    min_tokens: int | None = None,
 ) -> bytes:
     """The JSON body of a streamed chat request forcing exactly `max_tokens` output tokens.
 
     Both `max_tokens` and `max_completion_tokens` are sent (servers differ in which one they honour),
-    with `min_tokens` and `ignore_eos`; `extra_body` is merged at the top level last.
+    with `min_tokens` (`max_tokens` unless given) and `ignore_eos`; `extra_body` is merged at the top level last.
     """
     body: dict[str, object] = {
         "model": model,
         "messages": messages,
         "max_tokens": max_tokens,
         "max_completion_tokens": max_tokens,
-        "min_tokens": max_tokens,
+        "min_tokens": max_tokens if min_tokens is None else min_tokens,
         "ignore_eos": True,
         "stream": True,
     }

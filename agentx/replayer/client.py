@@ -186,6 +186,10 @@ class Client:
         """The model ids of `GET /v1/models`; raises ServerUnreachable, or ModelNotServed if `require` is absent."""
         return await self._require_calls().probe_models(require)
 
+    async def served_models(self, require: str | None = None) -> dict[str, int | None]:
+        """`probe_models` with each model's context length, where the server says it (`max_model_len`)."""
+        return await self._require_calls().served_models(require)
+
     async def request_json(
         self, method: str, path: str, payload: object | None = None, *, timeout_s: float | None = None
     ) -> tuple[int, bytes]:

@@ -134,7 +134,8 @@ async def run_replay(
         limit=limit,
         context_overflow_substrings=options.scenario.context_overflow_substrings,
     ) as client:
-        served = await client.probe_models(require=options.server.model)
+        context_lengths = await client.served_models(require=options.server.model)
+        served = list(context_lengths)
         missing = [model for model in options.server.models if model not in served]
         if missing:
             raise ModelNotServed(
@@ -181,6 +182,7 @@ async def run_replay(
                 on_start(info, start_ns, clock)
             bodies = BodyBuilder(options, trace, space)
             bodies.stream_options = STREAM_OPTIONS[stream_usage]
+            bodies.context_lengths = {model: length for model, length in context_lengths.items() if length}
             if calibration is not None:
                 bodies.renderer = ChatRenderer(calibration, options.scenario.seed, trace.block_size)
             runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, on_record, clock)

@@ -119,7 +119,9 @@ def _decode(body: bytes, type_: type[Any]) -> Any:
 
 def _check_model(model: str | None, config: EngineConfig) -> None:
     if model is not None and model != config.model_name:
-        raise ClientError(f"The model `{model}` does not exist.", status=404, param="model")
+        raise ClientError(
+            f"The model `{model}` does not exist. Valid aliases: {config.model_name}.", status=404, param="model"
+        )
 
 
 def _message_pairs(messages: list[Message]) -> list[tuple[str, str]]:
@@ -210,10 +212,18 @@ def plan_generation(body: bytes, *, chat: bool, config: EngineConfig, tokenizer:
         ids = _completion_prompt_ids(request.prompt, tokenizer)
         requested = request.max_tokens
     prompt_ids = array("i", ids)
-    max_tokens = _max_tokens(requested, len(prompt_ids), config.max_model_len)
-    if not 0 <= request.min_tokens <= max_tokens:
+    text = (
+        isinstance(request, ChatBody)
+        or isinstance(request.prompt, str)
+        or (isinstance(request.prompt, list) and bool(request.prompt) and isinstance(request.prompt[0], str))
+    )
+    max_tokens = _max_tokens(requested, len(prompt_ids), config.max_model_len, text=text)
+    if request.min_tokens < 0:
+        raise ClientError(f"min_tokens must be greater than or equal to 0, got {request.min_tokens}.")
+    if request.min_tokens > max_tokens:
+        # vLLM checks after clamping max_tokens to the context: a prompt near the end of it fails here.
         raise ClientError(
-            f"min_tokens must be between 0 and max_tokens={max_tokens}, got {request.min_tokens}.", param="min_tokens"
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {request.min_tokens}."
         )
     options = request.stream_options
     include_usage = bool(request.stream and options is not None and options.include_usage)
@@ -233,30 +243,28 @@ def plan_generation(body: bytes, *, chat: bool, config: EngineConfig, tokenizer:
     )
 
 
-def _max_tokens(requested: int | None, prompt_len: int, max_model_len: int) -> int:
-    """vLLM's output budget: the request's, or what the context has left; context overflow is a 400."""
+def _max_tokens(requested: int | None, prompt_len: int, max_model_len: int, *, text: bool) -> int:
+    """vLLM 0.32's output budget (`get_max_tokens`): the request's, clamped to what the context has left; a prompt
+    over the context is a 400 (a text prompt is counted only up to one token past it, as vLLM's tokenizer
+    truncates it there: "at least"), and one that fills it leaves a budget of 0, which is refused."""
     if prompt_len == 0:
         raise ClientError("The prompt is empty (it has no tokens).", param="prompt")
-    if requested is None:
-        if prompt_len >= max_model_len:
-            raise ClientError(
-                f"This model's maximum context length is {max_model_len} tokens. However, your request has "
-                f"{prompt_len} input tokens. Please reduce the length of the input messages. "
-                f"(parameter=input_tokens, value={prompt_len})",
-                param="input_tokens",
-            )
-        return max_model_len - prompt_len
-    if requested < 1:
-        raise ClientError(f"max_tokens must be at least 1, got {requested}.", param="max_tokens")
-    if prompt_len + requested > max_model_len:
+    if prompt_len > max_model_len:
+        counted = max_model_len + 1 if text else prompt_len
+        qualifier = "at least " if counted == max_model_len + 1 else ""
         raise ClientError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested {requested} "
-            f"output tokens and your prompt contains {prompt_len} input tokens, for a total of "
-            f"{prompt_len + requested} tokens. Please reduce the length of the input prompt or the number of "
-            f"requested output tokens. (parameter=input_tokens, value={prompt_len})",
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{qualifier}{counted} input tokens, which exceeds this limit even without any output tokens. Please "
+            f"reduce the length of the input prompt. (parameter=input_tokens, value={counted})",
             param="input_tokens",
         )
-    return requested
+    budget = max_model_len - prompt_len if requested is None else min(requested, max_model_len - prompt_len)
+    if budget < 1:
+        value = budget if requested is None or requested >= 1 else requested
+        raise ClientError(
+            f"max_tokens must be at least 1, got {value}. (parameter=max_tokens, value={value})", param="max_tokens"
+        )
+    return budget
 
 
 # Streamed events: constant parts around the per-chunk text, ids and usage.
