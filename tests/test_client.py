@@ -201,7 +201,7 @@ def test_stream_faults(faulty: SimServer, faults: FaultConfig, kind: str) -> Non
 
 
 def test_context_overflow(sim: SimServer) -> None:
-    body = completion(sim.model, prompt(random.Random(6), MAX_MODEL_LEN), 10)
+    body = completion(sim.model, prompt(random.Random(6), MAX_MODEL_LEN + 1), 10)
     exchange = run(sim.url, lambda client: client.stream(COMPLETIONS, body))
     assert (exchange.error_kind, exchange.status) == ("context_overflow", 400)
     assert exchange.error_message is not None and "maximum context length" in exchange.error_message

@@ -186,7 +186,7 @@ def test_a_recycled_play_hits_what_its_first_play_sent(sim: SimServer, tmp_path:
     summary = summarize(read_records(result.records_path))
     blocks = sum(r.theoretical_total_blocks or 0 for r in records)
     assert summary.cache.replayed_hit_rate == pytest.approx(sum(r.replayed_hit_blocks or 0 for r in records) / blocks)
-    assert summary.cache.theoretical_hit_rate is not None
+    assert summary.cache.theoretical_hit_rate is not None and summary.cache.replayed_hit_rate is not None
     assert summary.cache.replayed_hit_rate > summary.cache.theoretical_hit_rate
 
 
@@ -204,6 +204,7 @@ def test_an_output_past_the_context_gets_what_the_context_leaves(tmp_path: Path,
     by_session = {r.session_id: r for r in records}
     fits = by_session["near"]
     assert fits.status == "ok", fits.error_message
+    assert fits.isl_server_tokens is not None
     assert fits.osl_server_tokens == 1024 - fits.isl_server_tokens < fits.osl_recorded_tokens
     assert by_session["over"].error_kind == "context_overflow"
 
