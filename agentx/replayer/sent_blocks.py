@@ -12,38 +12,73 @@ blocks can hit more, short of blocks its own decoding filled, whose tokens agent
 
 from __future__ import annotations
 
+from typing import Final
+
 from agentx.replayer.plan import Step
 from agentx.replayer.play import Play
 
+DENSE_IDS: Final = 1 << 24
+"""Ids below this are kept one byte each (traces number their blocks densely from 0 or 1); others in a set."""
+
+
+class Seen:
+    """The blocks of one content key sent so far: a byte per id for small ids, a set for the rest."""
+
+    __slots__ = ("_dense", "_sparse")
+
+    def __init__(self) -> None:
+        self._dense = bytearray()
+        self._sparse: set[int] = set()
+
+    def hit_then_add(self, ids: tuple[int, ...]) -> int:
+        """How many of `ids`, from the first, were seen before; then every one of them is seen."""
+        dense, sparse = self._dense, self._sparse
+        hit = 0
+        for block in ids:
+            if 0 <= block < DENSE_IDS:
+                if block >= len(dense) or not dense[block]:
+                    break
+            elif block not in sparse:
+                break
+            hit += 1
+        for block in ids:
+            if 0 <= block < DENSE_IDS:
+                if block >= len(dense):
+                    dense.extend(bytes(min(DENSE_IDS, max(block + 1, 2 * len(dense))) - len(dense)))
+                dense[block] = 1
+            else:
+                sparse.add(block)
+        return hit
+
 
 class SentBlocks:
-    """Blocks sent so far, per content key: a play with a cache-bust marker is its own key (kept on the play, freed
-    with it); without one, the session's (session-scoped hash ids) or the whole run's (global ones)."""
+    """Blocks sent so far, per content key: a play with a cache-bust marker is its own key (freed when the play
+    ends); without one, the session's (session-scoped hash ids) or the whole run's (global ones), kept for the run
+    at about a byte per block id."""
 
     def __init__(self, session_scope: bool) -> None:
         self.session_scope = session_scope
-        self._unmarked: dict[str, set[int]] = {}
-        self._marked: dict[int, set[int]] = {}
+        self._unmarked: dict[str, Seen] = {}
+        self._marked: dict[int, Seen] = {}
         """Per play with a marker (by `id(play)`), until the play ends (`forget`)."""
 
     def hit(self, play: Play, step: Step) -> int:
         """The leading blocks of `step`'s prompt already sent, then its blocks counted as sent."""
-        seen = self._seen(play)
-        ids = play.prepared.hash_ids[step.index]
-        hit = 0
-        for block in ids:
-            if block not in seen:
-                break
-            hit += 1
-        seen.update(ids)
-        return hit
+        return self._seen(play).hit_then_add(play.prepared.hash_ids[step.index])
 
     def forget(self, play: Play) -> None:
         """`play` ended: its marker's blocks can never be sent again."""
         self._marked.pop(id(play), None)
 
-    def _seen(self, play: Play) -> set[int]:
+    def _seen(self, play: Play) -> Seen:
         if play.marker is not None:
-            return self._marked.setdefault(id(play), set())
-        key = play.prepared.plan.session_id if self.session_scope else ""
-        return self._unmarked.setdefault(key, set())
+            table, key = self._marked, id(play)
+            seen = table.get(key)
+            if seen is None:
+                seen = table[key] = Seen()
+            return seen
+        name = play.prepared.plan.session_id if self.session_scope else ""
+        found = self._unmarked.get(name)
+        if found is None:
+            found = self._unmarked[name] = Seen()
+        return found
