@@ -2,7 +2,7 @@
 
 The simulator runs as its own process (`agentx.sim.process.SimServer`) and `agentx replay` as another, at
 `--concurrency 256` for `--minutes` of profiling; both processes' RSS (`VmRSS` of /proc/<pid>/status) and CPU
-are sampled every `--sample-s` seconds. Target (issue 16, item 8): RSS after 10 minutes ≤ 1.2 × RSS after
+are sampled every `--sample-s` seconds. Target (bench/README.md): RSS after 10 minutes ≤ 1.2 × RSS after
 1 minute, for each process and each mode. Never fails on a number. See bench/README.md.
 
 The load: `traces/sample.arrow` (20 coding-agent sessions, contexts growing to ~55k tokens on average and 140k
@@ -54,7 +54,7 @@ from agentx.trace.io import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 1.2
-"""RSS after `--minutes` ÷ RSS after 1 minute must not exceed this (issue 16, item 8)."""
+"""RSS after `--minutes` ÷ RSS after 1 minute must not exceed this: memory must not grow with the run."""
 REFERENCE_S = 60.0
 FAULT_MIX = FaultConfig(
     error_500_rate=0.02,

@@ -90,8 +90,12 @@ class ServerProcess:
         )
         if self.background:
             # Before it starts its workers (seconds later), which inherit both.
-            os.setpriority(os.PRIO_PROCESS, self._process.pid, BACKGROUND_NICE)
-            _lower_autogroup(self._process.pid)
+            try:
+                os.setpriority(os.PRIO_PROCESS, self._process.pid, BACKGROUND_NICE)
+                _lower_autogroup(self._process.pid)
+            except (OSError, ServerProcessError):
+                self.stop()
+                raise
         started = time.monotonic()
         deadline = started + self.startup_timeout_s
         while time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""Checks that terminal tables fit a width and never cut a number (issue 18, item 1): used by the table tests."""
+"""Checks that terminal tables fit a width and never cut a number: used by the table tests."""
 
 from __future__ import annotations
 

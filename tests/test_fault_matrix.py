@@ -1,4 +1,4 @@
-"""The fault matrix and the kill-the-server tests (issue 16): real replays over loopback HTTP against the simulator.
+"""The fault matrix and the kill-the-server tests: real replays over loopback HTTP against the simulator.
 
 Fault matrix: one replay per simulator fault, and one with them all mixed, each checked for the count identity
 (records = generation requests the server received − the stream-usage probe's; a request the client sent again,
@@ -327,7 +327,7 @@ def test_fault_matrix(name: str, sim: SimServer, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["error_500", "error_429"])
 def test_a_transient_error_on_the_probe_keeps_continuous_usage(name: str, sim: SimServer, tmp_path: Path) -> None:
-    """Issue 16, item 11: one 500 used to settle the run on `final`, and 429, 429, then 200 on `none` (no record
+    """One 500 used to settle the run on `final`, and 429, 429, then 200 on `none` (no record
     had the server's token counts). Under SEED the probe's first request meets the case's error status and a retry
     gets through (with another seed all three tries may fail, and `final` is then rightly assumed)."""
     outcome = _replay(sim, tmp_path, MATRIX[name][0])

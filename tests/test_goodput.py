@@ -1,4 +1,4 @@
-"""Goodput (issue 18, item 5): `--slo` parsing, the per-request verdict in the records, the summary's goodput, the
+"""Goodput: `--slo` parsing, the per-request verdict in the records, the summary's goodput, the
 terminal summary and `agentx report`, against the simulator."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`agentx report --html`: one self-contained page, checked as text and in a real headless browser (Chromium, driven
-by Playwright): it loads with no console errors and every plot has a size (issue 18, item 8)."""
+by Playwright): it loads with no console errors and every plot has a size."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A lean start (issue 17, item 8): `import agentx` and the command line load no heavy dependency before a command
+"""A lean start: `import agentx` and the command line load no heavy dependency before a command
 needs it. Which modules load is pinned here; how long start-up takes is a figure of bench/startup.py, not a test."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Memory that must not grow over a long run (issue 16, item 8; bench/soak.py measures it for real).
+"""Memory that must not grow over a long run (bench/soak.py measures it for real).
 
 - A failed request leaves no reference cycle behind: under the replay's collector (agentx.replayer.collector) a
   cycle through a pooled connection was never freed, so every reset or malformed stream kept its connection,

@@ -79,7 +79,7 @@ def test_counts_errors_cancellations_in_flight_and_the_recent_output_rate() -> N
 
 def test_agentx_by_duration_warmup_then_the_profiling_window_then_draining() -> None:
     """The window is `duration_s` from the profiling start the engine reports, not from the run's start: a long
-    warmup no longer eats into it (issue 18: "8:11 left" during warmup)."""
+    warmup no longer eats into it (once it read "8:11 left" during the warmup)."""
     clock = FakeClock()
     progress = ReplayProgress(clock=clock, duration_s=600, grace_s=30, interval_s=0)
     progress.start()
@@ -117,7 +117,7 @@ def test_agentx_by_duration_warmup_then_the_profiling_window_then_draining() -> 
 
 def test_by_sessions_the_bar_counts_profiling_requests_only_at_the_pace_since_the_profiling_start() -> None:
     """A tree-bounded run: `planned` counts the profiling requests (agentx.cli.planned), so the warmup's primers
-    neither move the bar nor the pace, and the bar reaches 100% as the last request ends (issue 18: stuck at 60%)."""
+    neither move the bar nor the pace, and the bar reaches 100% as the last request ends (once it stuck at 60%)."""
     clock = FakeClock()
     progress = ReplayProgress(clock=clock, planned=40, interval_s=0)
     for _ in range(4):

@@ -1,4 +1,4 @@
-"""Server telemetry over a run (issue 18, item 7): each engine's `/metrics` names mapped onto agentx's series,
+"""Server telemetry over a run: each engine's `/metrics` names mapped onto agentx's series,
 server_metrics.arrow written as the run goes, the scraper's answers to what a server says, the summary, the plot and
 the AIPerf export."""
 

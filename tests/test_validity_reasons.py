@@ -1,4 +1,4 @@
-"""Validity in words (issue 18, item 3): every reason with the figure that caused it, on the terminal and in run.json;
+"""Validity in words: every reason with the figure that caused it, on the terminal and in run.json;
 "not applicable" outside the agentx mode; "yes" for a run that meets the rules."""
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ middle one every 1–10 s, more rarely as its pause grows with the requests in f
 every 10–60 s on the same rule. The run's own code leaves no reference cycles behind per request, so what
 these collections find is what libraries and errors leave; a cycle that reaches the oldest generation (one
 through a long-lived object, such as a pooled connection or a session tree's play) is freed only by a
-collection of that generation, so without the last one it stayed until the end of the run (issue 16, item 8:
-the replay's memory grew by megabytes a second under a fault mix).
+collection of that generation, so without the last one it stayed until the end of the run (the replay's memory
+grew by megabytes a second under a fault mix).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MIDDLE_EVERY_S: Final = (1.0, 10.0)
 MIDDLE_PAUSE_SHARE: Final = 0.0005
 """Middle collections take at most this share of the time: rare long pauses under heavy load (~6 ms at 360
 requests in flight: every 10 s, delaying ~6 of 10,000 requests at 1,000/s), every few seconds when they are short
-(setup C at 200/s: ~1.5 ms)."""
+(bench/README.md's setup C at 200/s: ~1.5 ms)."""
 OLDEST_EVERY_S: Final = (10.0, 60.0)
 """The oldest generation's period bounds, with the same pause share: it holds only what the run made and kept
 through two collections (set-up is frozen), ~100k objects at 256 lanes, a pause of a few ms; the bound of a minute

@@ -5,7 +5,7 @@ Server and network failures never raise out of a request; they end it with an er
 message of at most `MESSAGE_MAX_CHARS`. An error answer's message is read from its body in the shapes
 OpenAI-compatible servers use (`error_message`); any error whose text names a context overflow is one
 (`overflows`), whatever its status or whether it came as a status or an in-stream error event (reference:
-`common/scenario/context_overflow.py`, applied to every error record; docs/agentx.md §5).
+`aiperf/common/scenario/context_overflow.py`, applied to every error record; docs/agentx.md §5).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ touching order, spacing or dependencies:
 - **Per-tree idle cap** (optional, runtime kind): the same, per tree, after `tree_cap_s` with nothing of that
   tree in flight, on that tree's pending timers.
 
-This is the reference's rule (`common/loop_scheduler.py` `cap_pending_delay`, called by
-`timing/strategies/agentic_replay.py` `enforce_system_idle_cap` once a return has been processed): a shift
+This is the reference's rule (`aiperf/common/loop_scheduler.py` `cap_pending_delay`, called by
+`aiperf/timing/strategies/agentic_replay.py` `enforce_system_idle_cap` once a return has been processed): a shift
 acts once, on the timers pending at that moment. A timer set later, after the next request returns, is
 measured from that request's real completion with its full recorded delay, so a jump never shortens a future
 think time. The reference shifts at the idle start so that the earliest fires at idle start + cap; a watchdog

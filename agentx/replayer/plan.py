@@ -15,7 +15,7 @@ with `completion(None) = 0`, the session's start on the replay clock. The rules 
   launched by one tool call keep their recorded stagger relative to one another, not relative to the anchor's
   end. A branch of the root that began while its spawning request was still running (`branch_start_t < t +
   api_time`, api_time known) starts from that request's *send* instead and waits `max(0, child_first_t − t)`,
-  as the reference dispatches such branches when the request is issued (`timing/branch_orchestrator.py`,
+  as the reference dispatches such branches when the request is issued (`aiperf/timing/branch_orchestrator.py`,
   `on_credit_issued`).
   This drops the recorded gap between the anchor's end and the branch's spawn (real traces have gaps of
   minutes: the parent's think time while it decided to spawn). `child_offset="anchor_end"` keeps it
@@ -218,7 +218,7 @@ def plan_session(session: Session, *, child_offset: ChildOffset = "branch_start"
 
 def _before_end_ms(start_s: float, t_s: float, api_time_s: float) -> bool:
     """Whether `start_s` falls before the end of a request at `t_s` lasting `api_time_s`, compared in milliseconds
-    as the references do (`timing/branch_orchestrator.py`, `on_credit_issued`): a branch recorded at its spawning
+    as the references do (`aiperf/timing/branch_orchestrator.py`, `on_credit_issued`): a branch recorded at its spawning
     turn's end is one rounding away from it, and the side it falls on decides the anchor."""
     return start_s * 1000.0 < t_s * 1000.0 + api_time_s * 1000.0
 
@@ -259,7 +259,7 @@ def _barriers(session: Session, steps: Sequence[Step]) -> dict[int, list[int]]:
                         continue
                     completed = [c for c in other if c.request.t < s and c.request.end <= s]
                     if completed:
-                        # The latest to complete (reference: `timing/replay_dependencies.py`,
+                        # The latest to complete (reference: `aiperf/timing/replay_dependencies.py`,
                         # `infer_cross_stream_predecessors`), ties to the later start, then the later turn.
                         candidates.append(max(completed, key=lambda c: (c.request.end, c.request.t, c.turn)))
                 kept = [

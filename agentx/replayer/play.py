@@ -108,7 +108,7 @@ class Hits:
     as the sessions asked for (`StartOrderHits`), so the first request does not wait for the whole trace.
 
     A block counts as seen once its request has *started*, in recorded start order, as the reference computes
-    it (`dataset/loader/weka_metric_prepass.py`, `compute_shared_prefix_cache_metrics`; docs/agentx.md §6), not
+    it (`aiperf/dataset/loader/weka_metric_prepass.py`, `compute_shared_prefix_cache_metrics`; docs/agentx.md §6), not
     once it has ended (`agentx inspect`'s causal default)."""
 
     def __init__(self, sessions: ReplaySessions) -> None:
@@ -237,9 +237,9 @@ class Play:
 
     def headers(self, agent_id: str) -> dict[str, str]:
         """The session headers of `agent_id`'s requests (docs/agentx.md §2d, reference
-        `transports/base_transports.py`): `X-Correlation-ID` carries the agent session's correlation id, as do the
-        affinity headers of the play (`X-Session-Affinity` under AIPerf 0.13.0's rules, and the chosen ones);
-        Dynamo's also names the parent session."""
+        `aiperf/transports/base_transports.py`): `X-Correlation-ID` carries the agent session's correlation id, as
+        do the affinity headers of the play (`X-Session-Affinity` under AIPerf 0.13.0's rules, and the chosen
+        ones); Dynamo's also names the parent session."""
         headers = self._headers.get(agent_id)
         if headers is None:
             correlation_id = self.correlation_id(agent_id)

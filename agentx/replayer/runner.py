@@ -1,6 +1,6 @@
 """The schedule of a run: lanes of session trees (or open-loop arrivals), each tree's steps as a DAG, each step
 sent when it is due (agentx.replayer.due; docs/agentx.md §3a, §4; docs/replay.md). The pieces it composes: bodies
-(agentx.replayer.bodies), records and counters (agentx.replayer.recording), the AgentX warmup and the profiling
+(agentx.replayer.bodies), records and counters (agentx.replayer.sending), the AgentX warmup and the profiling
 gate (agentx.replayer.warmup), idle caps (agentx.replayer.idle) and work off the loop (agentx.replayer.offloop).
 """
 
@@ -49,7 +49,7 @@ LOOP_LAG_TICK_S = 0.1
 """How often the event-loop lag is sampled."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
-long first body (~100k tokens) does not delay the send (setup C: dispatch lag p99 2.7 → 1.9 ms)."""
+long first body (~100k tokens) does not delay the send (bench/README.md, setup C: dispatch lag p99 2.7 → 1.9 ms)."""
 _log = logging.getLogger(__name__)
 
 
@@ -520,7 +520,7 @@ class Runner:
             child_start = step.depth > 0 and step.turn == 0 and not first_live
             if (child_start or joins_after) and not self.rules.child_timers_capped:
                 # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
-                # (`timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
+                # (`aiperf/timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
                 stopped = await self._sleep_until(due_ns)
             else:
                 stopped, due_ns = await self.idle.wait(tree, due_ns, self.stopped)
@@ -546,7 +546,7 @@ class Runner:
 
     async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: bytes) -> RequestRecord:
         """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as
-        the references abort on any failed root request of their warmup (`credit/callback_handler.py`,
+        the references abort on any failed root request of their warmup (`aiperf/credit/callback_handler.py`,
         `_handle_warmup_failure`; docs/agentx.md §5)."""
         record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
         if record.status == "error" and step.depth == 0 and not self.gate.aborted and not self.stopped.is_set():

@@ -29,7 +29,7 @@ from agentx.replayer.slo import Slos
 OnRecord = Callable[[RequestRecord], None]
 FAILURE_THRESHOLD_MIN_REQUESTS: Final = 10
 """The failure threshold is judged only once max(this, concurrency) profiling requests have ended, the reference's
-grace floor (`records/records_manager.py`): one early error must not cancel a run."""
+grace floor (`aiperf/records/records_manager.py`): one early error must not cancel a run."""
 LATE_NOTICE_S: Final = 1.0
 """The first profiling request sent more than this late is announced: the run fell behind its schedule."""
 

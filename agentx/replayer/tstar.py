@@ -107,7 +107,7 @@ def snapshot(plan: SessionPlan, t_star: float) -> Snapshot:
         first = live[0]
         # Live at t* unless its own start is an ordinary step after a turn the replay sends (a subagent whose
         # spawning turn had not started by t*): then the plan's anchor and delay place it. One whose spawning
-        # turn had started, even if still in flight at t*, is live (reference: `timing/trajectory_source.py`,
+        # turn had started, even if still in flight at t*, is live (reference: `aiperf/timing/trajectory_source.py`,
         # the `spawn_turn_not_completed` test, which despite its name tests the start).
         anchor_of_first = steps[first.anchor] if first.anchor is not None else None
         if anchor_of_first is None or anchor_of_first.index in done or anchor_of_first.index in skipped:

@@ -188,7 +188,7 @@ async def send_primers(
         record = await run.sender.send(play, step, due_ns, sent_tokens, body, phase="warmup")
         if record.status == "error" and step.depth == 0 and not failures and not run.stopped.is_set():
             # The first failed root primer ends the run at once, in-flight primers cancelled (reference:
-            # `credit/callback_handler.py`, `_handle_warmup_failure`).
+            # `aiperf/credit/callback_handler.py`, `_handle_warmup_failure`).
             failures.append(record)
             run.stop()
             run.hard_stop("a root agent's warmup primer failed")

@@ -2,7 +2,7 @@
 records as plain tables (Arrow IPC file, Parquet, CSV: agentx.results.export_tables).
 
 The files carry every key AIPerf 0.13.0 writes that agentx can measure, by the reference's definitions
-(`metrics/types/*.py`, `analysis/sweepline*.py`, `exporters/metrics_json_exporter.py`):
+(`aiperf/metrics/types/*.py`, `aiperf/analysis/sweepline*.py`, `aiperf/exporters/metrics_json_exporter.py`):
 
 - `agentx.results.export_metrics`: the per-request metrics, computed once for both files;
 - `agentx.results.export_jsonl`: `profile_export.jsonl`, one object per record, warmup included;

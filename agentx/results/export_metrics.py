@@ -3,7 +3,7 @@
 `record_metrics` turns a records table into one float array per AIPerf metric tag (NaN where the metric is
 undefined for the row) plus the inter-chunk latencies, in AIPerf's display units (ms, tokens, tokens/sec/user,
 %). `profile_export.jsonl` writes a row's defined values; `profile_export_aiperf.json` aggregates them. Each
-definition is the reference's (AIPerf 0.13.0, `metrics/types/*.py`), stated on the tag in `DEFINITIONS`; the
+definition is the reference's (AIPerf 0.13.0, `aiperf/metrics/types/*.py`), stated on the tag in `DEFINITIONS`; the
 columns are `agentx.replayer.records`' (times in ns from the run start):
 
 - Only successful rows (`status == "ok"`, AIPerf's valid records) get metrics; a failed row gets
@@ -233,7 +233,7 @@ class RecordMetrics:
 
 
 def _requested_osl(table: pa.Table, ctx: RunContext) -> FloatArray:
-    """The `max_tokens` the engine sent each row (agentx.replayer.engine, `_max_tokens`)."""
+    """The `max_tokens` the run sent each row (agentx.replayer.bodies, `BodyBuilder.max_tokens`)."""
     recorded = column(table, "osl_recorded_tokens")
     cap = ctx.options.get("max_output_tokens")
     if isinstance(cap, int | float) and not isinstance(cap, bool):

@@ -1,6 +1,6 @@
 """Time-weighted concurrency, throughput and tokens-in-flight of a phase: AIPerf's `effective_*`, `active_*`
-and `tokens_in_flight` (reference: `analysis/sweepline.py`, `sweepline_stats.py`, `sweepline_kv_cache.py`,
-`metrics/accumulator_sweeps.py`).
+and `tokens_in_flight` (reference: `aiperf/analysis/sweepline.py`, `sweepline_stats.py`, `sweepline_kv_cache.py`,
+`aiperf/metrics/accumulator_sweeps.py`).
 
 Every request of the phase is an interval on one clock: start = sent, generation start = first content chunk
 (successful requests only), end = response fully read. Step functions over those events:

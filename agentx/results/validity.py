@@ -9,14 +9,14 @@ A run is valid unless one of these applies (reasons are reported in this order):
   `overflows / (request_count + error_request_count + overflows)` > 1 %, where overflows are records with
   `error_kind = "context_overflow"`, `request_count` the successes and `error_request_count` every other
   failed record (cancelled ones included): the reference keeps overflows apart from the errors
-  (`records/records_manager.py`). The turns not sent after an overflow (`run.skipped_context_overflow` in
+  (`aiperf/records/records_manager.py`). The turns not sent after an overflow (`run.skipped_context_overflow` in
   `run.json`) are reported in the details, not counted.
 - `run_cancelled`: `run.interrupted` is true or `run.cancel_reason` is non-empty; also when there is no run
   file at all, since every run that ends (interrupted ones included) writes `run.json`, so a run without one
   crashed or is still going.
 - `insufficient_profile_metric_coverage`, by the rule set's coverage rule (`RuleSet.coverage`; the rule set is
   the options' `rules`, AIPerf 0.13.0's for a run that predates rule sets):
-  - `last_metric` (agentx-harness 1.0.12, `records/records_manager.py`,
+  - `last_metric` (agentx-harness 1.0.12, `aiperf/records/records_manager.py`,
     `_validate_profile_metric_duration_coverage`): for a run of a configured duration ≥ `COVERAGE_MIN_PHASE_S`
     (900 s) that was not cancelled, the TTFT ratio is (the last first token of a successful profiling request −
     the profiling start) / the duration, the ITL ratio the same of the last response end of a successful request

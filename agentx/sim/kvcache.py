@@ -52,7 +52,7 @@ class KVCache:
     hash ↔ block map of cached blocks and the free lists. Everything but the hash → block map is sized
     once for `num_blocks`, so a full cache's bookkeeping costs little more than an empty one's: with a
     block → hash dict and an OrderedDict of evictable blocks, the simulator's memory grew by ~35 MB (at
-    262,144 blocks) over the first minutes of a long run, as the cache filled (issue 16, item 8).
+    262,144 blocks) over the first minutes of a long run, as the cache filled (bench/soak.py's target).
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:

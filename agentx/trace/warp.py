@@ -5,7 +5,7 @@ Sort every request start of a session tree (root, subagents, split chains); for 
 consecutive starts longer than the cap, remove `g − cap`: times within the first `cap` seconds of the gap
 keep their place, times in the removed part map to the gap's start + cap, and everything later shifts left.
 Delays are then recomputed from the warped times, so the replay's end-to-start rule sees the shortened
-gaps. The newer runtime version (`replay/idle.py`) acts on the live schedule instead; one run uses one.
+gaps. The newer runtime version (`agentx/replayer/idle.py`) acts on the live schedule instead; one run uses one.
 """
 
 from __future__ import annotations
