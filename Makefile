@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# The distribution was named agentx before agentx-replay: an older venv's install goes first.
+	$(BIN)/python -m pip uninstall --quiet --yes agentx 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import version as package_version
 
 import pytest
 from aiohttp import web
 from loopback import serve
 
+from agentx.distribution import installed_version
 from agentx.replayer.client import Client
 from agentx.replayer.identity import ServerIdentity, identify_server
 from agentx.sim.process import SimServer
@@ -45,7 +45,7 @@ def test_the_simulator_names_itself_though_it_answers_like_vllm() -> None:
 
     with SimServer(time_scale=0.01) as sim:
         found = asyncio.run(identify(sim.url))
-    assert found == ServerIdentity(engine="agentx-sim", version=package_version("agentx"), owned_by="vllm")
+    assert found == ServerIdentity(engine="agentx-sim", version=installed_version(), owned_by="vllm")
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
 FLOORS = {
     "errors": -1,
+    "distribution": -1,
     "trace": 0,
     "sim": 0,
     "replayer": 1,

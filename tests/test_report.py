@@ -7,7 +7,6 @@ import json
 import shutil
 import sys
 import xml.etree.ElementTree as ET
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,14 @@ from test_sweep import run_small_sweep
 from agentx.cli import main
 from agentx.cli.layout import FittedTable
 from agentx.cli.report_tables import MISSING, report_markdown, report_tables
+from agentx.distribution import installed_version
 from agentx.replayer.run_folder import RUN_FILE
 from agentx.results.acceptance import Acceptance, StreamAcceptance
 from agentx.results.folders import read_run_file
 from agentx.results.report import ReportOptions, build_report, load_series
 from agentx.results.report_notes import suggest_targets, with_target
 
-SIM = f"agentx-sim {package_version('agentx')}"
+SIM = f"agentx-sim {installed_version()}"
 """How the simulator's runs name their engine."""
 
 
@@ -169,7 +169,7 @@ def test_report_without_matplotlib_still_prints_and_says_how_to_get_plots(
     result = CliRunner().invoke(main, ["report", str(sweep_dir), "--plots", str(tmp_path / "plots")])
     assert result.exit_code == 0, result.output
     assert "throughput at every interactivity target" in result.stdout
-    assert "pip install 'agentx[plot]'" in result.output
+    assert "pip install 'agentx-replay[plot]'" in result.output
     assert not (tmp_path / "plots").exists()
 
 

@@ -8,6 +8,7 @@ import sys
 import click
 
 from agentx.cli.common import Group
+from agentx.distribution import DISTRIBUTION
 
 COMMANDS = {
     "validate": "agentx.cli.trace:validate",
@@ -31,7 +32,7 @@ COMMANDS = {
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="agentx")
+@click.version_option(package_name=DISTRIBUTION, message=f"%(prog)s ({DISTRIBUTION}) %(version)s")
 def main() -> None:
     """Replay agentic LLM workloads against OpenAI-compatible inference servers."""
     # The library says what a user must know mid-run (a long warmup, say) as warnings of the "agentx" logger;

@@ -222,7 +222,7 @@ class LocalCounter:
             from tokenizers import Tokenizer  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise CalibrationError(
-                "`--tokenizer` needs the `tokenizers` package: pip install 'agentx[tokenizer]'"
+                "`--tokenizer` needs the `tokenizers` package: pip install 'agentx-replay[tokenizer]'"
             ) from None
         try:
             self._tokenizer = Tokenizer.from_file(path)

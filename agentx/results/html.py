@@ -14,10 +14,10 @@ import datetime as dt
 import html
 import tempfile
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from agentx.distribution import installed_version
 from agentx.replayer.secrets import scrub
 from agentx.results.folders import finished_run
 from agentx.results.report import Report, Series, SeriesReport
@@ -146,10 +146,7 @@ def html_report(
     title: str = "agentx report",
 ) -> str:
     """The page of `report` (built from `series`), its tables `sections` and `notes`; plots when `plots`."""
-    try:
-        agentx_version = version("agentx")
-    except PackageNotFoundError:
-        agentx_version = "unknown"
+    agentx_version = installed_version()
     made = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<!DOCTYPE html>",

@@ -1,4 +1,4 @@
-"""Plots of a report (matplotlib, the optional extra `agentx[plot]`, imported only when plotting), PNG and SVG.
+"""Plots of a report (matplotlib, the optional extra `agentx-replay[plot]`, imported only when plotting), PNG and SVG.
 
 `write_plots(report, out_dir)` writes, every series of the report on the same axes where that makes sense:
 `frontier` (throughput per GPU vs interactivity, the interpolated front and the targets marked), `cost` ($/M vs
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-PLOT_HINT: Final = "plots need matplotlib: pip install 'agentx[plot]'"
+PLOT_HINT: Final = "plots need matplotlib: pip install 'agentx-replay[plot]'"
 FORMATS: Final = ("png", "svg")
 _DPI = 120
 

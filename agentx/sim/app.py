@@ -11,13 +11,12 @@ import contextlib
 import hmac
 import time
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from agentx.distribution import installed_version
 from agentx.sim import protocol
 from agentx.sim.engine import Engine
 from agentx.sim.faults import NO_FAULTS, FaultConfig, FaultInjector, FaultPlan, reset_connection
@@ -245,7 +244,7 @@ class SimApp:
         return web.Response()
 
     async def version(self, request: web.Request) -> web.Response:
-        body = msgspec.json.encode({"version": f"agentx-sim {_agentx_version()}"})
+        body = msgspec.json.encode({"version": f"agentx-sim {installed_version()}"})
         return web.Response(body=body, content_type=_JSON)
 
     async def models(self, request: web.Request) -> web.Response:
@@ -280,10 +279,3 @@ class SimApp:
             return _error(400, f"Invalid fault settings: {exc}")
         self.faults.apply(config)
         return web.Response(body=msgspec.json.encode(self.faults.current()), content_type=_JSON)
-
-
-def _agentx_version() -> str:
-    try:
-        return package_version("agentx")
-    except PackageNotFoundError:
-        return "unknown"

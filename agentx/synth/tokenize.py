@@ -41,7 +41,7 @@ class ApproxTokenizer:
 
 
 class FileTokenizer:
-    """A Hugging Face `tokenizer.json` through the optional `tokenizers` package (agentx[tokenizer])."""
+    """A Hugging Face `tokenizer.json` through the optional `tokenizers` package (agentx-replay[tokenizer])."""
 
     exact = True
 
@@ -50,7 +50,7 @@ class FileTokenizer:
             from tokenizers import Tokenizer as HfTokenizer
         except ImportError as exc:  # the extra is optional: say how to get it
             raise ValueError(
-                "--tokenizer needs the optional tokenizers package: pip install 'agentx[tokenizer]'"
+                "--tokenizer needs the optional tokenizers package: pip install 'agentx-replay[tokenizer]'"
             ) from exc
         try:
             self._tokenizer = HfTokenizer.from_file(str(path))

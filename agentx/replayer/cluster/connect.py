@@ -1,6 +1,6 @@
 """Reaching a Ray cluster, and placing a run's shards on it (docs/distributed.md, "Starting a cluster").
 
-Ray is an optional extra (`agentx[ray]`): only a `--ray` run imports it, here.
+Ray is an optional extra (`agentx-replay[ray]`): only a `--ray` run imports it, here.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def import_ray() -> Any:
         import ray
     except ImportError:
         raise ConfigError(
-            "--ray needs Ray, an optional extra of agentx: pip install 'agentx[ray]' (on the driver and every node)"
+            "--ray needs Ray, an optional extra of agentx-replay: pip install 'agentx-replay[ray]' (on the driver and "
+            "every node)"
         ) from None
     return ray
 

@@ -1,0 +1,49 @@
+"""The distribution as a user installs it: a wheel named `agentx-replay` (the name `agentx` on the package index is
+another project's) gives the package `agentx` and the command `agentx` in a fresh venv."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import venv
+from pathlib import Path
+
+from agentx.distribution import DISTRIBUTION
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMPORTED = "import agentx, importlib.metadata as m; print(agentx.__file__, m.version('agentx-replay'))"
+
+
+def _run(*command: str | Path, cwd: Path) -> str:
+    done = subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_built_wheel_installs_as_agentx_replay_with_the_agentx_command(tmp_path: Path) -> None:
+    # Built from a copy: setuptools leaves a build/ folder beside the sources.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "agentx", source / "agentx", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    dist = tmp_path / "dist"
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", dist, source,
+         cwd=tmp_path)  # fmt: skip
+    (wheel,) = dist.glob("*.whl")
+    assert wheel.name.startswith("agentx_replay-")
+    fresh = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(fresh)
+    python = fresh / "bin" / "python"
+    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip())
+    # The dependencies come from this venv (offline); agentx itself only from the wheel.
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel, cwd=tmp_path)
+    assert _run(fresh / "bin" / "agentx", "--version", cwd=tmp_path).strip() == f"agentx ({DISTRIBUTION}) {VERSION}"
+    where, version = _run(python, "-c", IMPORTED, cwd=tmp_path).split()
+    assert Path(where).is_relative_to(site) and version == VERSION
+    listed = _run(python, "-m", "pip", "list", "--format=freeze", "--path", site, cwd=tmp_path)
+    assert f"{DISTRIBUTION}=={VERSION}" in listed.splitlines()
