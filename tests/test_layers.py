@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
 FLOORS = {
     "errors": -1,
     "distribution": -1,
+    "engines": -1,
     "trace": 0,
     "sim": 0,
     "replayer": 1,

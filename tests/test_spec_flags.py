@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentx.cli import main
-from agentx.spec.flags import ENGINES, engine_settings, number_text, shell_lines
+from agentx.engines import ENGINES
+from agentx.spec.flags import engine_settings, number_text, shell_lines
 
 
 def _vllm_config(al: float, k: int, method: str | None = None, as_rates: bool = False) -> dict[str, object]:

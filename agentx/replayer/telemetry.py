@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Protocol
 
+from agentx.engines import Engine
 from agentx.replayer.calls import METRICS_TIMEOUT_S, ServerUnreachable
 from agentx.replayer.client import Client
 from agentx.replayer.collector import QUIET_SPAN_NS
@@ -40,7 +41,6 @@ from agentx.replayer.options import ReplayOptions
 from agentx.replayer.secrets import scrub
 from agentx.replayer.telemetry_file import SERVER_METRICS_FILE, ServerMetricsInfo, TelemetryWriter
 from agentx.replayer.telemetry_series import (
-    Engine,
     detect_engine,
     engine_names,
     read_samples,

@@ -23,9 +23,10 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from agentx.engines import Engine
 from agentx.errors import ConfigError
 from agentx.replayer.ipc_files import IpcReader, fsync_path
-from agentx.replayer.telemetry_series import TELEMETRY, TELEMETRY_NAMES, Engine
+from agentx.replayer.telemetry_series import TELEMETRY, TELEMETRY_NAMES
 
 SERVER_METRICS_FILE: Final = "server_metrics.arrow"
 """The run folder's telemetry file, beside records.arrow."""

@@ -17,6 +17,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from agentx.engines import ENGINES, Engine
 from agentx.replayer.server_metrics import (
     ATOM_ACCEPTED,
     ATOM_DRAFT_TOKENS,
@@ -33,9 +34,6 @@ from agentx.replayer.server_metrics import (
     VLLM_DRAFT_TOKENS,
     VLLM_DRAFTS,
 )
-
-Engine = Literal["vllm", "sglang", "llamacpp", "trtllm", "atom"]
-ENGINES: Final[tuple[Engine, ...]] = ("vllm", "sglang", "llamacpp", "trtllm", "atom")
 
 Sources = tuple[tuple[str, ...], ...]
 """An engine's ways to read one series, tried in order: the first whose names are all exposed is read, as the sum

@@ -71,13 +71,14 @@ DEFAULT_TOLERANCE: Final = 0.05
 """Largest |realized − forced| AL accepted as the forced one (absolute, tokens per step)."""
 
 Source = Literal["counters", "stream"]
-Engine = Literal["vllm", "atom", "sglang", "llamacpp"]
+CountingEngine = Literal["vllm", "atom", "sglang", "llamacpp"]
+"""The engines (of `agentx.engines.ENGINES`) whose `/metrics` count speculative acceptance."""
 
 
 class CounterAcceptance(msgspec.Struct, kw_only=True):
     """Acceptance from the server's metrics."""
 
-    engine: Engine
+    engine: CountingEngine
     window: Literal["run", "gauge"]
     """`run`: counter deltas over the run; `gauge`: the server's own running figure, read after the run."""
     acceptance_length: float | None
@@ -160,7 +161,7 @@ def _llamacpp(before: Mapping[str, float], after: Mapping[str, float]) -> Counte
 
 
 def _step_counters(
-    before: Mapping[str, float], after: Mapping[str, float], engine: Engine, names: tuple[str, str, str, str]
+    before: Mapping[str, float], after: Mapping[str, float], engine: CountingEngine, names: tuple[str, str, str, str]
 ) -> CounterAcceptance | None:
     """vLLM's counter set, which llama.cpp's server copies under its own prefix: verification steps, draft
     tokens, accepted tokens, and accepted tokens per (0-based) draft position."""

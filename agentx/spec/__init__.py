@@ -4,7 +4,8 @@ Benchmarks compare servers that speculate by forcing each engine to accept draft
 published acceptance length; `agentx spec flags` prints the settings and `agentx spec golden` the values.
 """
 
-from agentx.spec.flags import ENGINES, EngineSettings, engine_settings
+from agentx.engines import ENGINES
+from agentx.spec.flags import EngineSettings, engine_settings
 from agentx.spec.golden import GoldenAL, GoldenCurve, find_curve, golden_al, golden_models
 
 __all__ = [
