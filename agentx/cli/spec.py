@@ -8,6 +8,7 @@ import msgspec
 from agentx.cli.common import (
     fail,
 )
+from agentx.engines import ENGINES
 
 
 @click.group()
@@ -16,7 +17,7 @@ def spec() -> None:
 
 
 @spec.command("flags")
-@click.option("--engine", required=True, help="vllm, sglang, trtllm, atom or llamacpp.")
+@click.option("--engine", required=True, help=f"{', '.join(ENGINES[:-1])} or {ENGINES[-1]}.")
 @click.option("--al", "acceptance_length", type=float, help="Acceptance length: tokens per step, bonus included.")
 @click.option("--golden", "golden_model", metavar="MODEL", help="Take the AL from MODEL's golden curve at --k.")
 @click.option("--k", "spec_k", type=int, required=True, help="Draft (speculative) tokens per step, K.")
