@@ -169,7 +169,10 @@ def test_a_bad_trace_exits_2_in_one_paragraph(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     done = subprocess.run(
-        [sys.executable, "-m", "agentx.cli", "compare", str(bad), str(bad)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "agentx.cli", "synth", "compare", str(bad), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2, done.stderr
     assert str(bad) in done.stderr and "Traceback" not in done.stderr

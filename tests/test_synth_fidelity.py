@@ -71,10 +71,10 @@ def test_like_generates_more_sessions_without_compressing_time(tmp_path: Path) -
 
 
 def test_cli_compare_prints_a_verdict_and_json(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["compare", str(SAMPLE), str(SAMPLE)])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(SAMPLE)])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1].startswith("alike: largest KS 0.000")
-    result = CliRunner().invoke(main, ["compare", str(SAMPLE), str(SAMPLE), "--json"])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(SAMPLE), "--json"])
     document = json.loads(result.output)
     assert document["alike"] is True
     assert {d["quantity"] for d in document["distances"]} == {
@@ -85,5 +85,5 @@ def test_cli_compare_prints_a_verdict_and_json(tmp_path: Path) -> None:
         "fan_out",
     }
     assert document["hit_curve"][-1]["capacity_tokens_per_session"] is None
-    result = CliRunner().invoke(main, ["compare", str(SAMPLE), str(tmp_path / "none.arrow")])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(tmp_path / "none.arrow")])
     assert result.exit_code == 2 and "no such file" in result.output and "Traceback" not in result.output

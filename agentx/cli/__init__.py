@@ -14,7 +14,6 @@ COMMANDS = {
     "validate": "agentx.cli.trace:validate",
     "convert": "agentx.cli.trace:convert",
     "inspect": "agentx.cli.trace:inspect",
-    "compare": "agentx.cli.trace:compare_command",
     "sim": "agentx.cli.sim:sim",
     "replay": "agentx.cli.replay:replay",
     "decode": "agentx.cli.replay:decode_command",

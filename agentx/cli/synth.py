@@ -138,3 +138,28 @@ def synth_generate(
         f"in {time.perf_counter() - started:.2f} s",
         markup=False,
     )
+
+
+@synth.command("compare")
+@click.argument("trace_a", type=click.Path(path_type=Path))
+@click.argument("trace_b", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def synth_compare(trace_a: Path, trace_b: Path, as_json: bool) -> None:
+    """How alike TRACE_A and TRACE_B are: KS distances, prefix-cache hit-rate curves, a verdict."""
+    from agentx.synth.compare import compare
+
+    fidelity = compare(load_trace(trace_a), load_trace(trace_b))
+    if as_json:
+        click.echo(msgspec.json.encode(fidelity).decode())
+        return
+    lines = [f"{'quantity':<22}{'KS':>7}{'limit':>8}{'median A':>12}{'median B':>12}{'n A':>9}{'n B':>9}"]
+    for d in fidelity.distances:
+        lines.append(
+            f"{d.quantity:<22}{d.ks:>7.3f}{d.limit:>8.3f}{d.median_a:>12,.1f}{d.median_b:>12,.1f}{d.count_a:>9,}{d.count_b:>9,}"
+        )
+    lines.append(f"{'cache tokens/session':<22}{'hit A':>9}{'hit B':>9}")
+    for point in fidelity.hit_curve:
+        capacity = "infinite" if point.capacity_tokens_per_session is None else f"{point.capacity_tokens_per_session:,}"
+        lines.append(f"{capacity:<22}{point.hit_rate_a:>9.1%}{point.hit_rate_b:>9.1%}")
+    lines.append(fidelity.verdict)
+    click.echo("\n".join(lines))
