@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint typecheck unit test-engine test-vllm test-reference bench schemas samples clean
+.PHONY: install demo test lint typecheck unit test-engine test-vllm test-reference bench schemas samples docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,10 @@ schemas: install
 
 samples: install
 	$(BIN)/python scripts/make_sample_traces.py
+
+# docs/cli.md: every command's --help (tests/test_cli_manual.py keeps it current).
+docs: install
+	$(BIN)/python -m agentx.cli.manual > docs/cli.md
 
 clean:
 	rm -rf $(VENV) $(REFERENCE_VENV) $(HARNESS_VENV) $(VLLM_VENV) .mypy_cache .pytest_cache .ruff_cache
