@@ -124,14 +124,15 @@ def _help_sections(command: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("command", ["replay", "sweep", "decode"])
 def test_help_lists_every_option_in_exactly_one_section_in_the_intended_order(command: str) -> None:
     assert isinstance(main, click.Group)
-    found = main.get_command(click.Context(main), command)
+    root = click.Context(main, info_name="agentx", **main.context_settings)  # as the command line makes it
+    found = main.get_command(root, command)
     assert isinstance(found, GroupedCommand)
     sections = _help_sections(command)
     assert list(sections) == [group for group in HELP_GROUPS if group in sections]  # no "Other", in order
     assert {"Server", "Load", "Output", "Speculative decoding", "Connection", "Run"} <= set(sections)
     listed = [name for names in sections.values() for name in names]
     assert len(listed) == len(set(listed)), "an option listed twice"
-    for param in found.get_params(click.Context(found)):
+    for param in found.get_params(click.Context(found, parent=root, info_name=command)):
         if isinstance(param, click.Option):
             assert sum(param.opts[0] in names for names in sections.values()) == 1, param.opts
     assert sections["Server"][0] == "--url" and sections["Run"][-1] == "--help"
