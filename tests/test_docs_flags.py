@@ -115,7 +115,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
 def _uses(path: Path) -> Iterator[tuple[str, set[str] | None, str]]:
     """(where, the commands it may belong to or None for any, flag) for every flag `path` names."""
     for number, line, fenced in _lines(path):
-        where = f"{path.relative_to(ROOT)}:{number}"
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{number}"
         if fenced:
             for commands, flag in _used(line):
                 yield where, commands, flag
@@ -155,8 +155,15 @@ def test_the_foreign_flags_are_named_in_the_docs_and_are_not_agentx_flags() -> N
     assert not sorted(set(FOREIGN) - named)
 
 
-def test_the_scan_sees_commands_tables_and_prose() -> None:
-    uses = list(_uses(ROOT / "README.md"))
+def test_the_scan_sees_commands_tables_and_prose(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```sh\nagentx sweep T --concurrency 1,2\n```\n\n"
+        "| command | what |\n|---|---|\n| `agentx replay T` | lanes resume at t* (`--tstar-window`) |\n\n"
+        "Plain prose names `--seed`.\n"
+    )
+    uses = list(_uses(page))
     assert ("--concurrency" in {flag for _, commands, flag in uses if commands == {"sweep"}}) is True
     assert any(commands == {"replay"} and flag == "--tstar-window" for _, commands, flag in uses)
-    assert any(commands is None for _, commands, _ in uses)
+    assert any(commands is None and flag == "--seed" for _, commands, flag in uses)
+    assert any(commands == {"sweep"} for _, commands, _ in _uses(ROOT / "README.md"))

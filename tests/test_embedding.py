@@ -1,5 +1,5 @@
-"""Good manners inside a host program: a library replay leaves process-wide state as it found it (README,
-"Embedding"); the garbage-collector control is the caller's to ask for, and the CLI asks."""
+"""Good manners inside a host program: a library replay leaves process-wide state as it found it
+(docs/api.md, "Embedding"); the garbage-collector control is the caller's to ask for, and the CLI asks."""
 
 from __future__ import annotations
 

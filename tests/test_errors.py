@@ -141,7 +141,7 @@ def test_a_leaf_maps_through_its_kind() -> None:
     from agentx.replayer.workers import WorkerFailed
 
     assert (exit_code(WorkerFailed("w")), exit_code(ServerUnreachable("s"))) == (EXIT_RUN_FAILED, EXIT_BAD_INPUT)
-    assert (EXIT_BAD_INPUT, EXIT_RUN_FAILED) == (2, 3)  # README, "Exit codes"
+    assert (EXIT_BAD_INPUT, EXIT_RUN_FAILED) == (2, 3)  # docs/cli.md, "Exit codes"
 
 
 @pytest.mark.parametrize(("kind", "code"), [(ConfigError, 2), (ServerError, 2), (RunError, 3), (TraceError, 2)])

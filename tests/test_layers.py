@@ -1,4 +1,4 @@
-"""The package's floors (README, "Layout"): every import points down, and no module imports itself in a cycle.
+"""The package's floors (docs/architecture.md): every import points down, and no module imports itself in a cycle.
 
 errors → trace, sim → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`.
 Imports inside functions count too: a lazy import is still a dependency. Imports for type checking only count for
@@ -149,6 +149,6 @@ def _imports_package(path: Path, package: str) -> bool:
 
 
 def test_only_the_cli_draws_for_the_terminal() -> None:
-    """rich is the terminal's: results/ and the floors below compute, cli/ presents (README, "Layout")."""
+    """rich is the terminal's: results/ and the floors below compute, cli/ presents (docs/architecture.md)."""
     drawing = [_module_name(path) for path in sorted(PACKAGE.rglob("*.py")) if _imports_package(path, "rich")]
     assert [module for module in drawing if _package(module) != "cli"] == []

@@ -1,6 +1,6 @@
 """records.arrow's two containers: an Arrow IPC file after a clean end, which pyarrow, polars and duckdb open, and
 the crash-safe stream a killed run leaves, which agentx reads and `agentx export --format arrow` finalizes; and a
-trace's `.arrow` file in the same three readers (README, Trace formats)."""
+trace's `.arrow` file in the same three readers (docs/formats.md)."""
 
 from __future__ import annotations
 

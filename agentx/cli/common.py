@@ -101,7 +101,7 @@ EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (
     (ServerError, EXIT_BAD_INPUT),
     (RunError, EXIT_RUN_FAILED),
 )
-"""Each kind of agentx error and the exit code it ends a command with (README, "Exit codes")."""
+"""Each kind of agentx error and the exit code it ends a command with (docs/cli.md, "Exit codes")."""
 
 
 def exit_code(error: AgentxError) -> int:
