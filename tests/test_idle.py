@@ -58,6 +58,65 @@ def test_the_system_cap_moves_every_pending_timer_by_one_amount() -> None:
     assert 40 * MS <= sent[0] <= 150 * MS
 
 
+@pytest.mark.parametrize(("at_return", "moved"), [(True, True), (False, False)])  # AIPerf 0.13.0, the harness
+def test_a_first_turn_slept_outside_the_caps_does_not_undo_aiperfs_shift_at_the_return(
+    at_return: bool, moved: bool
+) -> None:
+    """AIPerf 0.13.0 shifts at the return that leaves nothing in flight; a subagent's first turn it slept outside
+    its scheduler, sent 10 ms later, does not undo that (seen on a held-out trace: the reference sent a turn 10 s
+    after such a return, agentx 6 s later). The harness's watchdog ends with that send and starts again at the
+    child's return."""
+
+    async def go() -> tuple[bool, int, int, list[tuple[int, str, int]]]:
+        caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None, at_return=at_return)
+        a, b = _Tree(), _Tree()
+        stop = asyncio.Event()
+        caps.started(b)
+        far = time.perf_counter_ns() + 400 * MS
+        waiting = asyncio.create_task(caps.wait(a, far, stop))
+        await asyncio.sleep(0.01)
+        caps.finished(b)  # nothing in flight: the return the reference shifts at
+        returned_ns = time.perf_counter_ns()
+        await asyncio.sleep(0.01)
+        caps.started(b, outside_caps=True)  # the child's first turn, after its offset
+        await asyncio.sleep(0.02)
+        caps.finished(b)
+        child_returned_ns = time.perf_counter_ns()
+        stopped, due = await waiting
+        return stopped, due - returned_ns, due - child_returned_ns, caps.jumps
+
+    stopped, after_return_ns, after_child_ns, jumps = asyncio.run(go())
+    assert not stopped and len(jumps) == 1
+    if moved:
+        assert 45 * MS <= after_return_ns <= 60 * MS
+    else:
+        assert 45 * MS <= after_child_ns <= 60 * MS
+
+
+def test_a_return_driven_send_cancels_the_shift_at_the_return() -> None:
+    """A send before the next completion that the caps see (a timer due at once, a join) means the reference saw
+    a request in flight at the return: no shift."""
+
+    async def go() -> tuple[int, list[tuple[int, str, int]]]:
+        caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None, at_return=True)
+        a, b = _Tree(), _Tree()
+        stop = asyncio.Event()
+        caps.started(b)
+        far = time.perf_counter_ns() + 300 * MS
+        waiting = asyncio.create_task(caps.wait(a, far, stop))
+        await asyncio.sleep(0.01)
+        caps.finished(b)
+        caps.started(b)  # return-driven: in flight when the reference looks
+        await asyncio.sleep(0.1)
+        caps.finished(b)  # a later return: its own shift, from here
+        later_ns = time.perf_counter_ns()
+        _, due = await waiting
+        return due - later_ns, caps.jumps
+
+    after_later_ns, jumps = asyncio.run(go())
+    assert len(jumps) == 1 and 45 * MS <= after_later_ns <= 60 * MS
+
+
 def test_a_timer_set_after_a_jump_keeps_its_whole_delay() -> None:
     """The shift acts on the timers pending at that moment only (reference `cap_pending_delay`): a timer set
     afterwards is due its full delay from when it was set, never in the past."""

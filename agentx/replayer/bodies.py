@@ -27,9 +27,19 @@ MARKER_TOKENS: Final = 8
 
 
 class BodyBuilder:
-    """Builds the bodies of one run; `renderer` (chat) and `stream_options` are set once the server is known."""
+    """Builds the bodies of one run, made once the server is known: what `stream_options` it takes, its chat
+    `renderer` (`--api chat`: its calibration) and each served model's context length (`context_lengths`)."""
 
-    def __init__(self, options: ReplayOptions, trace: Trace, space: TokenSpace) -> None:
+    def __init__(
+        self,
+        options: ReplayOptions,
+        trace: Trace,
+        space: TokenSpace,
+        *,
+        stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"],
+        renderer: ChatRenderer | None = None,
+        context_lengths: Mapping[str, int] | None = None,
+    ) -> None:
         self.seed = options.scenario.seed
         self.max_output_tokens = options.scenario.max_output_tokens
         self.block_size = trace.block_size
@@ -42,9 +52,9 @@ class BodyBuilder:
         load = options.load
         self.cache_bust: Literal["marker", "salt", "off"] = load.cache_bust if isinstance(load, AgentxLoad) else "off"
         self.primer_tokens = load.warmup_max_tokens if isinstance(load, AgentxLoad) else None
-        self.stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"]
-        self.renderer: ChatRenderer | None = None
-        self.context_lengths: Mapping[str, int] = {}
+        self.stream_options = stream_options
+        self.renderer = renderer
+        self.context_lengths: Mapping[str, int] = context_lengths or {}
         """Served model → its context length, where `/v1/models` says it (`min_tokens`)."""
 
     def max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:

@@ -80,7 +80,7 @@ from agentx.replayer.record_writer import RecordWriter
 from agentx.replayer.records import RunInfo
 from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.replayer.run_result import CalibrationSummary, OnSent, RunResult
-from agentx.replayer.runner import Runner
+from agentx.replayer.runner import RunHooks, Runner
 from agentx.replayer.sending import OnRecord
 from agentx.trace.model import Trace
 
@@ -180,16 +180,19 @@ async def run_replay(
             writer = stack.enter_context(RecordWriter(records_path, info, flush_interval_s=math.inf, on_batch=on_batch))
             if on_start is not None:
                 on_start(info, start_ns, clock)
-            bodies = BodyBuilder(options, trace, space)
-            bodies.stream_options = STREAM_OPTIONS[stream_usage]
-            bodies.context_lengths = {model: length for model, length in context_lengths.items() if length}
-            if calibration is not None:
-                bodies.renderer = ChatRenderer(calibration, options.scenario.seed, trace.block_size)
-            runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, on_record, clock)
-            runner.sender.on_sent = on_sent
-            runner.sender.on_in_flight = on_in_flight
-            runner.gate.on_start = on_profiling
-            runner.notices.extend(notices)
+            renderer = (
+                ChatRenderer(calibration, options.scenario.seed, trace.block_size) if calibration is not None else None
+            )
+            bodies = BodyBuilder(
+                options,
+                trace,
+                space,
+                stream_options=STREAM_OPTIONS[stream_usage],
+                renderer=renderer,
+                context_lengths={model: length for model, length in context_lengths.items() if length},
+            )
+            hooks = RunHooks(on_record=on_record, on_sent=on_sent, on_in_flight=on_in_flight, on_profiling=on_profiling)
+            runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, clock, hooks, notices)
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
             with quiet_gc(options.runtime.quiet_gc):
                 main = asyncio.create_task(runner.run())

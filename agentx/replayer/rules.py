@@ -54,6 +54,9 @@ class RuleSet(msgspec.Struct, frozen=True, kw_only=True):
     child_timers_capped: bool
     """Whether the idle caps move a subagent's delayed first turn and a join's deadline (§3a, §4b); False: those are
     slept outside the caps."""
+    system_cap_at_return: bool
+    """The system idle cap shifts at each return that leaves nothing in flight, the timers pending then (§4b);
+    False: a watchdog shifts once nothing has been in flight for the cap."""
     coverage: Literal["last_metric", "union"]
     """The coverage rule of validity (§5): `last_metric`, the last first token (or last response end with an ITL)
     must reach 95% of the configured duration, else the run is invalid and exits non-zero; `union`, agentx's own:
@@ -82,6 +85,7 @@ HARNESS: Final = RuleSet(
     profiling_start="phase",
     pressure="per_lane",
     child_timers_capped=True,
+    system_cap_at_return=False,
     coverage="last_metric",
     session_affinity_header=False,
     export_harness_metrics=True,
@@ -107,6 +111,7 @@ AIPERF_0_13_0: Final = RuleSet(
     profiling_start="lane",
     pressure="pooled",
     child_timers_capped=False,
+    system_cap_at_return=True,
     coverage="union",
     session_affinity_header=True,
     export_harness_metrics=False,

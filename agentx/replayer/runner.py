@@ -12,7 +12,9 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+
+import msgspec
 
 from agentx.replayer import due
 from agentx.replayer.arrivals import rate_arrivals, trace_arrivals
@@ -61,6 +63,17 @@ def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
     return None if limit is None else shard_share(limit, options.runtime.shard)
 
 
+class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run calls as it goes, given when it is made: `on_record` with each record written, `on_sent` as each
+    request goes out, `on_in_flight` with the record a request keeps if its answer never arrives (a `--ray` shard
+    tells its driver), `on_profiling` once, as the profiling phase starts."""
+
+    on_record: OnRecord | None = None
+    on_sent: Callable[[], None] | None = None
+    on_in_flight: OnRecord | None = None
+    on_profiling: Callable[[], None] | None = None
+
+
 class Runner:
     """One run's schedule: lanes (or arrivals) draw trees, each tree runs its steps as a DAG, each step is
     sent when due; `stop()` ends it gracefully, `hard_stop()` cancels what is in flight."""
@@ -74,9 +87,11 @@ class Runner:
         bodies: BodyBuilder,
         run_id: str,
         start_ns: int,
-        on_record: OnRecord | None,
         clock: DispatchClock,
+        hooks: RunHooks | None = None,
+        notices: Sequence[str] = (),
     ) -> None:
+        hooks = hooks or RunHooks()
         self.prepared = prepared
         self.trace = trace = prepared.trace
         self.played: set[int] = set()
@@ -94,7 +109,7 @@ class Runner:
             marker_tokens=bodies.marker_tokens,
             failed_request_threshold=options.scenario.failed_request_threshold,
             lanes=lanes(options.load),
-            on_record=on_record,
+            on_record=hooks.on_record,
             notice=self.notice,
             fail_run=self.stop,
             slo=options.scenario.slo,
@@ -129,8 +144,13 @@ class Runner:
         )
         self.clock = clock
         from_start = self.runtime_tree_cap_s if self.rules.tree_idle_cap_mode == "warp" else None
-        self.idle = IdleCaps(options.scenario.system_idle_cap_s, from_start, clock)
-        self.gate = ProfilingGate(on_open=self._profiling_opened)
+        self.idle = IdleCaps(
+            options.scenario.system_idle_cap_s,
+            from_start,
+            clock,
+            at_return=options.scenario.rule_set.system_cap_at_return,
+        )
+        self.gate = ProfilingGate(on_open=self._profiling_opened, on_start=hooks.on_profiling)
         self.live_plays: set[Play] = set()
         """Trees being played now."""
         self.firsts: list[Play] = []
@@ -141,18 +161,25 @@ class Runner:
         self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
         """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
         (tree, step, waiting on subagents) (agentx.replayer.warmup.handoff_steps)."""
-        self.sender = Sender(
-            client, bodies.path, self.idle, self.recorder, options.runtime.grace_s, SentBlocks(bodies.session_scope)
-        )
         cap = options.scenario.num_requests
-        self.sender.request_cap = None if cap is None else shard_share(cap, options.runtime.shard)
-        self.sender.on_cap = self.halt
+        self.sender = Sender(
+            client,
+            bodies.path,
+            self.idle,
+            self.recorder,
+            options.runtime.grace_s,
+            SentBlocks(bodies.session_scope),
+            request_cap=None if cap is None else shard_share(cap, options.runtime.shard),
+            on_cap=self.halt,
+            on_sent=hooks.on_sent,
+            on_in_flight=hooks.on_in_flight,
+        )
         self.tstar: list[LaneStart] = []
         self.skipped_context_overflow = 0
         self.passes: dict[int, int] = {}
         """Per session index: plays so far (the marker's recycle pass)."""
         self.warmup_expected_s = 0.0
-        self.notices: list[str] = []
+        self.notices: list[str] = list(notices)
         self.skipped = 0
         self.trees_started = 0
         self.trees_finished = 0
@@ -518,7 +545,8 @@ class Runner:
             due_ns = self._due_ns(tree, step, (id(tree), step.index) in self.handoff)
             first_live = state is not None and step.index in state.first_live
             child_start = step.depth > 0 and step.turn == 0 and not first_live
-            if (child_start or joins_after) and not self.rules.child_timers_capped:
+            outside_caps = (child_start or joins_after) and not self.rules.child_timers_capped
+            if outside_caps:
                 # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
                 # (`aiperf/timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
                 stopped = await self._sleep_until(due_ns)
@@ -537,7 +565,7 @@ class Runner:
             if not self.sender.admit():  # the request cap was reached
                 self.skipped += 1
                 return
-            await self.sender.send(tree, step, due_ns, sent_tokens, body)
+            await self.sender.send(tree, step, due_ns, sent_tokens, body, outside_caps=outside_caps)
         finally:
             if not tree.completed_ns[step.index]:
                 tree.completed_ns[step.index] = time.perf_counter_ns()

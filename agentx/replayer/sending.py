@@ -213,7 +213,11 @@ class Sender:
         recorder: Recorder,
         grace_s: float,
         sent_blocks: SentBlocks,
+        *,
+        request_cap: int | None = None,
+        on_cap: Callable[[], None] | None = None,
         on_sent: Callable[[], None] | None = None,
+        on_in_flight: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.client = client
         self.path = path
@@ -224,9 +228,9 @@ class Sender:
         self._hard_stopped = False
         self._cancel_message = f"cancelled after the {grace_s:g} s grace period"
         self._in_flight: set[asyncio.Timeout] = set()
-        self.request_cap: int | None = None
+        self.request_cap = request_cap
         """Profiling requests this process may send (None: no cap)."""
-        self.on_cap: Callable[[], None] = lambda: None
+        self.on_cap = on_cap
         """Called as the last request the cap allows is sent: no new request or tree starts from then on."""
         self.profiling_sent = 0
         self.cap_reached = False
@@ -234,7 +238,7 @@ class Sender:
         """The exchanges in flight, by id, with when each went out: what the stall watchdog reads (`progress_ns`)."""
         self.ended_ns = time.perf_counter_ns()
         """When the last request ended (or the sender was made)."""
-        self.on_in_flight: Callable[[RequestRecord], None] | None = None
+        self.on_in_flight = on_in_flight
         """Called as each request goes out with the record it keeps if its answer never arrives (`Recorder.stub`):
         a `--ray` shard tells the driver what is in flight."""
 
@@ -246,7 +250,8 @@ class Sender:
         self.profiling_sent += admitted
         if self.profiling_sent >= self.request_cap and not self.cap_reached:  # a shard's share may be 0
             self.cap_reached = True
-            self.on_cap()
+            if self.on_cap is not None:
+                self.on_cap()
         return admitted
 
     def progress_ns(self) -> int:
@@ -268,9 +273,18 @@ class Sender:
             timeout.reschedule(now)
 
     async def send(
-        self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, body: bytes, phase: Phase = "profiling"
+        self,
+        tree: Play,
+        step: Step,
+        scheduled_ns: int,
+        sent_tokens: int,
+        body: bytes,
+        phase: Phase = "profiling",
+        *,
+        outside_caps: bool = False,
     ) -> RequestRecord:
-        """Send `step`'s body, due at `scheduled_ns`, and return its record (written already)."""
+        """Send `step`'s body, due at `scheduled_ns`, and return its record (written already); `outside_caps`: its
+        wait was slept outside the idle caps (agentx.replayer.idle)."""
         tree.sent_ns[step.index] = time.perf_counter_ns()
         tree.sent[step.index].set()
         tree.replayed_hit_blocks[step.index] = self.sent_blocks.hit(tree, step)
@@ -287,7 +301,7 @@ class Sender:
         if self._hard_stopped:
             self._cancelled(exchange)
         else:
-            self.idle.started(tree)
+            self.idle.started(tree, outside_caps)
             self.exchanges[id(exchange)] = (exchange, sent_ns)
             try:
                 async with asyncio.timeout(None) as timeout:

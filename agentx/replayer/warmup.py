@@ -213,9 +213,9 @@ class ProfilingGate:
     has nothing left to send and every pressure request has ended. `on_open()` and `on_start()` are called as it
     opens (the run's own hook first, then an observer's)."""
 
-    def __init__(self, on_open: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_open: Callable[[], None] | None = None, on_start: Callable[[], None] | None = None) -> None:
         self.on_open = on_open
-        self.on_start: Callable[[], None] | None = None
+        self.on_start = on_start
         self.started = asyncio.Event()
         self.start_ns = 0
         self.pressure_left = 0
