@@ -53,6 +53,7 @@ def test_the_default_rules_are_the_harness_and_every_rule_set_is_named_by_its_re
         "profiling_start",
         "pressure",
         "child_timers_capped",
+        "system_cap_at_return",
         "coverage",
         "session_affinity_header",
         "export_harness_metrics",
