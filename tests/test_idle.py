@@ -58,6 +58,16 @@ def test_the_system_cap_moves_every_pending_timer_by_one_amount() -> None:
     assert 40 * MS <= sent[0] <= 150 * MS
 
 
+async def _one_in_flight_one_waiting(caps: IdleCaps, far_ms: int) -> tuple[_Tree, asyncio.Task[tuple[bool, int]]]:
+    """Tree b with a request in flight, tree a waiting on a timer `far_ms` away (10 ms later): returns b and a's
+    wait."""
+    a, b = _Tree(), _Tree()
+    caps.started(b)
+    waiting = asyncio.create_task(caps.wait(a, time.perf_counter_ns() + far_ms * MS, asyncio.Event()))
+    await asyncio.sleep(0.01)
+    return b, waiting
+
+
 @pytest.mark.parametrize(("at_return", "moved"), [(True, True), (False, False)])  # AIPerf 0.13.0, the harness
 def test_a_first_turn_slept_outside_the_caps_does_not_undo_aiperfs_shift_at_the_return(
     at_return: bool, moved: bool
@@ -69,12 +79,7 @@ def test_a_first_turn_slept_outside_the_caps_does_not_undo_aiperfs_shift_at_the_
 
     async def go() -> tuple[bool, int, int, list[tuple[int, str, int]]]:
         caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None, at_return=at_return)
-        a, b = _Tree(), _Tree()
-        stop = asyncio.Event()
-        caps.started(b)
-        far = time.perf_counter_ns() + 400 * MS
-        waiting = asyncio.create_task(caps.wait(a, far, stop))
-        await asyncio.sleep(0.01)
+        b, waiting = await _one_in_flight_one_waiting(caps, 400)
         caps.finished(b)  # nothing in flight: the return the reference shifts at
         returned_ns = time.perf_counter_ns()
         await asyncio.sleep(0.01)
@@ -99,12 +104,7 @@ def test_a_return_driven_send_cancels_the_shift_at_the_return() -> None:
 
     async def go() -> tuple[int, list[tuple[int, str, int]]]:
         caps = IdleCaps(system_cap_s=0.05, tree_cap_s=None, at_return=True)
-        a, b = _Tree(), _Tree()
-        stop = asyncio.Event()
-        caps.started(b)
-        far = time.perf_counter_ns() + 300 * MS
-        waiting = asyncio.create_task(caps.wait(a, far, stop))
-        await asyncio.sleep(0.01)
+        b, waiting = await _one_in_flight_one_waiting(caps, 300)
         caps.finished(b)
         caps.started(b)  # return-driven: in flight when the reference looks
         await asyncio.sleep(0.1)
