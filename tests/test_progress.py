@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,26 @@ def test_a_terminal_console_draws_live_and_a_pipe_gets_plain_lines() -> None:
     *periodic, last = output.splitlines()
     assert len(periodic) >= 2 and all(line.endswith("time left unknown") for line in periodic)
     assert periodic[0].startswith("[0:00] profiling: 1 done, 0 in flight") and last.endswith("ended: 1 done, 0 errors")
+
+
+def test_plain_lines_stop_before_the_state_ends() -> None:
+    # A tick between the state ending and the thread stopping would print the ended state twice.
+    closing, ticking_at_end = False, []
+
+    def clock() -> float:
+        if closing:
+            ticking_at_end.append(any(thread.name == "agentx-progress" for thread in threading.enumerate()))
+        return time.monotonic()
+
+    lines = io.StringIO()
+    with ReplayProgress(console=Console(file=lines, force_terminal=False), interval_s=0.001, clock=clock) as progress:
+        progress.on_record(record(3))
+        deadline = time.monotonic() + 10
+        while not lines.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        closing = True
+    assert ticking_at_end and not any(ticking_at_end)
+    assert lines.getvalue().count("ended:") == 1
 
 
 LINE = re.compile(

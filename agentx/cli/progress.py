@@ -278,14 +278,17 @@ class ReplayProgress:
 
     def close(self) -> None:
         """Stop showing; the state reads `ended` from now on, and the plain lines end with a last one."""
+        # The lines' thread stops before the state ends, so a tick cannot print an "ended" line before the last one.
+        lines, self._lines = self._lines, None
+        if lines is not None:
+            lines.stop()
         if self.ended is None:
             self.ended = self._clock()
         if self._live is not None:
             self._live.stop()
             self._live = None
-        if self._lines is not None:
-            self._lines.close()
-            self._lines = None
+        if lines is not None:
+            lines.finish()
 
     def __enter__(self) -> Self:
         self.start()
@@ -323,9 +326,12 @@ class _Lines:
         else:
             self.printed += 1
 
-    def close(self) -> None:
-        """Stop the thread; a last line when any was printed (a run shorter than one interval stays quiet)."""
+    def stop(self) -> None:
+        """Stop the thread: no periodic line after this returns."""
         self._stop.set()
         self._thread.join()
+
+    def finish(self) -> None:
+        """A last line when any was printed (a run shorter than one interval stays quiet)."""
         if self.printed:
             self._write(self.progress.state().line())
