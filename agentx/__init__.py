@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-    from agentx.replayer.options import (
+    from agentx.records.record import RequestRecord, read_records
+    from agentx.replayer.options.replay import (
         AgentxLoad,
         ClosedLoad,
         Connection,
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
         Speculative,
         TraceLoad,
     )
-    from agentx.replayer.records import RequestRecord, read_records
     from agentx.replayer.run_result import RunResult
     from agentx.results.summary import Summary, summarize
     from agentx.run.decode import DecodeResult, decode, decode_sync
@@ -157,11 +157,11 @@ __all__ = [
 _HOMES: dict[str, str] = {
     "Agent": "agentx.trace.model",
     "AgentxError": "agentx.errors",
-    "AgentxLoad": "agentx.replayer.options",
-    "ClosedLoad": "agentx.replayer.options",
+    "AgentxLoad": "agentx.replayer.options.replay",
+    "ClosedLoad": "agentx.replayer.options.replay",
     "ConfigError": "agentx.errors",
-    "Connection": "agentx.replayer.options",
-    "DecodeOptions": "agentx.replayer.options",
+    "Connection": "agentx.replayer.options.replay",
+    "DecodeOptions": "agentx.replayer.options.replay",
     "DecodeResult": "agentx.run.decode",
     "EngineConfig": "agentx.sim.engine_config",
     "FaultConfig": "agentx.sim.faults",
@@ -171,27 +171,27 @@ _HOMES: dict[str, str] = {
     "FromLogsOptions": "agentx.synth.from_logs",
     "LevelSettings": "agentx.run.sweep",
     "Provenance": "agentx.trace.model",
-    "RateLoad": "agentx.replayer.options",
-    "ReplayOptions": "agentx.replayer.options",
+    "RateLoad": "agentx.replayer.options.replay",
+    "ReplayOptions": "agentx.replayer.options.replay",
     "ReplayResult": "agentx.run.replay",
     "ReplayStream": "agentx.run.replay",
     "Request": "agentx.trace.model",
-    "RequestRecord": "agentx.replayer.records",
+    "RequestRecord": "agentx.records.record",
     "RunError": "agentx.errors",
     "RunResult": "agentx.replayer.run_result",
-    "Runtime": "agentx.replayer.options",
-    "Scenario": "agentx.replayer.options",
-    "Server": "agentx.replayer.options",
+    "Runtime": "agentx.replayer.options.replay",
+    "Scenario": "agentx.replayer.options.replay",
+    "Server": "agentx.replayer.options.replay",
     "ServerError": "agentx.errors",
     "Session": "agentx.trace.model",
     "SimServer": "agentx.sim.process",
-    "Speculative": "agentx.replayer.options",
+    "Speculative": "agentx.replayer.options.replay",
     "Summary": "agentx.results.summary",
     "SweepOptions": "agentx.run.sweep",
     "SweepResult": "agentx.run.sweep",
     "Trace": "agentx.trace.model",
     "TraceError": "agentx.trace.errors",
-    "TraceLoad": "agentx.replayer.options",
+    "TraceLoad": "agentx.replayer.options.replay",
     "TraceStats": "agentx.trace.stats",
     "compare": "agentx.synth.compare",
     "decode": "agentx.run.decode",
@@ -202,7 +202,7 @@ _HOMES: dict[str, str] = {
     "generate": "agentx.synth.generate",
     "load_trace": "agentx.trace.io",
     "preset": "agentx.synth.presets",
-    "read_records": "agentx.replayer.records",
+    "read_records": "agentx.records.record",
     "replay": "agentx.run.replay",
     "replay_sync": "agentx.run.replay",
     "save_trace": "agentx.trace.io",

@@ -1,5 +1,5 @@
 """The inference engines agentx knows by name, one table for all: their speculative-decoding flags (agentx.spec),
-their `/metrics` names (agentx.replayer.telemetry_series) and which of them count acceptance
+their `/metrics` names (agentx.replayer.telemetry.series) and which of them count acceptance
 (agentx.results.acceptance)."""
 
 from __future__ import annotations

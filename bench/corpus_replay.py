@@ -1,10 +1,10 @@
 """The AgentX-size corpus replayed in the AgentX scenario: how long the client's own work holds the loop.
 
-Large sessions (over 100 ms to split and plan) and 100k-token prompts (10–30 ms to make) are made on worker
-threads (agentx.replayer.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
-simulator's times and the trace's delays scaled by `--scale`, once with that off-loop work and once with every
-plan and body made on the loop, alternating, and prints the profiling requests' dispatch lag and the event
-loop's lag (how late a 100 ms timer fires) for each. Never fails on a number. See bench/README.md.
+Large sessions (over 100 ms to split and plan) and 100k-token prompts (10–30 ms to make) are made on worker threads
+(agentx.replayer.schedule.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
+simulator's times and the trace's delays scaled by `--scale`, once with that off-loop work and once with every plan and
+body made on the loop, alternating, and prints the profiling requests' dispatch lag and the event loop's lag (how late a
+100 ms timer fires) for each. Never fails on a number. See bench/README.md.
 
 Usage: .venv/bin/python bench/corpus_replay.py [--lanes 32] [--duration 40] [--scale 0.05] [--repeat 2]
 """
@@ -24,23 +24,23 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import _corpus  # a sibling script, not a package
 
-from agentx.replayer import runner
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import read_records, to_records
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.run_replay import run_replay
+from agentx.replayer.schedule import runner
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 OFF_LOOP_THRESHOLDS = ("OFF_LOOP_REQUESTS", "OFF_LOOP_TOKENS")
-"""The runner's sizes from which plans and bodies go off the loop (agentx.replayer.offloop)."""
+"""The runner's sizes from which plans and bodies go off the loop (agentx.replayer.schedule.offloop)."""
 
 
 def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop: bool) -> dict[str, float]:
     thresholds = vars(runner)
     defaults = {name: thresholds[name] for name in OFF_LOOP_THRESHOLDS}
-    if not off_loop:  # every plan and body on the loop, as before agentx.replayer.offloop
+    if not off_loop:  # every plan and body on the loop, as before agentx.replayer.schedule.offloop
         thresholds.update(dict.fromkeys(OFF_LOOP_THRESHOLDS, sys.maxsize))
     try:
         with SimServer(time_scale=scale, block_size=trace.block_size) as sim, tempfile.TemporaryDirectory() as out:

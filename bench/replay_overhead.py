@@ -47,7 +47,7 @@ from typing import Any, cast
 
 import msgspec
 
-from agentx.replayer.options import ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.options.replay import ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.trace.model import Agent, Request, Session, Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -257,8 +257,8 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
     imported_ns = time.perf_counter_ns()
     import pyarrow.compute as pc
 
-    from agentx.replayer.engine import run_replay
-    from agentx.replayer.records import read_records, run_info
+    from agentx.records.record import read_records, run_info
+    from agentx.replayer.run_replay import run_replay
 
     setup = Setup(**spec["setup"])
     duration_s: float = spec["duration_s"]
@@ -395,8 +395,8 @@ BLOCK_C = 16
 
 
 def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
-    from agentx.replayer.engine import run_replay
-    from agentx.replayer.records import read_records, run_info
+    from agentx.records.record import read_records, run_info
+    from agentx.replayer.run_replay import run_replay
 
     setup = OpenSetup(**spec["setup"])
     server_pid: int = spec["server_pid"]
@@ -1185,7 +1185,7 @@ LOOPS = ("default", "uvloop")
 FROZEN = "uvloop, quiet_gc off"
 """Setup C's diagnostic column: the uvloop run with `Runtime(quiet_gc=False)`, a library caller's default. Every other
 column runs with the CLI's settings (`CLI_RUNTIME`: the run freezes its set-up and collects on its own clock,
-agentx.replayer.collector), so this one shows what that buys."""
+agentx.replayer.schedule.collector), so this one shows what that buys."""
 
 
 def _label(column: str) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from agentx.replayer.records import META_EPOCH, RecordsError, read_records
+from agentx.records.record import META_EPOCH, RecordsError, read_records
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace

@@ -22,10 +22,10 @@ import pytest
 from llama import LlamaServer, model_path
 from tiny_traces import tiny_trace
 
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server, Speculative
-from agentx.replayer.records import read_records, to_records
-from agentx.replayer.run_folder import RUN_FILE
-from agentx.replayer.server_metrics import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS, parse_counters
+from agentx.records.record import read_records, to_records
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server, Speculative
+from agentx.replayer.telemetry.metrics import LLAMACPP_ACCEPTED, LLAMACPP_DRAFTS, parse_counters
 from agentx.run.replay import ReplayResult, replay
 from agentx.trace.io import save_trace
 from agentx.trace.model import Trace

@@ -26,10 +26,10 @@ from server_process import ServerProcessError
 from tiny_traces import BLOCK
 from vllm_server import NGRAM_LOOKUP, VllmServer
 
-from agentx.replayer.records import RequestRecord, read_records, to_records
-from agentx.replayer.run_folder import RUN_FILE
-from agentx.replayer.server_metrics import parse_counters
-from agentx.replayer.telemetry_file import read_server_metrics, server_metrics_info
+from agentx.records.record import RequestRecord, read_records, to_records
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.telemetry.arrow_file import read_server_metrics, server_metrics_info
+from agentx.replayer.telemetry.metrics import parse_counters
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from agentx.replayer.calibrate import FALLBACK_WORDS
+from agentx.replayer.prompts.calibrate import FALLBACK_WORDS
 
 UNK: Final = "[UNK]"
 ROLE_TAGS: Final = {role: f"<|{role}|>" for role in ("system", "user", "assistant", "tool", "developer", "function")}
@@ -39,7 +39,7 @@ CHAT_TEMPLATE: Final = (
 """One role tag per message, then its content; `<|assistant|>` as the generation prompt."""
 
 EXTRA_WORDS: Final = (*FALLBACK_WORDS, "ok", "tok", "rid")
-"""agentx's fallback calibration words (agentx.replayer.calibrate) and the stand-in's output words."""
+"""agentx's fallback calibration words (agentx.replayer.prompts.calibrate) and the stand-in's output words."""
 
 
 def pieces(text: str) -> list[str]:

@@ -169,7 +169,7 @@ def records_from_reference(directory: Path) -> tuple[Any, dict[str, Any], dict[s
 
     import pyarrow as pa
 
-    from agentx.replayer.records import (
+    from agentx.records.record import (
         FORMAT_NAME,
         FORMAT_VERSION,
         META_EPOCH,

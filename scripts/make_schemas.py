@@ -6,7 +6,8 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.replayer import records, telemetry_file
+from agentx.records import record
+from agentx.replayer.telemetry import arrow_file
 from agentx.trace import arrow, weka
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
@@ -18,8 +19,8 @@ def generated() -> dict[str, str]:
         "weka-trace.schema.json": msgspec.json.format(msgspec.json.encode(weka.json_schema()), indent=2).decode()
         + "\n",
         "trace.arrow.md": arrow.describe_layout(),
-        "records.arrow.md": records.describe_layout(),
-        "server_metrics.arrow.md": telemetry_file.describe_layout(),
+        "records.arrow.md": record.describe_layout(),
+        "server_metrics.arrow.md": arrow_file.describe_layout(),
     }
 
 

@@ -1,5 +1,5 @@
 """Tests name a run's options flat (`url=`, `concurrency=`, `delay_scale=`), as run.json stores them; this sorts
-them into the parts of `ReplayOptions` (agentx.replayer.options)."""
+them into the parts of `ReplayOptions` (agentx.replayer.options.replay)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from agentx.replayer.options import (
+from agentx.replayer.options.replay import (
     LOADS,
     Connection,
     ReplayOptions,

@@ -16,10 +16,10 @@ from rich.console import Console
 
 from agentx.cli import main
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.options import Speculative
-from agentx.replayer.records import read_records
-from agentx.replayer.server_metrics import METRIC_LABELS, parse_counters
-from agentx.replayer.server_metrics import SPEC_METRICS as METRIC_NAMES
+from agentx.records.record import read_records
+from agentx.replayer.options.replay import Speculative
+from agentx.replayer.telemetry.metrics import METRIC_LABELS, parse_counters
+from agentx.replayer.telemetry.metrics import SPEC_METRICS as METRIC_NAMES
 from agentx.results.acceptance import (
     CounterAcceptance,
     acceptance,

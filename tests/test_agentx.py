@@ -11,13 +11,13 @@ import msgspec
 import pytest
 from flat import replay_options
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.plan import plan_session
-from agentx.replayer.records import RequestRecord, read_records, to_records
+from agentx.records.record import RequestRecord, read_records, to_records
+from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.plan.steps import plan_session
+from agentx.replayer.plan.tstar import snapshot, t_star
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
-from agentx.replayer.tstar import snapshot, t_star
-from agentx.replayer.warmup import WarmupFailed
+from agentx.replayer.schedule.warmup import WarmupFailed
 from agentx.results.summary import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -210,7 +210,7 @@ def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
 
 
 def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replayer.locks import locks_broken
+    from agentx.replayer.options.locks import locks_broken
     from agentx.run.replay import replay
 
     faithful = ReplayOptions(server=Server(url="u", model="m"), out_dir=tmp_path, scenario=Scenario(duration_s=1800.0))

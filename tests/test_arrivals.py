@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.arrivals import rate_arrivals, recorded_start_s, trace_arrivals
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import RateLoad, ReplayOptions, Scenario, Server, TraceLoad
-from agentx.replayer.records import read_records, to_records
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import RateLoad, ReplayOptions, Scenario, Server, TraceLoad
+from agentx.replayer.plan.arrivals import rate_arrivals, recorded_start_s, trace_arrivals
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace

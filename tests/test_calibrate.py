@@ -17,7 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.calibrate import (
+from agentx.records.record import read_records, to_records
+from agentx.replayer.http.client import Client
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.prompts.calibrate import (
     FALLBACK_WORDS,
     CalibrationError,
     ChatCalibration,
@@ -26,12 +29,9 @@ from agentx.replayer.calibrate import (
     calibrate,
     single_token_words,
 )
-from agentx.replayer.chat import ChatRenderer
-from agentx.replayer.client import Client
-from agentx.replayer.conversation import Segment
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.records import read_records, to_records
+from agentx.replayer.prompts.chat import ChatRenderer
+from agentx.replayer.prompts.conversation import Segment
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import get_tokenizer
 from agentx.trace.io import load_trace
@@ -247,8 +247,8 @@ def test_llamacpp_tokenize_dialect() -> None:
     answer and counts chat templates by a one-token request."""
     from aiohttp import web
 
-    from agentx.replayer.calibrate import ServerCounter
-    from agentx.replayer.client import Client
+    from agentx.replayer.http.client import Client
+    from agentx.replayer.prompts.calibrate import ServerCounter
 
     seen: list[str] = []
 

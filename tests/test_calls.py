@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from loopback import serve
 
-from agentx.replayer.calls import MAX_REDIRECTS
-from agentx.replayer.client import Client, ModelNotServed, ServerUnreachable
+from agentx.replayer.http.calls import MAX_REDIRECTS
+from agentx.replayer.http.client import Client, ModelNotServed, ServerUnreachable
 
 T = TypeVar("T")
 KEY = "sk-calls-test-0123456789"

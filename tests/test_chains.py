@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import traces as trace_strategy
 
-from agentx.replayer.plan import plan_session
+from agentx.replayer.plan.steps import plan_session
 from agentx.trace.chains import ChainRules, split_flattened_agents, split_trace
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.replayer.records import read_records
+from agentx.records.record import read_records
 from agentx.trace.io import load_trace
 
 TRACE: dict[str, Any] = {
@@ -397,7 +397,7 @@ def test_url_forms_users_type_reach_the_server(tmp_path: Path) -> None:
 
 
 def test_an_explicit_authorization_header_wins_over_the_environment_key() -> None:
-    from agentx.replayer.client import Client
+    from agentx.replayer.http.client import Client
 
     client = Client("http://127.0.0.1:1", api_key="env-key", headers={"authorization": "Bearer mine"})
     assert b"Bearer mine" in client._fixed_head and b"env-key" not in client._fixed_head

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from agentx.replayer.client import Client, Exchange, ModelNotServed, ServerUnreachable
+from agentx.replayer.http.client import Client, Exchange, ModelNotServed, ServerUnreachable
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 

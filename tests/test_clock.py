@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from agentx.replayer import clock as clock_module
-from agentx.replayer.clock import DispatchClock
+from agentx.replayer.schedule import clock as clock_module
+from agentx.replayer.schedule.clock import DispatchClock
 
 MS = 1_000_000
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.conversation import ChatTurn, Conversation, Segment
+from agentx.replayer.prompts.conversation import ChatTurn, Conversation, Segment
 from agentx.trace.weka_reader import read_weka
 
 BS = 4

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.replayer.client import ServerUnreachable
-from agentx.replayer.options import Connection, DecodeOptions, Server, Speculative
+from agentx.replayer.http.client import ServerUnreachable
+from agentx.replayer.options.replay import Connection, DecodeOptions, Server, Speculative
 from agentx.run.decode import decode_sync
 from agentx.sim.process import SimServer
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -26,9 +26,9 @@ KINDS = (TraceError, ConfigError, ServerError, RunError)
 INTERNAL = {
     # The streamed client turns these into a failed request's record (error kinds "protocol", "connection" after
     # a retry on a fresh connection, and an error answer's kind); none is raised to a caller.
-    "agentx.replayer.http1.HTTPProtocolError",
-    "agentx.replayer.http1.ConnectionClosedError",
-    "agentx.replayer.exchange.ExchangeError",
+    "agentx.replayer.http.http1.HTTPProtocolError",
+    "agentx.replayer.http.http1.ConnectionClosedError",
+    "agentx.replayer.http.exchange.ExchangeError",
     # The simulator's answer to a bad request: an HTTP 4xx body for the client, never raised out of the server.
     "agentx.sim.protocol.ClientError",
 }
@@ -78,12 +78,12 @@ def test_the_walk_finds_the_classes_it_must_judge() -> None:
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("agentx.replayer.url.BadURLError", ConfigError),
-        ("agentx.replayer.slo.SloError", ConfigError),
-        ("agentx.replayer.run_folder.RunExists", ConfigError),
-        ("agentx.replayer.records.RecordsError", ConfigError),
-        ("agentx.replayer.plan.PlanError", ConfigError),
-        ("agentx.replayer.preparation.NothingToReplay", ConfigError),
+        ("agentx.replayer.http.url.BadURLError", ConfigError),
+        ("agentx.replayer.options.slo.SloError", ConfigError),
+        ("agentx.records.run_folder.RunExists", ConfigError),
+        ("agentx.records.record.RecordsError", ConfigError),
+        ("agentx.replayer.plan.steps.PlanError", ConfigError),
+        ("agentx.replayer.plan.preparation.NothingToReplay", ConfigError),
         ("agentx.results.report.ReportError", ConfigError),
         ("agentx.results.export.ExportError", ConfigError),
         ("agentx.results.cost.PriceError", ConfigError),
@@ -91,10 +91,10 @@ def test_the_walk_finds_the_classes_it_must_judge() -> None:
         ("agentx.run.sweep.SweepError", ConfigError),
         ("agentx.synth.render.PromptError", ConfigError),
         ("agentx.synth.response.ResponseError", ConfigError),
-        ("agentx.replayer.client.ServerUnreachable", ServerError),
-        ("agentx.replayer.client.ModelNotServed", ServerError),
-        ("agentx.replayer.calibrate.CalibrationError", ServerError),
-        ("agentx.replayer.warmup.WarmupFailed", ServerError),
+        ("agentx.replayer.http.client.ServerUnreachable", ServerError),
+        ("agentx.replayer.http.client.ModelNotServed", ServerError),
+        ("agentx.replayer.prompts.calibrate.CalibrationError", ServerError),
+        ("agentx.replayer.schedule.warmup.WarmupFailed", ServerError),
         ("agentx.sim.process.SimServerError", ServerError),
         ("agentx.replayer.workers.WorkerFailed", RunError),
     ],
@@ -105,7 +105,7 @@ def test_each_error_has_its_kind(name: str, kind: type[AgentxError]) -> None:
 
 
 def test_the_bases_callers_catch_stay() -> None:
-    from agentx.replayer.run_folder import RunExists
+    from agentx.records.run_folder import RunExists
     from agentx.results.plots import PlotsUnavailableError
     from agentx.sim.process import SimServerError
 
@@ -137,7 +137,7 @@ def test_each_kind_maps_to_its_exit_code(error: AgentxError, code: int) -> None:
 
 
 def test_a_leaf_maps_through_its_kind() -> None:
-    from agentx.replayer.client import ServerUnreachable
+    from agentx.replayer.http.client import ServerUnreachable
     from agentx.replayer.workers import WorkerFailed
 
     assert (exit_code(WorkerFailed("w")), exit_code(ServerUnreachable("s"))) == (EXIT_RUN_FAILED, EXIT_BAD_INPUT)

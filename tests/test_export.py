@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
-from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
-from agentx.replayer.records import read_records as read_records_file
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.records.record import read_records as read_records_file
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.results.export import (
     JSONL_FILE,
     NOT_EXPORTED,
@@ -480,8 +480,8 @@ def test_inferencex_aggregation_equals_summary_on_any_records(records: list[Requ
 
 
 def _write_run(directory: Path, records: list[RequestRecord]) -> Path:
-    from agentx.replayer.record_writer import RecordWriter
-    from agentx.replayer.records import RunInfo
+    from agentx.records.record import RunInfo
+    from agentx.records.writer import RecordWriter
 
     directory.mkdir(parents=True, exist_ok=True)
     with RecordWriter(directory / "records.arrow", RunInfo(run_id="run-1", wall_epoch_ns=EPOCH_NS)) as writer:

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
-from agentx.replayer import record_writer
-from agentx.replayer.ipc_files import FILE_MAGIC
-from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, read_records, run_info
+from agentx.records import writer as record_writer
+from agentx.records.ipc_files import FILE_MAGIC
+from agentx.records.record import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, read_records, run_info
+from agentx.records.writer import RecordWriter
 from agentx.results.export import OutputExists, export_run
 from agentx.results.export_tables import LIST_COLUMNS, csv_table
 

@@ -32,9 +32,9 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, Connection, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import RecordsError, RequestRecord, read_records, run_info, to_records
+from agentx.records.record import RecordsError, RequestRecord, read_records, run_info, to_records
+from agentx.replayer.options.replay import ClosedLoad, Connection, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer

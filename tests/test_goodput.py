@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
-from agentx.replayer.slo import METRIC_COLUMNS, SloError, Slos, parse_slo, parse_slos
+from agentx.records.record import SCHEMA, RequestRecord, RunInfo, read_records
+from agentx.records.writer import RecordWriter
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.options.slo import METRIC_COLUMNS, SloError, Slos, parse_slo, parse_slos
 from agentx.results.summary import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

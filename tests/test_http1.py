@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.client import Client
-from agentx.replayer.http1 import (
+from agentx.replayer.http.client import Client
+from agentx.replayer.http.http1 import (
     Connection,
     ConnectionClosedError,
     Endpoint,
@@ -25,7 +25,7 @@ from agentx.replayer.http1 import (
     encode_headers,
     encode_request,
 )
-from agentx.replayer.pool import Pool
+from agentx.replayer.http.pool import Pool
 
 
 class FakeTransport:
@@ -417,7 +417,7 @@ def test_a_fresh_connection_at_the_limit_replaces_an_idle_one() -> None:
 _RESERVE = """
 import os, resource, sys
 from pathlib import Path
-from agentx.replayer.pool import reserve_descriptors
+from agentx.replayer.http.pool import reserve_descriptors
 
 def slots():
     return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()

@@ -11,8 +11,8 @@ from aiohttp import web
 from loopback import serve
 
 from agentx.distribution import installed_version
-from agentx.replayer.client import Client
-from agentx.replayer.identity import ServerIdentity, identify_server
+from agentx.replayer.http.client import Client
+from agentx.replayer.http.identity import ServerIdentity, identify_server
 from agentx.sim.process import SimServer
 
 

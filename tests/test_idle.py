@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.idle import IdleCaps
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.records import read_records, to_records
-from agentx.replayer.rules import RulesName
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.options.rules import RulesName
+from agentx.replayer.run_replay import run_replay
+from agentx.replayer.schedule.idle import IdleCaps
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -1,6 +1,7 @@
 """The package's floors (docs/architecture.md): every import points down, and no module imports itself in a cycle.
 
-errors → trace, sim → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`.
+errors, secrets → trace, sim, records → replayer, synth, spec → results → run → cli and the public `agentx/__init__.py`;
+inside replayer/ and results/, their sub-packages have floors of their own (`ROOMS`).
 Imports inside functions count too: a lazy import is still a dependency. Imports for type checking only count for
 the floors, not for cycles: they never run.
 """
@@ -15,10 +16,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
 FLOORS = {
     "errors": -1,
+    "secrets": -1,
     "distribution": -1,
     "engines": -1,
     "trace": 0,
     "sim": 0,
+    "records": 0,
     "replayer": 1,
     "synth": 1,
     "spec": 1,
@@ -29,6 +32,19 @@ FLOORS = {
 }
 """Floor of each subpackage; "errors" is `agentx/errors.py`, the error tree's roots that every floor raises, and
 "" is `agentx/__init__.py`, the public API."""
+ROOMS = {
+    "replayer": {
+        "http": 0,
+        "options": 1,
+        "prompts": 2,
+        "plan": 3,
+        "schedule": 4,
+        "telemetry": 5,
+        "": 6,
+        "cluster": 7,
+    },
+}
+"""Floors inside a subpackage: of each of its sub-packages, "" for its own modules (`replayer/run_replay.py`)."""
 
 
 def _module_name(path: Path) -> str:
@@ -67,6 +83,12 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+def _room(module: str) -> str:
+    """The sub-package of a subpackage `module` lives in ("" for the subpackage's own modules)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 or (len(parts) == 3 and (PACKAGE / parts[1] / parts[2]).is_dir()) else ""
+
+
 def _graph(typing: bool = True) -> dict[str, set[str]]:
     return {_module_name(path): _imports(path, typing) for path in sorted(PACKAGE.rglob("*.py"))}
 
@@ -90,9 +112,47 @@ def test_imports_only_point_down() -> None:
     assert _upward(_graph()) == []
 
 
+def _upward_inside(graph: dict[str, set[str]]) -> list[str]:
+    """The imports in `graph` between two sub-packages of one subpackage that point up or across (`ROOMS`)."""
+    upward = []
+    for module, imported in graph.items():
+        rooms = ROOMS.get(_package(module))
+        if rooms is None:
+            continue
+        for target in imported:
+            if _package(target) != _package(module):
+                continue
+            here, there = _room(module), _room(target)
+            if here != there and rooms[there] >= rooms[here]:
+                upward.append(
+                    f"{module} imports {target} ({here or '.'} {rooms[here]} → {there or '.'} {rooms[there]})"
+                )
+    return upward
+
+
+def test_every_sub_package_has_a_floor() -> None:
+    for package, rooms in ROOMS.items():
+        assert {_room(module) for module in _graph() if _package(module) == package} == set(rooms)
+
+
+def test_imports_inside_a_subpackage_only_point_down() -> None:
+    assert _upward_inside(_graph()) == []
+
+
+def test_an_upward_import_inside_a_subpackage_is_found() -> None:
+    graph = {
+        "agentx.replayer.http.client": {"agentx.replayer.options.replay", "agentx.replayer.http.pool"},
+        "agentx.replayer.schedule.runner": {"agentx.replayer.plan.play", "agentx.replayer.run_replay"},
+    }
+    assert _upward_inside(graph) == [
+        "agentx.replayer.http.client imports agentx.replayer.options.replay (http 0 → options 1)",
+        "agentx.replayer.schedule.runner imports agentx.replayer.run_replay (schedule 4 → . 6)",
+    ]
+
+
 def test_an_upward_or_sideways_import_is_found() -> None:
     graph = {
-        "agentx.results.report": {"agentx.run.replay", "agentx.replayer.records"},
+        "agentx.results.report": {"agentx.run.replay", "agentx.records.record"},
         "agentx.trace.io": {"agentx.sim.engine"},
     }
     assert _upward(graph) == [

@@ -89,7 +89,7 @@ def test_a_replay_starts_without_what_only_its_end_needs() -> None:
     """rich draws the summary (and live progress on a terminal only), pyarrow.compute and prometheus_client serve
     the summary and the /metrics scrape: none is needed before the first request."""
     loaded = _loaded_after(
-        "import agentx.cli.replay, agentx.cli.progress, agentx.run.replay, agentx.replayer.calibrate"
+        "import agentx.cli.replay, agentx.cli.progress, agentx.run.replay, agentx.replayer.prompts.calibrate"
     )
     assert _packages(loaded) & {"rich", "prometheus_client", "matplotlib", "tokenizers"} == set()
     assert "pyarrow.compute" not in loaded
@@ -144,5 +144,5 @@ def test_a_replay_through_the_command_line_never_loads_aiohttp() -> None:
     request) is the simulator's, never loaded by a replay against a server of its own, start to end."""
     script = _SERVE_AND_REPLAY.replace("TRACE", repr(str(MOONCAKE)))
     loaded = _loaded_after(f"exec({script!r})")
-    assert "agentx.replayer.engine" in loaded and "agentx.replayer.calls" in loaded  # the replay ran
+    assert "agentx.replayer.run_replay" in loaded and "agentx.replayer.http.calls" in loaded  # the replay ran
     assert _packages(loaded) & {"aiohttp", "yarl", "multidict", "aiohappyeyeballs"} == set()

@@ -1,6 +1,6 @@
 """Memory that must not grow over a long run (bench/soak.py measures it for real).
 
-- A failed request leaves no reference cycle behind: under the replay's collector (agentx.replayer.collector) a
+- A failed request leaves no reference cycle behind: under the replay's collector (agentx.replayer.schedule.collector) a
   cycle through a pooled connection was never freed, so every reset or malformed stream kept its connection,
   socket, response and frames until the run ended.
 - The replay's collector also collects the oldest generation, so cyclic garbage that a library or an error path
@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replayer import collector
-from agentx.replayer.client import Client, Exchange
-from agentx.replayer.collector import collect_on_clock, quiet_gc
+from agentx.replayer.http.client import Client, Exchange
+from agentx.replayer.schedule import collector
+from agentx.replayer.schedule.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
 from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest
 from agentx.sim.kvcache import KVCache

@@ -12,12 +12,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replayer import runner as runner_module
-from agentx.replayer.bodies import BodyBuilder
-from agentx.replayer.engine import run_replay
-from agentx.replayer.offloop import SWITCH_INTERVAL_S, OffLoop
-from agentx.replayer.options import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import read_records, to_records
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.plan.bodies import BodyBuilder
+from agentx.replayer.run_replay import run_replay
+from agentx.replayer.schedule import runner as runner_module
+from agentx.replayer.schedule.offloop import SWITCH_INTERVAL_S, OffLoop
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

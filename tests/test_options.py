@@ -1,5 +1,5 @@
-"""The replay's options (agentx/replayer/options.py): parts that round-trip through JSON, constraints checked once,
-and the flat layout run.json keeps."""
+"""The replay's options (agentx/replayer/options/replay.py): parts that round-trip through JSON, constraints checked
+once, and the flat layout run.json keeps."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentx.errors import ConfigError
-from agentx.replayer.options import (
+from agentx.replayer.options.replay import (
     AgentxLoad,
     ClosedLoad,
     Connection,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import sessions as session_strategy
 
-from agentx.replayer.plan import (
+from agentx.replayer.plan.steps import (
     ChildOffset,
     SessionOrder,
     SessionPlan,

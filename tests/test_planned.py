@@ -14,9 +14,9 @@ from flat import replay_options
 
 import agentx
 from agentx.cli.planned import planned_requests
-from agentx.replayer.options import ReplayOptions
-from agentx.replayer.plan import session_order
-from agentx.replayer.preparation import prepare_trace
+from agentx.replayer.options.replay import ReplayOptions
+from agentx.replayer.plan.preparation import prepare_trace
+from agentx.replayer.plan.steps import session_order
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace

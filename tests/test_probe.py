@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from loopback import serve
 
-from agentx.replayer.client import Client
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream_usage
+from agentx.replayer.http.client import Client
+from agentx.replayer.http.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream_usage
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.sim.process import SimServer
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -122,8 +122,8 @@ def test_one_transient_failure_does_not_settle_the_usage(first: int | str) -> No
 
 
 def test_a_replay_says_when_it_assumed_the_stream_usage(tmp_path: Path) -> None:
-    from agentx.replayer.engine import run_replay
-    from agentx.replayer.records import read_records, run_info
+    from agentx.records.record import read_records, run_info
+    from agentx.replayer.run_replay import run_replay
     from agentx.sim.faults import FaultConfig
     from agentx.trace.model import Agent, Request, Session, Trace
 

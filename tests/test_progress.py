@@ -20,7 +20,7 @@ from strategies import record_identity
 
 from agentx.cli.progress import INTERVAL_ENV, ReplayProgress, clock_text, line_interval_s
 from agentx.errors import ConfigError
-from agentx.replayer.records import Phase, RequestRecord
+from agentx.records.record import Phase, RequestRecord
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.prompts import (
+from agentx.replayer.prompts.tokens import (
     DEFAULT_CACHE_TOKENS,
     DEFAULT_STREAM_OPTIONS,
     BlockTokens,

@@ -22,10 +22,10 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentx.records.record import WORKER_LOST, RecordsError, RequestRecord, read_records, to_records
 from agentx.replayer.cluster.driver import run_cluster
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import WORKER_LOST, RecordsError, RequestRecord, read_records, to_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 

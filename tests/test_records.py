@@ -20,9 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import record_identity
 
-from agentx.replayer.options import DecodeOptions, ReplayOptions, Scenario, Server
-from agentx.replayer.record_writer import RecordWriter, write_jsonl
-from agentx.replayer.records import (
+from agentx.records.record import (
     MAX_ERROR_MESSAGE,
     SCHEMA,
     RecordsError,
@@ -33,7 +31,9 @@ from agentx.replayer.records import (
     run_info,
     to_records,
 )
-from agentx.replayer.secrets import REDACTED, redact
+from agentx.records.writer import RecordWriter, write_jsonl
+from agentx.replayer.options.replay import DecodeOptions, ReplayOptions, Scenario, Server
+from agentx.secrets import REDACTED, redact
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"concurrency": 4})
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -313,8 +313,8 @@ def test_a_full_buffer_flushes_at_once(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent(
     """
     import sys
-    from agentx.replayer.record_writer import RecordWriter
-    from agentx.replayer.records import RequestRecord, RunInfo
+    from agentx.records.writer import RecordWriter
+    from agentx.records.record import RequestRecord, RunInfo
 
     run = RunInfo(run_id="run-1", wall_epoch_ns=1, options={})
     writer = RecordWriter(sys.argv[1], run, flush_rows=7)

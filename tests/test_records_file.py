@@ -29,11 +29,11 @@ from strategies import record_identity
 
 import agentx
 from agentx.cli import main
-from agentx.replayer import record_writer
-from agentx.replayer.ipc_files import FILE_MAGIC
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.record_writer import RecordsInUse, RecordWriter, finalize_records, merge_records
-from agentx.replayer.records import RecordsError, RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.records import writer as record_writer
+from agentx.records.ipc_files import FILE_MAGIC
+from agentx.records.record import RecordsError, RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.records.writer import RecordsInUse, RecordWriter, finalize_records, merge_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.sim.process import SimServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,7 +263,7 @@ def test_a_failed_finalization_keeps_the_whole_stream(
 _KILLED_WHILE_FINALIZING = textwrap.dedent(
     """
     import sys, time
-    from agentx.replayer import record_writer
+    from agentx.records import writer as record_writer
 
     real = record_writer.write_records_file
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from flat import replay_options
 
-from agentx.replayer.client import ModelNotServed
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.plan import plan_session
-from agentx.replayer.records import RequestRecord, read_records, run_info, to_records
+from agentx.records.record import RequestRecord, read_records, run_info, to_records
+from agentx.replayer.http.client import ModelNotServed
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.plan.steps import plan_session
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.results.summary import summarize
 from agentx.sim.process import SimServer
@@ -292,7 +292,7 @@ def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: Si
 
 
 def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replayer.run_folder import RunExists
+    from agentx.records.run_folder import RunExists
 
     trace = _trace(_flat_session("a", 2))
     first, _ = _replay(trace, _options(sim, tmp_path, sessions=1))

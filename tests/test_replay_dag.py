@@ -23,9 +23,9 @@ from loopback import serve
 from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
-from agentx.replayer.client import ServerUnreachable
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import (
+from agentx.records.record import RequestRecord, read_records, to_records
+from agentx.replayer.http.client import ServerUnreachable
+from agentx.replayer.options.replay import (
     AFFINITY_HEADERS,
     AgentxLoad,
     ClosedLoad,
@@ -36,11 +36,11 @@ from agentx.replayer.options import (
     Scenario,
     Server,
 )
-from agentx.replayer.plan import plan_session
-from agentx.replayer.records import RequestRecord, read_records, to_records
-from agentx.replayer.rules import RulesName
+from agentx.replayer.options.rules import RulesName
+from agentx.replayer.plan.steps import plan_session
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
-from agentx.replayer.warmup import WarmupFailed
+from agentx.replayer.schedule.warmup import WarmupFailed
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentx.replayer.sessions import ReplaySessions
+from agentx.replayer.plan.sessions import ReplaySessions
 from agentx.trace.chains import DEFAULT_RULES, split_trace
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -43,7 +43,7 @@ def test_sessions_are_split_when_first_played_and_only_then() -> None:
 
 def test_a_one_request_session_is_not_searched_for_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Mooncake row is a session of one request: nothing to split, and 6,000 of them took ~0.2 s to search."""
-    import agentx.replayer.sessions as module
+    import agentx.replayer.plan.sessions as module
     from agentx.trace.chains import split_flattened_agents
 
     alone = Session(session_id="one", root=Agent(requests=_flattened("x").root.requests[:1]))
@@ -88,7 +88,7 @@ def test_a_real_flattened_trace_splits_as_the_whole_trace_does(weka_sample_files
 def test_replay_hits_count_a_block_once_its_request_started() -> None:
     """The records' theoretical hit follows the reference (docs/agentx.md §6): a block is seen once the request
     that sends it has started, so a request starting while another with the same prefix still runs hits it."""
-    from agentx.replayer.play import Hits
+    from agentx.replayer.plan.play import Hits
 
     first = Request(t=0.0, model="m", in_tokens=64, out_tokens=1, api_time=10.0, hash_ids_added=(1, 2, 3, 4))
     overlapping = Request(t=1.0, model="m", in_tokens=64, out_tokens=1, api_time=1.0, hash_ids_added=(1, 2, 3, 4))

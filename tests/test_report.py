@@ -21,7 +21,7 @@ from agentx.cli import main
 from agentx.cli.layout import FittedTable
 from agentx.cli.report_tables import MISSING, report_markdown, report_tables
 from agentx.distribution import installed_version
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.run_folder import RUN_FILE
 from agentx.results.acceptance import Acceptance, StreamAcceptance
 from agentx.results.folders import read_run_file
 from agentx.results.report import ReportOptions, build_report, load_series

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agentx.replayer.options import AgentxLoad, ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import read_records
+from agentx.records.record import read_records
+from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.run.replay import ReplayResult, replay_sync, replay_workers
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace, save_trace

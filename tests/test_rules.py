@@ -1,4 +1,4 @@
-"""The AgentX rule sets (agentx.replayer.rules): each difference between agentx-harness 1.0.12 and AIPerf 0.13.0
+"""The AgentX rule sets (agentx.replayer.options.rules): each difference between agentx-harness 1.0.12 and AIPerf 0.13.0
 where it acts — the coverage verdict, the exports' schema, locks, the report's refusal of mixed rules, the
 InferenceX metrics, the command line's scenario defaults and the request headers."""
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from test_validity import S, failed, rec, run_file, table
 
 from agentx.cli import main
-from agentx.replayer.locks import locks_broken
-from agentx.replayer.rules import AIPERF_0_13_0, DEFAULT_RULES_NAME, HARNESS, RULE_SETS, rule_set
+from agentx.replayer.options.locks import locks_broken
+from agentx.replayer.options.rules import AIPERF_0_13_0, DEFAULT_RULES_NAME, HARNESS, RULE_SETS, rule_set
 from agentx.results.export_jsonl import jsonl_lines
 from agentx.results.export_metrics import HARNESS_TAGS, run_context
 from agentx.results.export_summary import aiperf_summary
@@ -233,8 +233,8 @@ def test_a_tree_idle_cap_breaks_a_lock_under_aiperf_0_13_0_only(tmp_path: Path) 
 
 
 def test_the_report_refuses_runs_of_different_rules_unless_asked(tmp_path: Path) -> None:
-    from agentx.replayer.record_writer import RecordWriter
-    from agentx.replayer.records import RunInfo
+    from agentx.records.record import RunInfo
+    from agentx.records.writer import RecordWriter
 
     dirs = []
     for rules in ("agentx-harness-1.0.12", "aiperf-0.13.0"):

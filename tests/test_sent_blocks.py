@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replayer.sent_blocks import DENSE_IDS, Seen
+from agentx.replayer.plan.sent_blocks import DENSE_IDS, Seen
 
 IDS = st.one_of(st.integers(0, 64), st.integers(DENSE_IDS - 2, DENSE_IDS + 2), st.integers(-(2**63), 2**63 - 1))
 

@@ -1,4 +1,4 @@
-"""Reading a server's `/metrics` (agentx/replayer/server_metrics.py): what prometheus_client's parser gives
+"""Reading a server's `/metrics` (agentx/replayer/telemetry/metrics.py): what prometheus_client's parser gives
 for the names agentx reads, and what an odd or broken exposition costs (that line's figures, never the run)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from agentx.replayer.server_metrics import (
+from agentx.replayer.telemetry.metrics import (
     CACHE_METRICS,
     METRIC_LABELS,
     PREFIX_CACHE_HITS,

@@ -9,8 +9,8 @@ import msgspec
 from rich.console import Console
 
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import RequestRecord, RunInfo, read_records
+from agentx.records.record import RequestRecord, RunInfo, read_records
+from agentx.records.writer import RecordWriter
 from agentx.replayer.run_result import ShardInfo
 from agentx.results.shards import shards_summary
 from agentx.results.summary import summarize

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.sse import DONE, ERROR_EVENT, Event, SSEParser
+from agentx.replayer.http.sse import DONE, ERROR_EVENT, Event, SSEParser
 
 ENDINGS = (b"\n", b"\r\n", b"\r")
 # Text that may hold colons, spaces and non-ASCII, but no line break.

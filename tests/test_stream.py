@@ -12,9 +12,9 @@ import pytest
 from flat import replay_options
 
 import agentx
-from agentx.replayer.client import ServerUnreachable
-from agentx.replayer.records import to_records
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.record import to_records
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.http.client import ServerUnreachable
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 

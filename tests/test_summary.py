@@ -17,9 +17,9 @@ from rich.console import Console
 from strategies import record_identity
 
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import SCHEMA, RequestRecord, RunInfo, read_records
-from agentx.replayer.server_metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
+from agentx.records.record import SCHEMA, RequestRecord, RunInfo, read_records
+from agentx.records.writer import RecordWriter
+from agentx.replayer.telemetry.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
 from agentx.results.stats import PERCENTILES, Stats, percentile, percentile_key, rate_percentile, stats
 from agentx.results.summary import summarize
 from agentx.results.summary_model import Slowdown, Summary

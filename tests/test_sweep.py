@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 import agentx
 from agentx.cli import main
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, Speculative
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, Speculative
 from agentx.results.folders import SWEEP_FILE
 from agentx.results.frontier import point
 from agentx.run.sweep import (
@@ -250,7 +250,7 @@ def test_the_index_round_trips(swept: SweepResult) -> None:
 def test_the_trace_is_prepared_once_for_every_level(
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentx.replayer import sessions as sessions_module
+    from agentx.replayer.plan import sessions as sessions_module
     from agentx.trace.chains import split_flattened_agents as real_split
 
     split_calls: list[str] = []
@@ -271,8 +271,8 @@ def test_the_trace_is_prepared_once_for_every_level(
 
 
 def test_a_prepared_trace_is_refused_by_a_run_with_other_preparation_options(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.replayer.engine import run_replay
-    from agentx.replayer.preparation import prepare_trace
+    from agentx.replayer.plan.preparation import prepare_trace
+    from agentx.replayer.run_replay import run_replay
 
     base = base_options(sim, tmp_path)
     prepared = prepare_trace(small_trace(sessions=1), base)

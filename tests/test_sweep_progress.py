@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from agentx.cli import main
 from agentx.cli.progress import INTERVAL_ENV
 from agentx.cli.sweep import level_lines
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.run_folder import RUN_FILE
 from agentx.results.folders import LevelEntry
 from agentx.results.summary import Summary
 from agentx.run.sweep import LevelResult

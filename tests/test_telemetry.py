@@ -24,11 +24,10 @@ from tables80 import WIDTHS, assert_fits
 
 from agentx.cli import main
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.connect import server_client
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.replayer.records import read_records, run_info
-from agentx.replayer.telemetry import QuietWaiter, Telemetry
-from agentx.replayer.telemetry_file import (
+from agentx.records.record import read_records, run_info
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.options.server_client import server_client
+from agentx.replayer.telemetry.arrow_file import (
     SCHEMA,
     SERVER_METRICS_FILE,
     ServerMetricsError,
@@ -38,7 +37,8 @@ from agentx.replayer.telemetry_file import (
     read_server_metrics,
     server_metrics_info,
 )
-from agentx.replayer.telemetry_series import (
+from agentx.replayer.telemetry.scrape import QuietWaiter, Telemetry
+from agentx.replayer.telemetry.series import (
     TELEMETRY_NAMES,
     detect_engine,
     engine_names,
@@ -731,7 +731,7 @@ def test_a_killed_replay_keeps_every_scrape_up_to_the_kill(tmp_path: Path) -> No
 
 
 def test_scraping_off_starts_nothing_and_still_removes_a_replaced_runs_file(tmp_path: Path) -> None:
-    from agentx.replayer.telemetry import start_telemetry
+    from agentx.replayer.telemetry.scrape import start_telemetry
 
     (tmp_path / SERVER_METRICS_FILE).write_bytes(b"an older run's telemetry")
     options = ReplayOptions(
@@ -744,7 +744,7 @@ def test_scraping_off_starts_nothing_and_still_removes_a_replaced_runs_file(tmp_
 
 
 def test_what_a_refusing_server_says_is_kept_without_the_credentials(tmp_path: Path) -> None:
-    from agentx.replayer.telemetry import start_telemetry
+    from agentx.replayer.telemetry.scrape import start_telemetry
 
     key = "sk-telemetry-0123456789abcdef"
 

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 import trustme
 
-from agentx.replayer.client import Client, Exchange, ModelNotServed, ServerUnreachable
-from agentx.replayer.probe import detect_stream_usage
-from agentx.replayer.tls import TLSSettings, describe_tls_error, ssl_context
+from agentx.replayer.http.client import Client, Exchange, ModelNotServed, ServerUnreachable
+from agentx.replayer.http.probe import detect_stream_usage
+from agentx.replayer.http.tls import TLSSettings, describe_tls_error, ssl_context
 from agentx.sim.process import SimServer
 
 T = TypeVar("T")
@@ -345,7 +345,7 @@ def test_a_replay_behind_authentication_scrapes_the_counters_with_its_key(
 ) -> None:
     """The /metrics scrapes around a run carry the run's credentials: the server-side cache hit rate and the
     counters' acceptance reach the summary (they silently dropped out before)."""
-    from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
+    from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
     from agentx.run.replay import replay
     from agentx.trace.io import load_trace
 
@@ -362,7 +362,7 @@ def test_a_replay_behind_authentication_scrapes_the_counters_with_its_key(
 
 
 def test_decode_behind_authentication_scrapes_the_counters_with_its_key(locked_sim: SimServer) -> None:
-    from agentx.replayer.options import DecodeOptions, Server
+    from agentx.replayer.options.replay import DecodeOptions, Server
     from agentx.run.decode import decode
 
     server = Server(url=locked_sim.url, model=locked_sim.model, api_key=KEY)

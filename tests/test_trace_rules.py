@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.play import file_order_models, model_map
-from agentx.replayer.records import read_records, to_records
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.plan.play import file_order_models, model_map
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -68,7 +68,7 @@ def test_sessions_over_the_context_limit_are_dropped_whole(tmp_path: Path) -> No
 
 
 def test_an_unserved_extra_model_is_refused_before_the_run(tmp_path: Path) -> None:
-    from agentx.replayer.client import ModelNotServed
+    from agentx.replayer.http.client import ModelNotServed
 
     with SimServer(time_scale=0.01) as sim:
         options = ReplayOptions(server=Server(url=sim.url, model=sim.model, models=("nope",)), out_dir=tmp_path / "x")

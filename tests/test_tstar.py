@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.replayer.plan import plan_session
-from agentx.replayer.tstar import snapshot, t_star
+from agentx.replayer.plan.steps import plan_session
+from agentx.replayer.plan.tstar import snapshot, t_star
 from agentx.trace.model import Agent, Request, Session
 
 

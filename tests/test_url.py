@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replayer.url import BadURLError, base_url
+from agentx.replayer.http.url import BadURLError, base_url
 
 
 @pytest.mark.parametrize(

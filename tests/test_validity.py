@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import record_identity
 
-from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.validity import (
     CONTEXT_OVERFLOW_RATE_EXCEEDED,
     DISPATCH_LAG_EXCEEDED,

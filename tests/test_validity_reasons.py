@@ -15,7 +15,7 @@ import pyarrow as pa
 from tables80 import rendered
 
 from agentx.cli.summary_tables import summary_table
-from agentx.replayer.records import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.summary import summarize
 from agentx.results.validity import DISPATCH_LAG_EXCEEDED, RUN_CANCELLED, UNSAFE_OVERRIDE, Reason, validity
 

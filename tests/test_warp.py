@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.records import read_records, to_records
+from agentx.records.record import read_records, to_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 from agentx.trace.warp import IdleWarp, warp_idle_gaps

@@ -8,10 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.record_writer import RecordWriter, merge_records
-from agentx.replayer.records import RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.records.record import RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.records.writer import RecordWriter, merge_records
+from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.workers import run_workers
 from agentx.sim.process import SimServer
 
@@ -110,7 +110,7 @@ def test_merging_shifts_each_file_onto_the_earliest_clock(tmp_path: Path) -> Non
 
 
 def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
-    from agentx.replayer.records import RecordsError
+    from agentx.records.record import RecordsError
 
     for name in ("a", "b"):
         with RecordWriter(tmp_path / name, RunInfo(run_id=name, wall_epoch_ns=0)) as writer:
@@ -120,7 +120,7 @@ def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Path) -> None:
-    from agentx.replayer.client import ServerUnreachable
+    from agentx.replayer.http.client import ServerUnreachable
 
     options = ReplayOptions(
         server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=ClosedLoad(concurrency=2)

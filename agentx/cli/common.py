@@ -26,7 +26,7 @@ from agentx.trace.validate import MAX_BLOCK_SIZE
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from agentx.replayer.options import ReplayOptions
+    from agentx.replayer.options.replay import ReplayOptions
     from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
@@ -89,7 +89,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     bearer token, a key-shaped word) are scrubbed, and its brackets are text, not markup."""
     from rich.markup import escape
 
-    from agentx.replayer.secrets import scrub
+    from agentx.secrets import scrub
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)

@@ -1,4 +1,4 @@
-"""Command-line flags derived from the option structs (agentx.replayer.options), so that `replay`, `sweep` and
+"""Command-line flags derived from the option structs (agentx.replayer.options.replay), so that `replay`, `sweep` and
 `decode` share one definition of every flag they have in common.
 
 A field becomes a flag when its `Meta.extra` has a `help` line. The flag is `--field-name` (a unit suffix `_s`

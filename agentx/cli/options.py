@@ -12,7 +12,7 @@ import click
 import msgspec
 
 from agentx.cli.flags import Command, Parser, convert_part, flags_set, part_flags, part_values
-from agentx.replayer.options import (
+from agentx.replayer.options.replay import (
     LOADS,
     Connection,
     Load,
@@ -22,18 +22,18 @@ from agentx.replayer.options import (
     Server,
     Speculative,
 )
-from agentx.replayer.rules import rule_set
+from agentx.replayer.options.rules import rule_set
 
 if TYPE_CHECKING:
     import contextlib
 
-    from agentx.replayer.slo import Slos
+    from agentx.replayer.options.slo import Slos
     from agentx.trace.chains import ChainRules
 
 
 def parse_header(value: str) -> tuple[str, str]:
     """`--header NAME:VALUE` as a (name, value) pair; click.BadParameter unless it is a valid HTTP header."""
-    from agentx.replayer.http1 import check_header
+    from agentx.replayer.http.http1 import check_header
 
     name, sep, content = value.partition(":")
     if not sep or not name.strip():
@@ -85,8 +85,8 @@ def server_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
     an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
     from agentx.cli.common import fail, stderr
-    from agentx.replayer.secrets import scrub
-    from agentx.replayer.url import BadURLError, base_url
+    from agentx.replayer.http.url import BadURLError, base_url
+    from agentx.secrets import scrub
 
     if value is None:
         return None
@@ -169,7 +169,7 @@ def sim_fields(speculative: Speculative) -> dict[str, Any]:
 
 def parse_slo_flags(texts: tuple[str, ...]) -> Slos:
     """Every `--slo METRIC=VALUE` as one `Slos`; click.BadParameter naming the value that is wrong."""
-    from agentx.replayer.slo import SloError, parse_slos
+    from agentx.replayer.options.slo import SloError, parse_slos
 
     try:
         return parse_slos(texts)
@@ -294,8 +294,8 @@ def connection_part(flags: Mapping[str, Any]) -> Connection:
 
 def rules_defaults(flags: Mapping[str, Any], part: str, values: dict[str, Any]) -> dict[str, Any]:
     """`values` of options part `part` with, in `--mode agentx`, the rule set's scenario defaults for the fields whose
-    flags the user did not give (agentx.replayer.rules; e.g. 3600 s and 10 cache-pressure requests per lane under
-    agentx-harness-1.0.12)."""
+    flags the user did not give (agentx.replayer.options.rules; e.g. 3600 s and 10 cache-pressure requests per lane
+    under agentx-harness-1.0.12)."""
     if flags.get("mode") != "agentx":
         return values
     given = flags_set(click.get_current_context(), part, flags)
@@ -353,8 +353,8 @@ def only_model(url: str, flags: Mapping[str, Any]) -> str:
     """The model `url` serves, asked with the run's own credentials, headers and TLS settings (`flags`); one line
     and exit 2 unless it serves exactly one."""
     from agentx.cli.common import fail
-    from agentx.replayer.client import ServerUnreachable
-    from agentx.replayer.connect import server_client
+    from agentx.replayer.http.client import ServerUnreachable
+    from agentx.replayer.options.server_client import server_client
 
     try:
         server = server_part(flags, url, ("",), say=False)  # the model is what is asked

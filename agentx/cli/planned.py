@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from agentx.replayer.limits import tree_limit
-from agentx.replayer.options import AgentxLoad, ReplayOptions, TraceLoad
-from agentx.replayer.play import PreparedTrace
+from agentx.replayer.options.limits import tree_limit
+from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, TraceLoad
+from agentx.replayer.plan.play import PreparedTrace
 from agentx.trace.model import Trace
 
 
@@ -27,7 +27,7 @@ def planned_requests(trace: Trace | PreparedTrace, options: ReplayOptions) -> in
     cap = options.scenario.num_requests
     if tree_limit(options.scenario, 0) is None:
         return cap
-    from agentx.replayer.preparation import prepare_trace
+    from agentx.replayer.plan.preparation import prepare_trace
 
     prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
     trees = tree_limit(options.scenario, len(prepared.trace.sessions))
@@ -37,13 +37,13 @@ def planned_requests(trace: Trace | PreparedTrace, options: ReplayOptions) -> in
 
 
 def _order(prepared: PreparedTrace, options: ReplayOptions) -> Iterator[int]:
-    """The session indices trees are drawn in (agentx.replayer.runner: lanes and `rate` draw `session_order`,
+    """The session indices trees are drawn in (agentx.replayer.schedule.runner: lanes and `rate` draw `session_order`,
     `trace` starts every session once, by recorded start)."""
     if isinstance(options.load, TraceLoad):
-        from agentx.replayer.arrivals import trace_arrivals
+        from agentx.replayer.plan.arrivals import trace_arrivals
 
         return iter([index for _, index in trace_arrivals(prepared.trace, options.load.speedup)])
-    from agentx.replayer.plan import session_order
+    from agentx.replayer.plan.steps import session_order
 
     scenario = options.scenario
     return session_order(len(prepared.trace.sessions), scenario.session_order, scenario.seed)
@@ -59,7 +59,7 @@ def _requests_of_trees(prepared: PreparedTrace, options: ReplayOptions, limit: i
     requests = 0
     load = options.load
     if isinstance(load, AgentxLoad):
-        from agentx.replayer.tstar import snapshot, t_star
+        from agentx.replayer.plan.tstar import snapshot, t_star
 
         # As Runner._first_plays: each lane draws until a tree has something to send from its t*.
         attempts = load.concurrency + 2 * len(sessions)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rich.live import Live
     from rich.table import Table
 
-    from agentx.replayer.records import RequestRecord
+    from agentx.records.record import RequestRecord
 
 INTERVAL_ENV: Final = "AGENTX_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S: Final = 10.0

@@ -42,7 +42,7 @@ from agentx.cli.options import (
     speculative_flags,
     speculative_part,
 )
-from agentx.replayer.options import DecodeOptions
+from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
 
 
@@ -80,13 +80,13 @@ def replay(
 
     from agentx.cli.planned import planned_requests
     from agentx.cli.progress import ReplayProgress
-    from agentx.replayer.calibrate import CalibrationError
-    from agentx.replayer.client import ModelNotServed, ServerUnreachable
-    from agentx.replayer.clock import loop_factory
-    from agentx.replayer.preparation import prepare_trace
-    from agentx.replayer.run_folder import RUN_FILE
-    from agentx.replayer.telemetry_file import SERVER_METRICS_FILE
-    from agentx.replayer.warmup import WarmupFailed
+    from agentx.records.run_folder import RUN_FILE
+    from agentx.replayer.http.client import ModelNotServed, ServerUnreachable
+    from agentx.replayer.plan.preparation import prepare_trace
+    from agentx.replayer.prompts.calibrate import CalibrationError
+    from agentx.replayer.schedule.clock import loop_factory
+    from agentx.replayer.schedule.warmup import WarmupFailed
+    from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 
@@ -257,7 +257,7 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
     token. Without --url the built-in simulator serves it (with --spec-al and --spec-k as its forced acceptance).
     """
     from agentx.cli.tables import decode_tables
-    from agentx.replayer.client import ModelNotServed, ServerUnreachable
+    from agentx.replayer.http.client import ModelNotServed, ServerUnreachable
     from agentx.run.decode import decode_sync
 
     if len(served_models) > 1:

@@ -28,7 +28,7 @@ from agentx.cli.options import only_model, replay_flags, replay_options, server_
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
-    from agentx.replayer.options import Speculative
+    from agentx.replayer.options.replay import Speculative
     from agentx.run.sweep import LevelResult, LevelSettings
     from agentx.sim.process import SimServer
 
@@ -93,8 +93,8 @@ def sweep_command(
 
     from agentx.cli.planned import planned_requests
     from agentx.cli.progress import ReplayProgress
-    from agentx.replayer.clock import loop_factory
-    from agentx.replayer.options import LaneLoad
+    from agentx.replayer.options.replay import LaneLoad
+    from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.cost import load_price_table
     from agentx.results.folders import SWEEP_FILE
     from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep

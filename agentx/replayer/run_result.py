@@ -7,15 +7,16 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.replayer.identity import ServerIdentity
-from agentx.replayer.warmup import LaneStart
+from agentx.replayer.http.identity import ServerIdentity
+from agentx.replayer.schedule.warmup import LaneStart
 
 OnSent = Callable[[], None]
 """Called once per request that will be recorded, as it goes out (before its record's `OnRecord`)."""
 
 
 class CalibrationSummary(msgspec.Struct, kw_only=True):
-    """`--api chat`: what the calibration found (agentx.replayer.calibrate.ChatCalibration, the words left out)."""
+    """`--api chat`: what the calibration found (agentx.replayer.prompts.calibrate.ChatCalibration, the words left
+    out)."""
 
     words: int
     """Words of one token each."""
@@ -98,7 +99,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     flattened_by_session: dict[str, int] = {}
     """The same per session played (0: nothing flattened); sessions never played are not split."""
     server: ServerIdentity = ServerIdentity()
-    """The engine serving the run, as the server says itself (agentx.replayer.identity)."""
+    """The engine serving the run, as the server says itself (agentx.replayer.http.identity)."""
     idle_jumps: int = 0
     """Times an idle cap moved timers earlier."""
     idle_skipped_s: float = 0.0

@@ -25,13 +25,13 @@ from typing import Final
 import msgspec
 
 from agentx.errors import RunError, ServerError
-from agentx.replayer.clock import loop_factory
-from agentx.replayer.engine import run_replay
-from agentx.replayer.limits import check_shards
-from agentx.replayer.options import ReplayOptions
-from agentx.replayer.record_writer import merge_records
-from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.records.writer import merge_records
+from agentx.replayer.options.limits import check_shards
+from agentx.replayer.options.replay import ReplayOptions
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult, combined
+from agentx.replayer.schedule.clock import loop_factory
 from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"

@@ -1,7 +1,7 @@
 """Results of a replay run: what the records of a run add up to.
 
 `summary.py` computes a `Summary` (`summary_model.py`) from a records table
-(`agentx.replayer.records.read_records`) following the InferenceX aggregation (docs/agentx.md §6–§7): counts,
+(`agentx.records.record.read_records`) following the InferenceX aggregation (docs/agentx.md §6–§7): counts,
 TTFT/E2E/ITL statistics (`stats.py`) and interactivity, per-chunk ITL, throughput, cache hit rates, client
 dispatch lag, and per-play roll-ups and slowdown against the trace (`plays.py`). It reads the table
 (`columns.py`), never `RequestRecord` objects, so it works on the file of any run (columns a newer minor

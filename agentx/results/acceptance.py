@@ -3,7 +3,7 @@
 AL (acceptance length) is the mean number of tokens one verification step emits, the bonus token included.
 
 **Server counters** (`/metrics` scraped as the profiling phase starts and after the run, read by
-agentx.replayer.server_metrics; counters are deltas over that window, gauges are their value after the run):
+agentx.replayer.telemetry.metrics; counters are deltas over that window, gauges are their value after the run):
 
 - vLLM: `vllm:spec_decode_num_drafts` (steps), `..._num_draft_tokens`, `..._num_accepted_tokens` and
   `..._num_accepted_tokens_per_pos{position}`: AL = 1 + Δaccepted / Δdrafts, the rate at position i is
@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.replayer.server_metrics import (
+from agentx.replayer.telemetry.metrics import (
     ATOM_ACCEPTANCE_RATE,
     ATOM_ACCEPTED,
     ATOM_DRAFT_TOKENS,
@@ -244,7 +244,7 @@ def _sglang(after: Mapping[str, float]) -> CounterAcceptance | None:
 
 def counter_acceptance(before: Mapping[str, float], after: Mapping[str, float]) -> CounterAcceptance | None:
     """Acceptance from two `/metrics` scrapes (`parse_counters` with `SPEC_METRICS` and `METRIC_LABELS`,
-    agentx.replayer.server_metrics);
+    agentx.replayer.telemetry.metrics);
     None when the server exports none of the known metrics (or ran no speculative step)."""
     for found in (_vllm(before, after), _atom(before, after), _sglang(after), _llamacpp(before, after)):
         if found is not None and (found.steps is None or found.steps > 0):

@@ -31,7 +31,7 @@ import msgspec
 import pyarrow as pa
 
 from agentx.errors import ConfigError
-from agentx.replayer.records import read_records
+from agentx.records.record import read_records
 from agentx.results import export_jsonl, export_summary
 from agentx.results.export_jsonl import conversation_id
 from agentx.results.export_metrics import run_context
@@ -100,7 +100,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[pa.Table, dict[str, Any] 
     Raises `ExportError` (one line, no traceback needed) for a missing directory or records file, an
     unreadable records file, or a `run.json` that is not a JSON object.
     """
-    from agentx.replayer.records import RecordsError
+    from agentx.records.record import RecordsError
 
     directory = Path(run_dir)
     records = _records_path(directory)
@@ -144,8 +144,8 @@ def finalize_in_place(run_dir: str | os.PathLike[str]) -> Finalized:
     records file or an unreadable records file, `OSError` when the file cannot be written (the stream is then
     untouched).
     """
-    from agentx.replayer.record_writer import RecordsInUse
-    from agentx.replayer.records import RecordsError
+    from agentx.records.record import RecordsError
+    from agentx.records.writer import RecordsInUse
 
     records = _records_path(run_dir)
     try:

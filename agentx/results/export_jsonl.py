@@ -23,7 +23,7 @@
   reference keeps out of every metric and export: agentx writes the line, flagged, and
   `profile_export_aiperf.json` leaves it out.
 - `agent_depth` = `depth`.
-- `agentx_rules` (agentx only): the rule set the run played (agentx.replayer.rules).
+- `agentx_rules` (agentx only): the rule set the run played (agentx.replayer.options.rules).
 
 **metrics**: `{tag: {"value", "unit"}}` by the definitions of `agentx.results.export_metrics`; a metric
 undefined for the record is absent (a failed request has only `error_isl`); the harness's three full-response
@@ -60,7 +60,6 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from agentx.replayer.secrets import scrub
 from agentx.results.export_metrics import (
     FloatArray,
     IntArray,
@@ -70,6 +69,7 @@ from agentx.results.export_metrics import (
     strings,
     top_level_chain,
 )
+from agentx.secrets import scrub
 
 NOT_EXPORTED: Final[dict[str, str]] = {
     "jsonl.metadata.source_outer_idx": "the position in the trace file is not recorded",

@@ -4,7 +4,7 @@
 undefined for the row) plus the inter-chunk latencies, in AIPerf's display units (ms, tokens, tokens/sec/user,
 %). `profile_export.jsonl` writes a row's defined values; `profile_export_aiperf.json` aggregates them. Each
 definition is the reference's (AIPerf 0.13.0, `aiperf/metrics/types/*.py`), stated on the tag in `DEFINITIONS`; the
-columns are `agentx.replayer.records`' (times in ns from the run start):
+columns are `agentx.records.record`' (times in ns from the run start):
 
 - Only successful rows (`status == "ok"`, AIPerf's valid records) get metrics; a failed row gets
   `error_isl` alone (AIPerf computes only its ERROR_ONLY metrics for an error record).
@@ -43,8 +43,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentx.replayer.records import run_info
-from agentx.replayer.rules import RuleSet
+from agentx.records.record import run_info
+from agentx.replayer.options.rules import RuleSet
 from agentx.results.validity import rules_of
 
 FloatArray = npt.NDArray[np.float64]
@@ -233,7 +233,7 @@ class RecordMetrics:
 
 
 def _requested_osl(table: pa.Table, ctx: RunContext) -> FloatArray:
-    """The `max_tokens` the run sent each row (agentx.replayer.bodies, `BodyBuilder.max_tokens`)."""
+    """The `max_tokens` the run sent each row (agentx.replayer.plan.bodies, `BodyBuilder.max_tokens`)."""
     recorded = column(table, "osl_recorded_tokens")
     cap = ctx.options.get("max_output_tokens")
     if isinstance(cap, int | float) and not isinstance(cap, bool):

@@ -7,7 +7,7 @@ AIPerf 0.13.0 writes the `/metrics` it scraped to a file of its own, `server_met
 `rate` over the profiling phase (agentx.results.telemetry computes them the same way). agentx writes that document,
 for the metrics it scrapes, under `server_metrics` in the summary export, where its figures sit beside the run's.
 
-Where it differs: only the names agentx maps (agentx.replayer.telemetry_series) are there, and a series agentx
+Where it differs: only the names agentx maps (agentx.replayer.telemetry.series) are there, and a series agentx
 reads as the sum of two names (llama.cpp's and TensorRT-LLM's prefix-cache queries) is left out, since AIPerf has
 no such metric; a counter is keyed by its family name, as AIPerf's parser gives it (`vllm:prefix_cache_hits`, not
 `..._total`); agentx sums a name's label sets into one series (without `labels`), where AIPerf keeps one series per
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from agentx.replayer.telemetry_series import TELEMETRY
+from agentx.replayer.telemetry.series import TELEMETRY
 from agentx.results.telemetry import ServerTelemetry
 
 SCHEMA_VERSION: Final = "1.1"

@@ -47,7 +47,7 @@ name and reference, validity details, and `inferencex`: the metrics InferenceX's
 and E2E-normalized interactivity, 1 s QPS windows — over the profiling phase's successful requests,
 agentx.results.inferencex).
 
-**The rule set's schema** (agentx.replayer.rules, `export_harness_metrics`): a run of the agentx-harness 1.0.12
+**The rule set's schema** (agentx.replayer.options.rules, `export_harness_metrics`): a run of the agentx-harness 1.0.12
 rules is written as the harness writes it: with `full_decode_duration`, `full_response_inter_token_latency` and
 `full_response_output_token_throughput_per_user` (and their `adj_` variants when requests failed) beside AIPerf
 0.13.0's metrics, `metadata.metric_duration_coverage` (`[{phase_name, expected_duration_seconds, required_ratio,

@@ -2,7 +2,7 @@
 
 - **arrow**: an Arrow IPC file (zstd, with its footer), the records' columns and schema metadata unchanged.
   Without `--out` the run's own `records.arrow` is finalized in place (`finalize_run`): the stream a killed run
-  left becomes the file a clean end leaves (agentx.replayer.record_writer, `finalize_records`), written beside it
+  left becomes the file a clean end leaves (agentx.records.writer, `finalize_records`), written beside it
   and swapped in atomically; a file that already has its footer is left alone.
 - **parquet**: zstd, the same columns and types; the schema metadata (the run id, wall-clock epoch and options)
   travels in Parquet's key-value metadata, as pyarrow stores it, so `pyarrow.parquet.read_table` gives it back.
@@ -28,8 +28,8 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-from agentx.replayer.record_writer import finalize_records, write_records_file
-from agentx.replayer.records import RecordsReader
+from agentx.records.record import RecordsReader
+from agentx.records.writer import finalize_records, write_records_file
 
 TABLE_FILES: Final[dict[str, str]] = {"arrow": "records.arrow", "parquet": "records.parquet", "csv": "records.csv"}
 """Each format's default file name in the target directory."""

@@ -1,6 +1,6 @@
 """Reading run and sweep folders: the layouts of `run.json` and `sweep.json`.
 
-A run folder holds `records.arrow` and `run.json` (agentx.replayer.run_folder names them); a sweep folder holds
+A run folder holds `records.arrow` and `run.json` (agentx.records.run_folder names them); a sweep folder holds
 `sweep.json` (`SweepIndex`) and one run folder per level, `c{N}/`.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from agentx.replayer.run_folder import RUN_FILE
+from agentx.records.run_folder import RUN_FILE
 from agentx.replayer.run_result import RunResult
 from agentx.results.summary import Summary
 

@@ -1,4 +1,4 @@
-"""Goodput: the requests that met every `--slo` target (agentx.replayer.slo), per second, and their share.
+"""Goodput: the requests that met every `--slo` target (agentx.replayer.options.slo), per second, and their share.
 
 From the records' `slo_met` column, judged as each record was made:
 
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.replayer.records import RecordsError, run_info
+from agentx.records.record import RecordsError, run_info
 from agentx.results.columns import equals, has, ints_or
 
 COLUMN = "slo_met"

@@ -5,7 +5,7 @@ The page holds, with nothing fetched from elsewhere (inline CSS, inline SVG, no 
 from the same sections as the terminal and Markdown forms (agentx.cli.report_tables builds them; this module gets
 them as plain `Section`s so it stays below the CLI); the notes that say why a figure is missing; and the plots
 (`write_plots`, inline SVG) when matplotlib is installed, else a line saying how to get them. Text from run
-folders is escaped, and credentials in a server URL are scrubbed (agentx.replayer.secrets).
+folders is escaped, and credentials in a server URL are scrubbed (agentx.secrets).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from agentx.distribution import installed_version
-from agentx.replayer.secrets import scrub
 from agentx.results.folders import finished_run
 from agentx.results.report import Report, Series, SeriesReport
+from agentx.secrets import scrub
 
 PLOT_TITLES: Final = {
     "frontier": "Throughput per GPU vs interactivity",

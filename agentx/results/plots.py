@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentx.errors import ConfigError
-from agentx.replayer.records import read_records, run_info
-from agentx.replayer.run_folder import RECORDS_FILE
-from agentx.replayer.telemetry_file import aligned_times_ns, load_server_metrics, server_metrics_info
+from agentx.records.record import read_records, run_info
+from agentx.records.run_folder import RECORDS_FILE
+from agentx.replayer.telemetry.arrow_file import aligned_times_ns, load_server_metrics, server_metrics_info
 from agentx.results.cost import usd_per_million_tokens
 from agentx.results.frontier import Point, curve
 from agentx.results.report import LevelRow, Report, SeriesReport

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.replayer.records import RecordsError, read_records, run_info
-from agentx.replayer.run_folder import RECORDS_FILE, RUN_FILE
+from agentx.records.record import RecordsError, read_records, run_info
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
 from agentx.results.cost import (
     GIVEN_TIER,
     Cost,
@@ -55,7 +55,7 @@ class Level(msgspec.Struct, kw_only=True):
     engine: str | None = None
     """The engine that served the run, with its version when it gave one (e.g. "vLLM 0.11.0")."""
     rules: str | None = None
-    """The AgentX rule set the run played (agentx.replayer.rules; a run that predates rule sets played AIPerf
+    """The AgentX rule set the run played (agentx.replayer.options.rules; a run that predates rule sets played AIPerf
     0.13.0's); None for a level that left no run."""
 
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from agentx.replayer.records import RecordsError, run_info
-from agentx.replayer.server_metrics import (
+from agentx.records.record import RecordsError, run_info
+from agentx.replayer.telemetry.metrics import (
     LLAMACPP_CACHED_TOKENS,
     LLAMACPP_PROMPT_TOKENS,
     PREFIX_CACHE_HITS,

@@ -110,7 +110,7 @@ class Cache(msgspec.Struct, kw_only=True):
     figure, fixed per turn whatever the run sent (a recycled play, a play resumed at t*)."""
     replayed_hit_rate: float | None = None
     """Σ replayed hit blocks / Σ blocks: an infinite cache of the prompts the run sent, in send order
-    (agentx.replayer.sent_blocks), the bound on what a server's prefix cache can hit in this run; None for records
+    (agentx.replayer.plan.sent_blocks), the bound on what a server's prefix cache can hit in this run; None for records
     before format 1.10."""
 
 
@@ -225,4 +225,4 @@ class Summary(msgspec.Struct, kw_only=True):
     inferencex: InferencexMetrics | None = None
     """The metrics InferenceX's aggregation adds (agentx.results.inferencex), None for an empty run."""
     rules: str | None = None
-    """The AgentX rule set the run played (agentx.replayer.rules), when its options say."""
+    """The AgentX rule set the run played (agentx.replayer.options.rules), when its options say."""

@@ -1,5 +1,5 @@
-"""The server's telemetry over a run (server_metrics.arrow, agentx.replayer.telemetry) summarized over its profiling
-phase: `Summary.server_telemetry`.
+"""The server's telemetry over a run (server_metrics.arrow, agentx.replayer.telemetry.scrape) summarized over its
+profiling phase: `Summary.server_telemetry`.
 
 **Window.** The profiling phase as the records show it: from the end of the last warmup request (else the first
 profiling request's due time) to the last profiling request's end, on the records' clock. Scrapes inside it count;
@@ -25,9 +25,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.replayer.records import run_info
-from agentx.replayer.telemetry_file import ServerMetricsError, aligned_times_ns, server_metrics_info
-from agentx.replayer.telemetry_series import TELEMETRY
+from agentx.records.record import run_info
+from agentx.replayer.telemetry.arrow_file import ServerMetricsError, aligned_times_ns, server_metrics_info
+from agentx.replayer.telemetry.series import TELEMETRY
 from agentx.results.columns import equals, floats
 from agentx.results.stats import FloatArray
 

@@ -43,10 +43,10 @@ A run is valid unless one of these applies (reasons are reported in this order):
 Apart from the reasons, `details["inferencex_gate_passed"]` is InferenceX's post-run gate:
 `error_request_count / completed_request_count ≤ 0.10` (inclusive), with completed = successes + errors > 0.
 
-Each reason is also said in words with the figure that caused it (`Validity.explained`: one entry per broken lock
-under `unsafe_override`, whose sentences agentx.replayer.locks wrote into the records' metadata). The rules judge the
-AgentX scenario only: a run of another mode (`mode` in its options) gets `applies = False`, and its reasons are
-kept but beside the point (the summary says "not applicable (closed mode)").
+Each reason is also said in words with the figure that caused it (`Validity.explained`: one entry per broken lock under
+`unsafe_override`, whose sentences agentx.replayer.options.locks wrote into the records' metadata). The rules judge the
+AgentX scenario only: a run of another mode (`mode` in its options) gets `applies = False`, and its reasons are kept but
+beside the point (the summary says "not applicable (closed mode)").
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.replayer.records import RecordsError, run_info
-from agentx.replayer.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
+from agentx.records.record import RecordsError, run_info
+from agentx.replayer.options.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
 from agentx.results.acceptance import Acceptance
 from agentx.results.columns import equals, floats
 
@@ -128,7 +128,7 @@ def _unsafe(options: Any) -> bool:
 
 
 def _locks(*options: Any) -> list[str]:
-    """The broken locks' sentences (agentx.replayer.locks) the options carry, from the first that has them."""
+    """The broken locks' sentences (agentx.replayer.options.locks) the options carry, from the first that has them."""
     for found in options:
         locks = found.get("locks_broken") if isinstance(found, Mapping) else None
         if isinstance(locks, list) and locks:

@@ -19,13 +19,13 @@ from typing import Any
 
 import msgspec
 
-from agentx.replayer.bodies import COMPLETIONS_PATH
-from agentx.replayer.chat import CHAT_PATH
-from agentx.replayer.client import Client, Exchange
-from agentx.replayer.connect import server_client
-from agentx.replayer.options import DecodeOptions, checked, flat_options
-from agentx.replayer.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
-from agentx.replayer.prompts import TokenSpace, completions_body, filler
+from agentx.replayer.http.client import Client, Exchange
+from agentx.replayer.http.probe import STREAM_OPTIONS, StreamUsage, detect_stream_usage
+from agentx.replayer.options.replay import DecodeOptions, checked, flat_options
+from agentx.replayer.options.server_client import server_client
+from agentx.replayer.plan.bodies import COMPLETIONS_PATH
+from agentx.replayer.prompts.chat import CHAT_PATH
+from agentx.replayer.prompts.tokens import TokenSpace, completions_body, filler
 from agentx.results.acceptance import (
     Acceptance,
     acceptance,

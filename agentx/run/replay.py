@@ -19,20 +19,20 @@ from typing import Any, Final, Self
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.replayer.client import Client
-from agentx.replayer.clock import DispatchClock
+from agentx.records.record import RequestRecord, RunInfo, read_records
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
 from agentx.replayer.cluster.driver import run_cluster
-from agentx.replayer.connect import server_client
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ReplayOptions, flat_options
-from agentx.replayer.play import PreparedTrace
-from agentx.replayer.records import RequestRecord, RunInfo, read_records
-from agentx.replayer.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
+from agentx.replayer.http.client import Client
+from agentx.replayer.options.replay import ReplayOptions, flat_options
+from agentx.replayer.options.server_client import server_client
+from agentx.replayer.plan.play import PreparedTrace
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import OnSent, RunResult
-from agentx.replayer.sending import OnRecord
-from agentx.replayer.server_metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
-from agentx.replayer.telemetry import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
-from agentx.replayer.telemetry_file import load_server_metrics
+from agentx.replayer.schedule.clock import DispatchClock
+from agentx.replayer.schedule.sending import OnRecord
+from agentx.replayer.telemetry.arrow_file import load_server_metrics
+from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
+from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
 from agentx.replayer.workers import run_workers
 from agentx.results.acceptance import run_acceptance
 from agentx.results.folders import RunFile

@@ -24,11 +24,11 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.replayer.options import LaneLoad, ReplayOptions
-from agentx.replayer.play import PreparedTrace
-from agentx.replayer.preparation import prepare_trace
+from agentx.replayer.options.replay import LaneLoad, ReplayOptions
+from agentx.replayer.plan.play import PreparedTrace
+from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
-from agentx.replayer.sending import OnRecord
+from agentx.replayer.schedule.sending import OnRecord
 from agentx.results.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary import Summary
 from agentx.run.replay import replay

@@ -1,11 +1,11 @@
 """The per-tree idle cap, load-time version (docs/agentx.md §4c, the older reference): idle gaps cut out of the
 recorded times before the replay starts.
 
-Sort every request start of a session tree (root, subagents, split chains); for each gap `g` between two
-consecutive starts longer than the cap, remove `g − cap`: times within the first `cap` seconds of the gap
-keep their place, times in the removed part map to the gap's start + cap, and everything later shifts left.
-Delays are then recomputed from the warped times, so the replay's end-to-start rule sees the shortened
-gaps. The newer runtime version (`agentx/replayer/idle.py`) acts on the live schedule instead; one run uses one.
+Sort every request start of a session tree (root, subagents, split chains); for each gap `g` between two consecutive
+starts longer than the cap, remove `g − cap`: times within the first `cap` seconds of the gap keep their place, times in
+the removed part map to the gap's start + cap, and everything later shifts left. Delays are then recomputed from the
+warped times, so the replay's end-to-start rule sees the shortened gaps. The newer runtime version
+(`agentx/replayer/schedule/idle.py`) acts on the live schedule instead; one run uses one.
 """
 
 from __future__ import annotations

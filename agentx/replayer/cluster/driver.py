@@ -2,7 +2,7 @@
 
 `run_cluster(trace, options)` is `run_replay` for `options.runtime.ray` (docs/distributed.md):
 
-1. Connect (agentx.replayer.cluster.connect), place `workers` one-CPU bundles with a SPREAD placement group, or fail
+1. Connect (agentx.replayer.cluster.placement), place `workers` one-CPU bundles with a SPREAD placement group, or fail
    in one line before any request.
 2. Start one `Shard` actor per bundle with `shard=(i, workers)`: the union of the shards is the one-process plan.
    The trace goes through the object store as native Arrow bytes, so only the driver needs to read its file.
@@ -31,18 +31,18 @@ import msgspec
 import pyarrow as pa
 
 from agentx.errors import ConfigError
+from agentx.records.record import WORKER_LOST, RequestRecord, RunInfo, to_records
+from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.records.writer import RecordWriter
 from agentx.replayer.cluster.clocks import CLOCK_WARN_NS, ClockOffset, measure
-from agentx.replayer.cluster.connect import ClusterError, place_shards, ray_session, remove_group
+from agentx.replayer.cluster.placement import ClusterError, place_shards, ray_session, remove_group
 from agentx.replayer.cluster.shard import Place, Shard, ShardReport, in_flight_records
-from agentx.replayer.engine import OnStart
-from agentx.replayer.limits import check_shards
-from agentx.replayer.options import ReplayOptions, checked, flat_options
-from agentx.replayer.play import PreparedTrace
-from agentx.replayer.record_writer import RecordWriter
-from agentx.replayer.records import WORKER_LOST, RequestRecord, RunInfo, to_records
-from agentx.replayer.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.replayer.options.limits import check_shards
+from agentx.replayer.options.replay import ReplayOptions, checked, flat_options
+from agentx.replayer.plan.play import PreparedTrace
+from agentx.replayer.run_replay import OnStart
 from agentx.replayer.run_result import OnSent, RunResult, ShardInfo, combined
-from agentx.replayer.sending import OnRecord
+from agentx.replayer.schedule.sending import OnRecord
 from agentx.trace.arrow import arrow_bytes
 from agentx.trace.model import Trace
 

@@ -26,11 +26,11 @@ import time
 import msgspec
 import pyarrow as pa
 
-from agentx.replayer.clock import DispatchClock, loop_factory
-from agentx.replayer.engine import run_replay
-from agentx.replayer.options import ReplayOptions
-from agentx.replayer.records import RequestRecord, RunInfo
+from agentx.records.record import RequestRecord, RunInfo
+from agentx.replayer.options.replay import ReplayOptions
+from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
+from agentx.replayer.schedule.clock import DispatchClock, loop_factory
 from agentx.trace.arrow import from_arrow_bytes
 from agentx.trace.model import Trace
 

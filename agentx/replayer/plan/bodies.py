@@ -1,0 +1,156 @@
+"""Request bodies: a step of a play as the bytes POSTed for it, and the prompt tokens they carry.
+
+`--api completions` sends token ids built from the step's block ids (agentx.replayer.prompts.tokens), exact by
+construction; `--api chat` sends the messages of the agent's conversation so far, rendered to calibrated text
+(agentx.replayer.prompts.conversation, agentx.replayer.prompts.chat). Both carry the play's cache-bust marker (in the
+prompt or as `cache_salt`) and force the output length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from agentx.records.record import Phase
+from agentx.replayer.http.probe import STREAM_OPTIONS
+from agentx.replayer.options.replay import AgentxLoad, ReplayOptions
+from agentx.replayer.plan.play import Play
+from agentx.replayer.plan.steps import Step
+from agentx.replayer.prompts.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
+from agentx.replayer.prompts.conversation import ChatTurn, Conversation
+from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
+from agentx.trace.model import Trace
+
+COMPLETIONS_PATH: Final = "/v1/completions"
+MARKER_TOKENS: Final = 8
+"""Token ids of a cache-bust marker on `--api completions` (drawn from the filler range, per tree)."""
+
+
+class BodyBuilder:
+    """Builds the bodies of one run, made once the server is known: what `stream_options` it takes, its chat
+    `renderer` (`--api chat`: its calibration) and each served model's context length (`context_lengths`)."""
+
+    def __init__(
+        self,
+        options: ReplayOptions,
+        trace: Trace,
+        space: TokenSpace,
+        *,
+        stream_options: Mapping[str, object] | None = STREAM_OPTIONS["continuous"],
+        renderer: ChatRenderer | None = None,
+        context_lengths: Mapping[str, int] | None = None,
+    ) -> None:
+        self.seed = options.scenario.seed
+        self.max_output_tokens = options.scenario.max_output_tokens
+        self.block_size = trace.block_size
+        self.session_scope = trace.hash_id_scope == "session"
+        self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space)
+        self.extra_body = options.server.extra_body
+        self.path = CHAT_PATH if options.server.api == "chat" else COMPLETIONS_PATH
+        self.marker_tokens = MARKER_WORDS if options.server.api == "chat" else MARKER_TOKENS
+        """Tokens a play's marker adds to each prompt (recorded as `cache_bust_tokens`)."""
+        load = options.load
+        self.cache_bust: Literal["marker", "salt", "off"] = load.cache_bust if isinstance(load, AgentxLoad) else "off"
+        self.primer_tokens = load.warmup_max_tokens if isinstance(load, AgentxLoad) else None
+        self.stream_options = stream_options
+        self.renderer = renderer
+        self.context_lengths: Mapping[str, int] = context_lengths or {}
+        """Served model → its context length, where `/v1/models` says it (`min_tokens`)."""
+
+    def max_tokens(self, tree: Play, step: Step, phase: Phase) -> int:
+        """The output length `step` forces: a primer's, or the recorded one (top-level turns capped)."""
+        if phase == "warmup" and self.primer_tokens is not None:
+            return self.primer_tokens
+        out = step.request.out_tokens
+        cap = self.max_output_tokens
+        if cap is not None and tree.prepared.top_level[step.index]:
+            out = min(out, cap)
+        return max(1, out)
+
+    def min_tokens(self, model: str, prompt_tokens: int, out: int) -> int:
+        """The `min_tokens` forcing `out` tokens, held within what the model's context leaves after the prompt.
+
+        vLLM clamps `max_tokens` to that room and then refuses a `min_tokens` above it (a 400 no context-overflow
+        check recognises); the references send no `min_tokens`, so the server answers with the room's tokens. Held
+        to the room, agentx gets the same answer. A prompt that fills the context is left to the server's 400."""
+        context = self.context_lengths.get(model)
+        room = out if context is None else context - prompt_tokens
+        return min(out, room) if room >= 1 else out
+
+    def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
+        """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
+        if self.renderer is not None:
+            return self._build_chat(tree, step, self.renderer, phase)
+        session_id = tree.prepared.plan.session_id
+        marker_ids: list[int] = []
+        if tree.marker is not None and self.cache_bust == "marker":
+            marker_ids = filler(self.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
+        prompt = prompt_token_ids(
+            step.request,
+            tree.prepared.hash_ids[step.index],
+            self.block_size,
+            self.blocks,
+            session_id,
+            f"{step.agent_id}:{step.turn}",
+            session_id if self.session_scope else "",
+            prefix_ids=marker_ids,
+        )
+        out = self.max_tokens(tree, step, phase)
+        model = tree.prepared.models[step.index]
+        body = completions_body(
+            model, prompt, out, min_tokens=self.min_tokens(model, len(prompt), out), **self._common(tree)
+        )
+        return len(prompt), body
+
+    def _common(self, tree: Play) -> dict[str, Any]:
+        return {
+            "stream_options": self.stream_options,
+            "extra_body": self.extra_body,
+            "cache_salt": tree.marker if self.cache_bust == "salt" else None,
+        }
+
+    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, bytes]:
+        session_id = tree.prepared.plan.session_id
+        agent = step.agent_id
+        conversation = tree.conversations.get(agent)
+        if conversation is None:
+            prefix_blocks = -(-tree.prepared.prefix_tokens.get(agent, 0) // self.block_size)
+            conversation = tree.conversations[agent] = Conversation(
+                self.block_size, prefix_blocks=prefix_blocks, filler_key=agent
+            )
+        cached = tree.chat_turns.get(agent)
+        if cached is not None and cached[0] == step.turn:
+            turn = cached[1]  # the same step's body again (its phase changed): the conversation has moved on
+        else:
+            # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
+            steps = tree.prepared.plan.steps
+            for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
+                _advance(tree, conversation, steps[earlier])
+            turn = _advance(tree, conversation, step)
+            tree.chat_turns[agent] = (step.turn, turn)
+        marker = ("", 0)
+        if tree.marker is not None and self.cache_bust == "marker":
+            marker = renderer.marker_text(tree.marker)
+        messages, sent_tokens = renderer.render(
+            turn.segments,
+            target_tokens=step.request.in_tokens,
+            scope_key=session_id if self.session_scope else "",
+            session_id=session_id,
+            marker=marker,
+        )
+        model = tree.prepared.models[step.index]
+        out = self.max_tokens(tree, step, phase)
+        body = chat_body(
+            model, messages, out, min_tokens=self.min_tokens(model, sent_tokens, out), **self._common(tree)
+        )
+        return sent_tokens, body
+
+
+def _advance(tree: Play, conversation: Conversation, step: Step) -> ChatTurn:
+    """The conversation's next turn for `step` (docs/agentx.md §2c: each turn adds what the agent saw since)."""
+    turn = conversation.next_turn(
+        tree.prepared.hash_ids[step.index], step.request.in_tokens, tree.last_out_tokens.get(step.agent_id)
+    )
+    tree.last_out_tokens[step.agent_id] = step.request.out_tokens
+    tree.conversation_turn[step.agent_id] = step.turn
+    return turn

@@ -1,0 +1,251 @@
+"""Running a replay: lanes of session trees over one client, records streamed to disk.
+
+- `ReplayOptions`: one immutable options object for a run.
+- `await run_replay(trace, options, *, on_record=None, on_sent=None) -> RunResult`: drives the server with
+  the trace's (or a `prepare_trace` result's) sessions and returns where the records went; `on_sent()` is
+  called as each request goes out and `on_record(record)` as it finishes (progress displays, harnesses).
+  Raises `ServerUnreachable` / `ModelNotServed` (agentx.replayer.http.client) or `CalibrationError`
+  (agentx.replayer.prompts.calibrate) before any request when the server cannot be used.
+- `RunResult` (agentx.replayer.run_result): the run id, the records file, counts, whether the run was
+  interrupted, and what the run detected (stream usage, chat calibration, event-loop lag samples).
+
+The parts, one module each: preparation (agentx.replayer.plan.preparation), bodies (agentx.replayer.plan.bodies),
+sending and records (agentx.replayer.schedule.sending), the AgentX warmup (agentx.replayer.schedule.warmup) and the
+schedule (agentx.replayer.schedule.runner).
+
+How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
+
+- `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
+  (agentx.replayer.http.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
+  replayed (`prepare_trace`, unless given one): over-long sessions dropped; flattened agents are split and
+  plans built per session when a tree first draws it (agentx.replayer.plan.sessions).
+- agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replayer.plan.tstar), the primers go
+  out (spread so that every t* coincides), then the optional cache-pressure stage; the profiling start is
+  when that ends. Open-loop modes (`trace`, `rate`) start trees at their arrival times instead of on lanes.
+- `concurrency` lanes draw trees from one shared `session_order(...)` stream (lane i waits
+  `i/concurrency × ramp_s` first). A lane plans its session (cached per session index, with every step's
+  full hash ids), then runs one task per step inside a TaskGroup: a step waits for its anchor and joins,
+  sleeps `delay_s × delay_scale` (agentx.replayer.schedule.idle: a timer that idle caps move earlier and the stop
+  event wakes early), and POSTs a
+  streamed request forcing `out` output tokens (at least 1). Its body is built while its anchor is still in
+  flight. The lane recycles only when every step of the tree, background subagents included, has
+  settled; the next tree starts at turn 0.
+- End: after `sessions` trees have started (default with no duration and no request cap: one pass,
+  `len(trace.sessions)` trees) the lanes drain and stop. Once `num_requests` profiling requests have been sent, no
+  new request or tree starts and the run ends when those in flight have finished. At `duration_s` (or on
+  cancellation of `run_replay`) no new tree or step starts, in-flight requests get `grace_s`, then are cancelled
+  and recorded as errors of kind `cancelled`; steps never sent are counted in `RunResult.skipped`, not recorded.
+- A failed request still completes its step: its dependents go on (the error is in its record).
+- Records stream to `out_dir/records.arrow`; a ticker flushes the writer every `FLUSH_EVERY_S` (50 ms), in a gap
+  between due requests, and the writer is closed on every exit path. In agentx mode every play carries its own
+  cache-bust marker.
+- `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
+  a `--workers n` run (agentx.replayer.workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+
+from agentx.records.record import RunInfo
+from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.records.writer import RecordWriter
+from agentx.replayer.http.client import ModelNotServed
+from agentx.replayer.http.identity import identify_server
+from agentx.replayer.http.probe import STREAM_OPTIONS
+from agentx.replayer.options.locks import locks_broken
+from agentx.replayer.options.replay import ReplayOptions, checked, flat_options, lanes
+from agentx.replayer.options.server_client import server_client
+from agentx.replayer.plan.bodies import BodyBuilder
+from agentx.replayer.plan.play import PreparedTrace
+from agentx.replayer.plan.preparation import (
+    chat_calibration,
+    dropped_notices,
+    preparation_key,
+    prepare_trace,
+    stream_usage_probe,
+)
+from agentx.replayer.prompts.chat import ChatRenderer
+from agentx.replayer.prompts.tokens import TokenSpace
+from agentx.replayer.run_result import CalibrationSummary, OnSent, RunResult
+from agentx.replayer.schedule.clock import DispatchClock
+from agentx.replayer.schedule.collector import quiet_gc
+from agentx.replayer.schedule.runner import RunHooks, Runner
+from agentx.replayer.schedule.sending import OnRecord
+from agentx.trace.model import Trace
+
+_log = logging.getLogger(__name__)
+OnBatch = Callable[[pa.RecordBatch], None]
+OnStart = Callable[[RunInfo, int, DispatchClock | None], None]
+"""Called once as the run starts, its records file created: the run, its start (`perf_counter_ns`, the records'
+time origin) and the clock of its due times, if it has one here (agentx.run.replay starts the server telemetry with
+them; a `--ray` driver sends nothing itself)."""
+
+
+async def run_replay(
+    trace: Trace | PreparedTrace,
+    options: ReplayOptions,
+    *,
+    on_record: OnRecord | None = None,
+    on_sent: OnSent | None = None,
+    on_profiling: OnSent | None = None,
+    on_start: OnStart | None = None,
+    start_at_ns: int | None = None,
+    on_batch: OnBatch | None = None,
+    on_in_flight: OnRecord | None = None,
+) -> RunResult:
+    """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
+    `on_profiling()` is called once, as the profiling phase starts (after the warmup), `on_start` as the run starts.
+
+    A shard of a `--ray` run (agentx.replayer.cluster) starts at `start_at_ns` (`perf_counter_ns`), the instant its
+    shards agreed on, once its probes are done: its records count from that instant, so a shard that starts late
+    shows it as dispatch lag. `on_batch(batch)` gets each batch of records as it is written, and
+    `on_in_flight(record)` each request as it goes out, with the record it keeps if its answer never arrives.
+
+    Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
+    request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
+    `interrupted=True`. A second cancellation shrinks the grace period to zero: the requests in flight are
+    cancelled at once and recorded with what had arrived. Only a third propagates, losing those records.
+    `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
+    """
+    options = checked(options)
+    refuse_existing_run(options.out_dir, options.overwrite)
+    if isinstance(trace, PreparedTrace) and trace.made_for != preparation_key(options):
+        raise ValueError(
+            "the prepared trace was made for other options (split rules, context limit, load-time idle cap, child "
+            "offset or models): prepare it again with these options"
+        )
+    space = TokenSpace(options.scenario.token_low, options.scenario.token_high)  # validates the range before any I/O
+    # Lanes bound the requests in flight; an open loop does not, so neither may its connection pool (0: none).
+    limit = options.connection.max_connections or 2 * lanes(options.load)
+    async with server_client(
+        options.server,
+        options.connection,
+        limit=limit,
+        context_overflow_substrings=options.scenario.context_overflow_substrings,
+    ) as client:
+        context_lengths = await client.served_models(require=options.server.model)
+        served = list(context_lengths)
+        missing = [model for model in options.server.models if model not in served]
+        if missing:
+            raise ModelNotServed(
+                f"models {missing} are not served by {options.server.url} (served: {', '.join(served)})"
+            )
+        server = await identify_server(client, options.server.model)
+        prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
+        sessions = prepared.sessions
+        trace = sessions.trace
+        notices = dropped_notices(sessions, options)
+        probe = await stream_usage_probe(client, options, space)
+        stream_usage = probe.usage
+        if probe.assumed is not None:
+            notices.append(f"stream usage: {probe.assumed}; assuming {stream_usage!r}")
+            _log.warning(notices[-1])
+        calibration = (
+            await chat_calibration(client, options, trace.block_size) if options.server.api == "chat" else None
+        )
+        out_dir = Path(options.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_id = options.runtime.run_id or uuid.uuid4().hex
+        metadata = flat_options(options)
+        metadata["trace"] = {"dropped_sessions": sessions.dropped}
+        broken = locks_broken(options)
+        metadata["locks_broken"] = broken
+        metadata["unsafe_override"] = bool(broken)
+        metadata["detected"] = {
+            "stream_usage": stream_usage,
+            "stream_usage_assumed": probe.assumed,
+            "calibration": calibration.summary() if calibration is not None else None,
+        }
+        records_path = out_dir / RECORDS_FILE
+        with contextlib.ExitStack() as stack:
+            clock = stack.enter_context(DispatchClock())
+            if start_at_ns is not None:
+                await clock.at(start_at_ns)
+            # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
+            now_ns, wall_now_ns = time.perf_counter_ns(), time.time_ns()
+            start_ns = now_ns if start_at_ns is None else start_at_ns
+            info = RunInfo(run_id=run_id, wall_epoch_ns=wall_now_ns - (now_ns - start_ns), options=metadata)
+            # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
+            writer = stack.enter_context(RecordWriter(records_path, info, flush_interval_s=math.inf, on_batch=on_batch))
+            if on_start is not None:
+                on_start(info, start_ns, clock)
+            renderer = (
+                ChatRenderer(calibration, options.scenario.seed, trace.block_size) if calibration is not None else None
+            )
+            bodies = BodyBuilder(
+                options,
+                trace,
+                space,
+                stream_options=STREAM_OPTIONS[stream_usage],
+                renderer=renderer,
+                context_lengths={model: length for model, length in context_lengths.items() if length},
+            )
+            hooks = RunHooks(on_record=on_record, on_sent=on_sent, on_in_flight=on_in_flight, on_profiling=on_profiling)
+            runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, clock, hooks, notices)
+            # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
+            with quiet_gc(options.runtime.quiet_gc):
+                main = asyncio.create_task(runner.run())
+                interrupts = 0
+                while True:
+                    try:
+                        await asyncio.shield(main)
+                        break
+                    except asyncio.CancelledError:
+                        current = asyncio.current_task()
+                        if main.done() or current is None:
+                            raise
+                        interrupts += 1
+                        if interrupts > 2:  # a third: give up on the records of the requests in flight
+                            main.cancel()
+                            with contextlib.suppress(asyncio.CancelledError):
+                                await main
+                            raise
+                        current.uncancel()
+                        runner.recorder.cancel_reason = runner.recorder.cancel_reason or "interrupted"
+                        runner.stop()
+                        if interrupts == 2:  # the grace period shrinks to zero; the records are still written
+                            runner.hard_stop("a second interrupt ended the grace period")
+                interrupted = interrupts > 0
+                elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
+    played_ids = {trace.sessions[index].session_id for index in runner.played}
+    flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
+    return RunResult(
+        run_id=run_id,
+        records_path=records_path,
+        requests=runner.recorder.requests,
+        errors=runner.recorder.errors,
+        trees_started=runner.trees_started,
+        trees_finished=runner.trees_finished,
+        interrupted=interrupted,
+        elapsed_s=elapsed_s,
+        cancelled=runner.recorder.cancelled,
+        skipped=runner.skipped,
+        loop_lag_s=runner.loop_lag_s,
+        stream_usage=stream_usage,
+        calibration=msgspec.convert(calibration.summary(), CalibrationSummary) if calibration is not None else None,
+        cancel_reason=runner.recorder.cancel_reason,
+        skipped_context_overflow=runner.skipped_context_overflow,
+        warmup_requests=runner.recorder.warmup_requests,
+        tstar=runner.tstar,
+        dropped_sessions=len(sessions.dropped),
+        flattened_chains=sum(flattened.values()),
+        flattened_by_session=flattened,
+        server=server,
+        idle_jumps=len(runner.idle.jumps),
+        idle_skipped_s=runner.idle.skipped_ns / 1e9,
+        warmup_expected_s=runner.warmup_expected_s,
+        notices=runner.notices,
+        request_cap_reached=runner.sender.cap_reached,
+        profiling_start_ns=runner.gate.start_ns - start_ns if runner.gate.started.is_set() else None,
+    )

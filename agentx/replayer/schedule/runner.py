@@ -1,0 +1,648 @@
+"""The schedule of a run: lanes of session trees (or open-loop arrivals), each tree's steps as a DAG, each step sent
+when it is due (agentx.replayer.schedule.due; docs/agentx.md §3a, §4; docs/replay.md). The pieces it composes: bodies
+(agentx.replayer.plan.bodies), records and counters (agentx.replayer.schedule.sending), the AgentX warmup and the
+profiling gate (agentx.replayer.schedule.warmup), idle caps (agentx.replayer.schedule.idle) and work off the loop
+(agentx.replayer.schedule.offloop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import msgspec
+
+from agentx.records.record import Phase, RequestRecord
+from agentx.records.writer import RecordWriter
+from agentx.replayer.http.client import Client
+from agentx.replayer.options.limits import shard_share, tree_limit
+from agentx.replayer.options.replay import AgentxLoad, LaneLoad, RateLoad, ReplayOptions, TraceLoad, lanes
+from agentx.replayer.plan.arrivals import rate_arrivals, trace_arrivals
+from agentx.replayer.plan.bodies import BodyBuilder
+from agentx.replayer.plan.play import Play, PreparedSession, PreparedTrace, marker_hex
+from agentx.replayer.plan.sent_blocks import SentBlocks
+from agentx.replayer.plan.steps import Step, session_order
+from agentx.replayer.plan.tstar import Snapshot, snapshot, t_star
+from agentx.replayer.schedule import due
+from agentx.replayer.schedule.clock import DispatchClock
+from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
+from agentx.replayer.schedule.idle import IdleCaps
+from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
+from agentx.replayer.schedule.sending import OnRecord, Recorder, Sender
+from agentx.replayer.schedule.warmup import (
+    LaneStart,
+    ProfilingGate,
+    WarmupFailed,
+    handoff_steps,
+    lane_start,
+    live_offsets,
+    send_primers,
+)
+from agentx.trace.model import Trace
+
+FLUSH_EVERY_S = 0.05
+"""Records reach disk this often, in small batches (a flush holds the loop ~0.1 ms + ~10 µs a row), each
+written in a gap between due requests (`QUIET_SPAN_NS`), so at most 0.1 s after they ended."""
+LOOP_LAG_TICK_S = 0.1
+"""How often the event-loop lag is sampled."""
+ARRIVAL_LEAD_NS = 20_000_000
+"""Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
+long first body (~100k tokens) does not delay the send (bench/README.md, setup C: dispatch lag p99 2.7 → 1.9 ms)."""
+_log = logging.getLogger(__name__)
+
+
+def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
+    """How many trees this shard starts (agentx.replayer.options.limits); None: until the deadline or the cap."""
+    if trace.request_count == 0:
+        return 0
+    limit = tree_limit(options.scenario, len(trace.sessions))
+    return None if limit is None else shard_share(limit, options.runtime.shard)
+
+
+class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run calls as it goes, given when it is made: `on_record` with each record written, `on_sent` as each
+    request goes out, `on_in_flight` with the record a request keeps if its answer never arrives (a `--ray` shard
+    tells its driver), `on_profiling` once, as the profiling phase starts."""
+
+    on_record: OnRecord | None = None
+    on_sent: Callable[[], None] | None = None
+    on_in_flight: OnRecord | None = None
+    on_profiling: Callable[[], None] | None = None
+
+
+class Runner:
+    """One run's schedule: lanes (or arrivals) draw trees, each tree runs its steps as a DAG, each step is
+    sent when due; `stop()` ends it gracefully, `hard_stop()` cancels what is in flight."""
+
+    def __init__(
+        self,
+        prepared: PreparedTrace,
+        options: ReplayOptions,
+        client: Client,
+        writer: RecordWriter,
+        bodies: BodyBuilder,
+        run_id: str,
+        start_ns: int,
+        clock: DispatchClock,
+        hooks: RunHooks | None = None,
+        notices: Sequence[str] = (),
+    ) -> None:
+        hooks = hooks or RunHooks()
+        self.prepared = prepared
+        self.trace = trace = prepared.trace
+        self.played: set[int] = set()
+        """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
+        self.off_loop = OffLoop(fast_switch=options.runtime.fast_thread_switch)
+        self.options = options
+        self.client = client
+        self.writer = writer
+        self.bodies = bodies
+        self.run_id = run_id
+        self.recorder = Recorder(
+            writer,
+            run_id=run_id,
+            start_ns=start_ns,
+            marker_tokens=bodies.marker_tokens,
+            failed_request_threshold=options.scenario.failed_request_threshold,
+            lanes=lanes(options.load),
+            on_record=hooks.on_record,
+            notice=self.notice,
+            fail_run=self.stop,
+            slo=options.scenario.slo,
+            worker=options.runtime.shard[0],
+            node=options.runtime.node or socket.gethostname(),
+        )
+        shard_index, shard_count = options.runtime.shard
+        # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every
+        # worker of a `--workers` run sees the same stream and `play` (= position) is unique across them.
+        self.order = itertools.islice(
+            enumerate(session_order(len(trace.sessions), options.scenario.session_order, options.scenario.seed)),
+            shard_index,
+            None,
+            shard_count,
+        )
+        self.tree_limit = _tree_limit(trace, options)
+        self.lanes = range(shard_index, lanes(options.load), shard_count)
+        self.loop_lag_s: list[float] = []
+        load = options.load
+        self.delay_scale = options.scenario.delay_scale / (load.speedup if isinstance(load, TraceLoad) else 1.0)
+        self.stopped = asyncio.Event()
+        self.graceful = asyncio.Event()
+        """Set with `stopped` by every stop but the request cap's: the grace period runs (`_stopper`)."""
+        self.rules = options.scenario.rule_set
+        self.affinity_headers = (
+            ("X-Session-Affinity",) if self.rules.session_affinity_header else ()
+        ) + options.server.affinity_headers
+        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c), under the
+        # harness's rules from the profiling start only (`_profiling_opened`).
+        self.runtime_tree_cap_s = (
+            options.scenario.tree_idle_cap_s if options.scenario.tree_cap_mode == "runtime" else None
+        )
+        self.clock = clock
+        from_start = self.runtime_tree_cap_s if self.rules.tree_idle_cap_mode == "warp" else None
+        self.idle = IdleCaps(
+            options.scenario.system_idle_cap_s,
+            from_start,
+            clock,
+            at_return=options.scenario.rule_set.system_cap_at_return,
+        )
+        self.gate = ProfilingGate(on_open=self._profiling_opened, on_start=hooks.on_profiling)
+        self.live_plays: set[Play] = set()
+        """Trees being played now."""
+        self.firsts: list[Play] = []
+        """The lanes' first trees, resumed at t* (agentx mode)."""
+        self._phase_cut_s: float | None = None
+        self.warmup_failure: WarmupFailed | None = None
+        """A failed root request of the cache-pressure stage: the run stopped, and `run` raises it."""
+        self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
+        """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
+        (tree, step, waiting on subagents) (agentx.replayer.schedule.warmup.handoff_steps)."""
+        cap = options.scenario.num_requests
+        self.sender = Sender(
+            client,
+            bodies.path,
+            self.idle,
+            self.recorder,
+            options.runtime.grace_s,
+            SentBlocks(bodies.session_scope),
+            request_cap=None if cap is None else shard_share(cap, options.runtime.shard),
+            on_cap=self.halt,
+            on_sent=hooks.on_sent,
+            on_in_flight=hooks.on_in_flight,
+        )
+        self.tstar: list[LaneStart] = []
+        self.skipped_context_overflow = 0
+        self.passes: dict[int, int] = {}
+        """Per session index: plays so far (the marker's recycle pass)."""
+        self.warmup_expected_s = 0.0
+        self.notices: list[str] = list(notices)
+        self.skipped = 0
+        self.trees_started = 0
+        self.trees_finished = 0
+
+    # -- run control
+
+    def stop(self) -> None:
+        """No new tree or request starts from now on; in-flight requests get the grace period."""
+        self.graceful.set()
+        self.halt()
+
+    def halt(self) -> None:
+        """No new tree or request starts from now on; in-flight requests finish (the request cap's stop)."""
+        self.stopped.set()
+        self.idle.wake_all()
+
+    def hard_stop(self, why: str | None = None) -> None:
+        """Cancel every in-flight request: the grace period is over, or `why` it was cut short (said in records)."""
+        self.sender.hard_stop(why)
+
+    async def run(self) -> None:
+        failure: WarmupFailed | None = None
+        async with asyncio.TaskGroup() as services:
+            background = [
+                services.create_task(self._tick()),
+                services.create_task(self._stopper()),
+                services.create_task(self._watch_loop()),
+            ]
+            if self.options.runtime.quiet_gc:
+                background.append(services.create_task(collect_on_clock(self.clock)))
+            if self.options.runtime.stall_timeout_s is not None:
+                background.append(services.create_task(self._watch_stall(self.options.runtime.stall_timeout_s)))
+            try:
+                firsts: dict[int, Play] = {}
+                load = self.options.load
+                if isinstance(load, AgentxLoad):
+                    firsts = self._first_plays(load)
+                    self.firsts = list(firsts.values())
+                    if self.options.runtime.quiet_gc:
+                        freeze_new()  # the lanes' first plans: built once, walked by no collection
+                    scenario = self.options.scenario
+                    self.warmup_expected_s = await send_primers(
+                        self,
+                        self.firsts,
+                        spread=load.warmup == "spread",
+                        lead_cap_s=scenario.system_idle_cap_s
+                        if self.rules.warmup_lead_cap == "system"
+                        else scenario.tree_idle_cap_s,
+                        system_idle_cap_s=scenario.system_idle_cap_s,
+                    )
+                    primed_ns = time.perf_counter_ns()
+                    for play in self.firsts:
+                        play.start_ns = primed_ns
+                    self.gate.begin_pressure(
+                        self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
+                    )
+                else:
+                    self.gate.open()
+                if isinstance(load, TraceLoad | RateLoad):
+                    await self._arrivals(load)
+                else:
+                    async with asyncio.TaskGroup() as lane_tasks:
+                        for lane in self.lanes:
+                            lane_tasks.create_task(self._lane(lane, firsts.get(lane)))
+            except WarmupFailed as exc:
+                failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
+            else:
+                failure = self.warmup_failure
+            finally:
+                for task in background:
+                    task.cancel()
+                self.idle.close()
+                self.off_loop.close()
+        if failure is not None:
+            raise failure
+
+    def _first_plays(self, load: AgentxLoad) -> dict[int, Play]:
+        """Each lane's first tree, resumed at the lane's t* (docs/agentx.md §4d); a session with nothing to send
+        from its t* is passed over for the next one (at most concurrency + 2 × sessions draws, as the reference)."""
+        firsts: dict[int, Play] = {}
+        attempts = load.concurrency + 2 * len(self.trace.sessions)
+        for lane in self.lanes:
+            while attempts > 0 and (drawn := self._next_tree()) is not None:
+                attempts -= 1
+                position, index = drawn
+                prepared = self._prepared(index)
+                seed = self.options.scenario.seed
+                state = snapshot(
+                    prepared.plan, t_star(seed, prepared.plan.session_id, lane, prepared.plan, load.tstar_window)
+                )
+                if not state.sendable:
+                    continue
+                self.trees_started += 1
+                firsts[lane] = self._play(prepared, lane, position, self._marker(index, lane), state)
+                self.tstar.append(lane_start(lane, prepared, state))
+                break
+        return firsts
+
+    def notice(self, message: str) -> None:
+        self.notices.append(message)
+        _log.warning(message)
+
+    async def _sleep_until(self, due_ns: int) -> bool:
+        """Sleep until `due_ns` (perf_counter) unless the run stops first; True if it stopped."""
+        remaining_s = (due_ns - time.perf_counter_ns()) / 1e9
+        if remaining_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining_s):
+                    await self.stopped.wait()
+        return self.stopped.is_set()
+
+    def _prepared(self, index: int) -> PreparedSession:
+        self.played.add(index)
+        return self.prepared.prepared(index)
+
+    async def _prepared_off_loop(self, index: int) -> PreparedSession:
+        """`_prepared`, a large session not planned yet planned off the loop (agentx.replayer.schedule.offloop)."""
+        self.played.add(index)
+        cached = self.prepared.cached(index)
+        if cached is not None:
+            return cached
+        if self.trace.sessions[index].request_count < OFF_LOOP_REQUESTS:
+            return self.prepared.prepared(index)
+        prepared = await self.off_loop.run("plan", self.prepared.prepared, index)
+        if self.options.runtime.quiet_gc:
+            freeze_new()
+        return prepared
+
+    async def _build_off_loop(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
+        """`bodies.build`, a large completions prompt built off the loop (agentx.replayer.schedule.offloop; a chat body
+        advances its play's conversation, which stays on the loop)."""
+        if self.bodies.renderer is not None or step.request.in_tokens < OFF_LOOP_TOKENS:
+            return self.bodies.build(tree, step, phase)
+        return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
+
+    def _marker(self, index: int, lane: int) -> str | None:
+        """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
+        if self.bodies.cache_bust == "off":
+            return None
+        recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
+        load = self.options.load
+        key = (load.benchmark_id if isinstance(load, AgentxLoad) else None) or self.run_id
+        return marker_hex(key, recycle_pass, lane, self.trace.sessions[index].session_id)
+
+    def _play(
+        self, prepared: PreparedSession, lane: int, position: int, marker: str | None, state: Snapshot | None = None
+    ) -> Play:
+        return Play(
+            prepared,
+            lane,
+            position,
+            time.perf_counter_ns(),
+            self.affinity_headers,
+            snapshot=state,
+            marker=marker,
+        )
+
+    async def _watch_loop(self) -> None:
+        """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
+        loop = asyncio.get_running_loop()
+        samples = self.loop_lag_s
+        while True:
+            due = loop.time() + LOOP_LAG_TICK_S
+            await asyncio.sleep(LOOP_LAG_TICK_S)
+            samples.append(max(0.0, loop.time() - due))
+
+    async def _watch_stall(self, timeout_s: float) -> None:
+        """Stop the run when requests are in flight and none has shown progress for `timeout_s` (a stalled server or
+        network): the requests in flight are cancelled at once, and the run says why (`cancel_reason` "stalled")."""
+        while True:
+            await asyncio.sleep(min(5.0, timeout_s / 4))
+            in_flight = len(self.sender.exchanges)
+            silent_s = (time.perf_counter_ns() - self.sender.progress_ns()) / 1e9
+            if in_flight and silent_s >= timeout_s and self.recorder.cancel_reason is None:
+                self.recorder.cancel_reason = "stalled"
+                self.notice(
+                    f"the server made no progress for {silent_s:,.0f} s with {in_flight:,} requests in flight "
+                    f"(--stall-timeout {timeout_s:g}): the run stopped and cancelled them"
+                )
+                self.stop()
+                self.hard_stop(f"the server made no progress for {timeout_s:g} s (--stall-timeout)")
+                return
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            await self.clock.until_quiet(QUIET_SPAN_NS, FLUSH_EVERY_S)
+            self.writer.flush()
+
+    async def _stopper(self) -> None:
+        """End the run `duration_s` after the profiling start (the warmup is not counted, as in the reference),
+        or when it is stopped; in-flight requests then get `grace_s`, pending timers none. After the request cap's
+        `halt` the requests in flight run on until the deadline or a stop."""
+        duration = self.options.scenario.duration_s
+        if duration is None:
+            await self.graceful.wait()
+        else:
+            await self.gate.wait(self.graceful)
+            if not self.graceful.is_set():
+                end_ns = self.gate.start_ns + int(duration * 1e9)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, (end_ns - time.perf_counter_ns()) / 1e9)):
+                        await self.graceful.wait()
+        self.stop()
+        await asyncio.sleep(self.options.runtime.grace_s)
+        self.hard_stop()
+
+    # -- lanes and trees
+
+    def _next_tree(self) -> tuple[int, int] | None:
+        """(play = position in the shared order, session index), or None when no tree may start."""
+        if self.stopped.is_set():
+            return None
+        if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+            return None
+        return next(self.order, None)
+
+    async def _lane(self, lane: int, first: Play | None = None) -> None:
+        try:
+            load = self.options.load
+            ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
+            if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
+                return
+            if first is not None:
+                await self._run_play(first)
+            while (drawn := self._next_tree()) is not None:
+                position, index = drawn
+                self.trees_started += 1
+                marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
+                prepared = await self._prepared_off_loop(index)
+                play = self._play(prepared, lane, position, marker)
+                await self._prebuild(play)
+                await self._run_play(play)
+        finally:
+            self.gate.lane_done(lane)  # a lane with nothing left to send holds no cache-pressure stage back
+
+    async def _prebuild(self, tree: Play) -> None:
+        """Build the bodies of a new tree's turns due at its start before its clock starts: they go out at once,
+        and a 100k-token prompt takes milliseconds to build, which would otherwise be dispatch lag."""
+        phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
+        steps = tree.prepared.plan.steps
+        for index in tree.prepared.plan.roots:
+            if steps[index].delay_s == 0 and not self.stopped.is_set():
+                tree.prebuilt[index] = (phase, *await self._build_off_loop(tree, steps[index], phase))
+
+    async def _arrivals(self, load: TraceLoad | RateLoad) -> None:
+        """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
+        options = self.options
+        shard_index, shard_count = options.runtime.shard
+        if isinstance(load, TraceLoad):
+            schedule: Iterator[tuple[float, int]] = iter(trace_arrivals(self.trace, load.speedup))
+        else:
+            order = session_order(len(self.trace.sessions), options.scenario.session_order, options.scenario.seed)
+            schedule = zip(rate_arrivals(load.rate, load.burstiness, options.scenario.seed), order, strict=False)
+        # The schedule starts one lead from now, so that the first trees' bodies are built before they are due too.
+        origin_ns = time.perf_counter_ns() + ARRIVAL_LEAD_NS
+        async with asyncio.TaskGroup() as trees:
+            for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
+                if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+                    break
+                due_ns = origin_ns + int(offset_s * 1e9)
+                # Wake a little early: the tree's first body is built before its due time, not after.
+                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                    break
+                self.trees_started += 1
+                play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
+                play.start_ns = due_ns
+                trees.create_task(self._run_play(play, started=True))
+
+    async def _run_play(self, tree: Play, *, started: bool = False) -> None:
+        if tree.snapshot is None and not started:
+            tree.start_ns = time.perf_counter_ns()
+        self.live_plays.add(tree)
+        try:
+            async with asyncio.TaskGroup() as steps:
+                for step in tree.prepared.plan.steps:
+                    steps.create_task(self._step(tree, step))
+        finally:
+            self.live_plays.discard(tree)
+            self.sender.sent_blocks.forget(tree)
+        self.trees_finished += 1
+        await asyncio.sleep(0)  # a tree without steps must not starve the loop
+
+    def _profiling_opened(self) -> None:
+        """The profiling start: after a per-lane cache-pressure stage, every turn of a live tree that is next to go
+        (its anchor returned, or it has none) is handed over to profiling at its recorded offset (`handoff`, §4d);
+        under the harness's rules the per-tree idle cap acts from now, each idle tree's idle clock starting now
+        (§4c)."""
+        if self.gate.per_lane:
+            self.handoff = {
+                (id(tree), step.index): (tree, step, waiting) for tree, step, waiting in handoff_steps(self.live_plays)
+            }
+        if self.runtime_tree_cap_s is not None and self.rules.tree_idle_cap_mode == "runtime":
+            self.idle.start_tree_cap(self.runtime_tree_cap_s, self.live_plays, self.gate.start_ns)
+
+    def _phase_cut(self) -> float:
+        """How much earlier every first profiling turn goes under a phase-wide profiling start (§4d; the harness's
+        `_profiling_phase_t0_offset_ms`): the earliest offset over every lane's turns that go out at an offset (the
+        turns a per-lane cache-pressure stage handed over, else the first trees' live turns), those waiting on a
+        join excepted. Taken once, at the first turn due after the start."""
+        if self._phase_cut_s is None:
+            if self.gate.per_lane:
+                offsets = [
+                    due.replay_offset_s(tree, step) for tree, step, waiting in self.handoff.values() if not waiting
+                ]
+            else:
+                offsets = [offset for play in self.firsts if play.snapshot for offset in live_offsets(play.snapshot)]
+            self._phase_cut_s = min(offsets, default=0.0)
+        return self._phase_cut_s
+
+    async def _step(self, tree: Play, step: Step) -> None:
+        state = tree.snapshot
+        try:
+            if state is not None and step.index in state.not_sent:
+                tree.completed_ns[step.index] = tree.start_ns  # happened before t*: settled, never sent
+                return
+            # Build the body while the anchor is in flight (it needs nothing from the server), so a
+            # step due right at its anchor's completion does not pay for it then; waiting for the
+            # anchor's dispatch keeps at most ~2 bodies per agent alive.
+            if step.anchor is not None:
+                await tree.sent[step.anchor].wait()
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
+            prebuilt = tree.prebuilt.pop(step.index, None)
+            if prebuilt is not None and prebuilt[0] == phase:
+                _, sent_tokens, body = prebuilt
+            else:
+                sent_tokens, body = await self._build_off_loop(tree, step, phase)
+            # Under the harness's join rule the subagents joined are waited for after the turn's own deadline,
+            # which runs meanwhile (§3a); otherwise every dependency first.
+            joins_after = self.rules.join_waits_delay and bool(step.joins)
+            for dependency in step.depends_on:
+                if not (joins_after and dependency in step.joins):
+                    await tree.done[dependency].wait()
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            if self._ended(tree, step):
+                return
+            if not self.gate.started.is_set() and joins_after:
+                # In the cache-pressure stage a join waits for its subagents only; profiling may start first.
+                await self._joined_before_profiling(tree, step)
+            if not self.gate.started.is_set() and self.gate.per_lane and step.turn > 0:
+                # The subagents a return spawns take the lane's quota before the agent's next turn, as the harness's
+                # orchestrator starts them before its strategy sends that turn (their steps wake right after).
+                await asyncio.sleep(0)
+            if not self.gate.started.is_set():
+                if self.gate.take(tree.lane):
+                    # A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d).
+                    if phase != "warmup":
+                        sent_tokens, body = self.bodies.build(tree, step, "warmup")
+                    now_ns = time.perf_counter_ns()
+                    await self.gate.press(self._send_pressure(tree, step, now_ns, sent_tokens, body))
+                    return
+                await self.gate.wait(self.stopped)
+            if self.stopped.is_set():
+                self.skipped += 1
+                return
+            if phase != "profiling":
+                sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
+            due_ns = self._due_ns(tree, step, (id(tree), step.index) in self.handoff)
+            first_live = state is not None and step.index in state.first_live
+            child_start = step.depth > 0 and step.turn == 0 and not first_live
+            outside_caps = (child_start or joins_after) and not self.rules.child_timers_capped
+            if outside_caps:
+                # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
+                # (`aiperf/timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
+                stopped = await self._sleep_until(due_ns)
+            else:
+                stopped, due_ns = await self.idle.wait(tree, due_ns, self.stopped)
+            if joins_after and not stopped:
+                for dependency in step.joins:
+                    await tree.done[dependency].wait()
+                due_ns = max([due_ns, *(tree.completed_ns[joined] for joined in step.joins)])
+                stopped = self.stopped.is_set()
+            if stopped:
+                self.skipped += 1
+                return
+            if self._ended(tree, step):
+                return
+            if not self.sender.admit():  # the request cap was reached
+                self.skipped += 1
+                return
+            await self.sender.send(tree, step, due_ns, sent_tokens, body, outside_caps=outside_caps)
+        finally:
+            if not tree.completed_ns[step.index]:
+                tree.completed_ns[step.index] = time.perf_counter_ns()
+            tree.sent[step.index].set()
+            tree.done[step.index].set()
+
+    async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: bytes) -> RequestRecord:
+        """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as
+        the references abort on any failed root request of their warmup (`aiperf/credit/callback_handler.py`,
+        `_handle_warmup_failure`; docs/agentx.md §5)."""
+        record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
+        if record.status == "error" and step.depth == 0 and not self.gate.aborted and not self.stopped.is_set():
+            self.gate.abort()
+            self.warmup_failure = WarmupFailed(
+                f"the cache-pressure request of session {record.session_id!r} (turn {record.turn}) failed with "
+                f"{record.error_kind}: {record.error_message}; the run stopped before profiling, as AgentX does for "
+                "any failed root request of its warmup, and cancelled the requests in flight"
+            )
+            self.stop()
+            self.hard_stop("a root agent's warmup request failed")
+        return record
+
+    async def _joined_before_profiling(self, tree: Play, step: Step) -> None:
+        """Wait until the subagents `step` joins have completed, or profiling starts or the run stops first."""
+
+        async def all_joined() -> None:
+            for index in step.joins:
+                await tree.done[index].wait()
+
+        joined: asyncio.Future[None] = asyncio.ensure_future(all_joined())
+        started: asyncio.Future[None] = asyncio.ensure_future(self.gate.wait(self.stopped))
+        try:
+            await asyncio.wait({joined, started}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
+            joined.cancel()
+
+    def _due_ns(self, tree: Play, step: Step, held: bool) -> int:
+        """When `step` is due (agentx.replayer.schedule.due): a turn a per-lane cache-pressure stage handed over
+        (`held`) at its recorded offset from its tree's origin, any other by its anchor, offset and barriers."""
+        if held:
+            return due.handoff_due_ns(
+                tree,
+                step,
+                profiling_start_ns=self.gate.start_ns,
+                phase_cut_s=self._handoff_cut(tree),
+                delay_scale=self.delay_scale,
+            )
+        return due.due_ns(
+            tree,
+            step,
+            profiling_start_ns=self.gate.start_ns,
+            load=self.options.load,
+            rules=self.rules,
+            tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
+            phase_cut_s=self._phase_cut() if self.rules.profiling_start == "phase" else 0.0,
+            delay_scale=self.delay_scale,
+        )
+
+    def _handoff_cut(self, tree: Play) -> float:
+        """The cut of a turn handed over to profiling: the phase-wide one, or with `warmup="burst"` its lane's
+        earliest offset (each lane's profiling starts at its earliest turn, §4d)."""
+        load = self.options.load
+        if not (isinstance(load, AgentxLoad) and load.warmup == "burst"):
+            return self._phase_cut()
+        offsets = [
+            due.replay_offset_s(other, step)
+            for other, step, waiting in self.handoff.values()
+            if other.lane == tree.lane and not waiting
+        ]
+        return min(offsets, default=0.0)
+
+    def _ended(self, tree: Play, step: Step) -> bool:
+        """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
+        tree, docs/agentx.md §5); counts it as skipped for that reason."""
+        if "" in tree.ended_agents or step.agent_id in tree.ended_agents:
+            self.skipped_context_overflow += 1
+            return True
+        return False
