@@ -76,17 +76,17 @@ if TYPE_CHECKING:
         TraceLoad,
     )
     from agentx.replayer.run_result import RunResult
-    from agentx.results.summary import Summary, summarize
+    from agentx.results.summary.summarize import Summary, summarize
     from agentx.run.decode import DecodeResult, decode, decode_sync
     from agentx.run.replay import ReplayResult, ReplayStream, replay, replay_sync, stream_replay
     from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep, sweep_sync
-    from agentx.sim.engine_config import EngineConfig
+    from agentx.sim.engine.config import EngineConfig
     from agentx.sim.faults import FaultConfig
     from agentx.sim.process import SimServer
     from agentx.synth.compare import Fidelity, compare
     from agentx.synth.fit import fit
-    from agentx.synth.from_logs import FromLogsOptions, from_logs
     from agentx.synth.generate import generate
+    from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
     from agentx.synth.presets import preset
     from agentx.trace.errors import Finding, Findings, TraceError
     from agentx.trace.io import detect_format, load_trace, save_trace
@@ -163,12 +163,12 @@ _HOMES: dict[str, str] = {
     "Connection": "agentx.replayer.options.replay",
     "DecodeOptions": "agentx.replayer.options.replay",
     "DecodeResult": "agentx.run.decode",
-    "EngineConfig": "agentx.sim.engine_config",
+    "EngineConfig": "agentx.sim.engine.config",
     "FaultConfig": "agentx.sim.faults",
     "Fidelity": "agentx.synth.compare",
     "Finding": "agentx.trace.errors",
     "Findings": "agentx.trace.errors",
-    "FromLogsOptions": "agentx.synth.from_logs",
+    "FromLogsOptions": "agentx.synth.logs.from_logs",
     "LevelSettings": "agentx.run.sweep",
     "Provenance": "agentx.trace.model",
     "RateLoad": "agentx.replayer.options.replay",
@@ -186,7 +186,7 @@ _HOMES: dict[str, str] = {
     "Session": "agentx.trace.model",
     "SimServer": "agentx.sim.process",
     "Speculative": "agentx.replayer.options.replay",
-    "Summary": "agentx.results.summary",
+    "Summary": "agentx.results.summary.summarize",
     "SweepOptions": "agentx.run.sweep",
     "SweepResult": "agentx.run.sweep",
     "Trace": "agentx.trace.model",
@@ -198,7 +198,7 @@ _HOMES: dict[str, str] = {
     "decode_sync": "agentx.run.decode",
     "detect_format": "agentx.trace.io",
     "fit": "agentx.synth.fit",
-    "from_logs": "agentx.synth.from_logs",
+    "from_logs": "agentx.synth.logs.from_logs",
     "generate": "agentx.synth.generate",
     "load_trace": "agentx.trace.io",
     "preset": "agentx.synth.presets",
@@ -207,7 +207,7 @@ _HOMES: dict[str, str] = {
     "replay_sync": "agentx.run.replay",
     "save_trace": "agentx.trace.io",
     "stream_replay": "agentx.run.replay",
-    "summarize": "agentx.results.summary",
+    "summarize": "agentx.results.summary.summarize",
     "sweep": "agentx.run.sweep",
     "sweep_sync": "agentx.run.sweep",
     "trace_stats": "agentx.trace.stats",

@@ -1,6 +1,6 @@
 """The inference engines agentx knows by name, one table for all: their speculative-decoding flags (agentx.spec),
 their `/metrics` names (agentx.replayer.telemetry.series) and which of them count acceptance
-(agentx.results.acceptance)."""
+(agentx.results.summary.acceptance)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Synthesis benchmark: from-logs prompt tokens per second (built-in tokenizer) and generation time.
 
 1. from-logs: renders preset-generated sessions into Anthropic proxy-capture JSONL with random text
-   (agentx.synth.mock_logs), then times `from_logs` on the file end to end (read, render, tokenize,
+   (agentx.synth.logs.mock_logs), then times `from_logs` on the file end to end (read, render, tokenize,
    hash, rebuild trees), against decoding the same file with msgspec alone (the floor any reader
    pays). The figure is the sum of every request's prompt tokens over the wall time; target >= 1M/s.
    Also the built-in tokenizer alone on never-seen text (no segment repeats).
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.synth.from_logs import FromLogsOptions, from_logs
 from agentx.synth.generate import generate
-from agentx.synth.mock_logs import mock_logs
+from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.mock_logs import mock_logs
+from agentx.synth.logs.tokenize import ApproxTokenizer
 from agentx.synth.presets import preset
-from agentx.synth.tokenize import ApproxTokenizer
 
 TARGET_TOKENS_PER_S = 1e6
 TARGET_GENERATE_S = 30.0

@@ -15,7 +15,7 @@ agentx covers them);
 exports agentx run RUN_DIR to a temporary directory (`agentx export --format aiperf-jsonl|aiperf-summary`) and
 prints, per part of the two files, the keys the reference writes that agentx does not, the keys only agentx
 writes, and units that differ. Exit status 1 when a reference key is missing from agentx's files and is not
-listed in `agentx.results.export.NOT_EXPORTED`;
+listed in `agentx.results.export.export_run.NOT_EXPORTED`;
 
     python scripts/aiperf_export_keys.py values REF_DIR
 
@@ -155,7 +155,7 @@ def diff(reference: Mapping[str, KeySets], ours: Mapping[str, KeySets]) -> list[
 
 def agentx_keys(run_dir: Path) -> dict[str, KeySets]:
     """Export an agentx run to a temporary directory and read its key sets."""
-    from agentx.results.export import export_run
+    from agentx.results.export.export_run import export_run
 
     with tempfile.TemporaryDirectory() as scratch:
         export_run(run_dir, "aiperf-jsonl", Path(scratch))
@@ -266,8 +266,8 @@ def records_from_reference(directory: Path) -> tuple[Any, dict[str, Any], dict[s
 def _values(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from agentx.results.export_metrics import equals, record_metrics, run_context
-    from agentx.results.export_summary import phase_metrics
+    from agentx.results.export.aiperf_metrics import equals, record_metrics, run_context
+    from agentx.results.export.aiperf_summary import phase_metrics
 
     directory = Path(args.ref_dir)
     reference = msgspec.json.decode((directory / SUMMARY_FILE).read_bytes())
@@ -343,7 +343,7 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         reference = merge(directory_keys(Path(directory)) for directory in args.ref)
     rows = diff(reference, agentx_keys(Path(args.run_dir)))
-    from agentx.results import export
+    from agentx.results.export import export_run as export
 
     not_exported: dict[str, str] = getattr(export, "NOT_EXPORTED", {})
     width = max((len(where) for where, _, _ in rows), default=0)

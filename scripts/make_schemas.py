@@ -8,7 +8,7 @@ import msgspec
 
 from agentx.records import record
 from agentx.replayer.telemetry import arrow_file
-from agentx.trace import arrow, weka
+from agentx.trace.formats import arrow, weka
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

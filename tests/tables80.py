@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from rich.console import Console
 
-from agentx.cli.layout import FittedTable
+from agentx.cli.display.layout import FittedTable
 
 BOX = re.compile(r"[│┃]")
 WIDTHS = (80, 120)

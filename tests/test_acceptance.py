@@ -15,22 +15,22 @@ from flat import replay_options
 from rich.console import Console
 
 from agentx.cli import main
-from agentx.cli.summary_tables import summary_table
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import read_records
 from agentx.replayer.options.replay import Speculative
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, parse_counters
 from agentx.replayer.telemetry.metrics import SPEC_METRICS as METRIC_NAMES
-from agentx.results.acceptance import (
+from agentx.results.summary.acceptance import (
     CounterAcceptance,
     acceptance,
     counter_acceptance,
     stream_acceptance,
     table_stream_acceptance,
 )
-from agentx.results.validity import ACCEPTANCE_MISMATCH, validity
+from agentx.results.summary.validity import ACCEPTANCE_MISMATCH, validity
 from agentx.run.replay import ReplayResult, replay
+from agentx.sim.engine.speculative import acceptance_schedule
 from agentx.sim.process import SimServer
-from agentx.sim.speculative import acceptance_schedule
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 

@@ -18,7 +18,7 @@ from agentx.replayer.plan.tstar import snapshot, t_star
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.warmup import WarmupFailed
-from agentx.results.summary import summarize
+from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from strategies import traces as trace_strategy
 
-from agentx.trace import arrow, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
+from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace, delta_encode
 from agentx.trace.validate import MAX_AGENT_DEPTH

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentx.replayer.prompts.conversation import ChatTurn, Conversation, Segment
-from agentx.trace.weka_reader import read_weka
+from agentx.trace.formats.weka_reader import read_weka
 
 BS = 4
 """Block size of the hand-computed examples."""

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.results.cost import (
+from agentx.results.report.cost import (
     GIVEN_TIER,
     TIERS,
     Price,

@@ -84,13 +84,13 @@ def test_the_walk_finds_the_classes_it_must_judge() -> None:
         ("agentx.records.record.RecordsError", ConfigError),
         ("agentx.replayer.plan.steps.PlanError", ConfigError),
         ("agentx.replayer.plan.preparation.NothingToReplay", ConfigError),
-        ("agentx.results.report.ReportError", ConfigError),
-        ("agentx.results.export.ExportError", ConfigError),
-        ("agentx.results.cost.PriceError", ConfigError),
-        ("agentx.results.plots.PlotsUnavailableError", ConfigError),
+        ("agentx.results.report.build.ReportError", ConfigError),
+        ("agentx.results.export.export_run.ExportError", ConfigError),
+        ("agentx.results.report.cost.PriceError", ConfigError),
+        ("agentx.results.report.plots.PlotsUnavailableError", ConfigError),
         ("agentx.run.sweep.SweepError", ConfigError),
-        ("agentx.synth.render.PromptError", ConfigError),
-        ("agentx.synth.response.ResponseError", ConfigError),
+        ("agentx.synth.logs.render.PromptError", ConfigError),
+        ("agentx.synth.logs.response.ResponseError", ConfigError),
         ("agentx.replayer.http.client.ServerUnreachable", ServerError),
         ("agentx.replayer.http.client.ModelNotServed", ServerError),
         ("agentx.replayer.prompts.calibrate.CalibrationError", ServerError),
@@ -106,7 +106,7 @@ def test_each_error_has_its_kind(name: str, kind: type[AgentxError]) -> None:
 
 def test_the_bases_callers_catch_stay() -> None:
     from agentx.records.run_folder import RunExists
-    from agentx.results.plots import PlotsUnavailableError
+    from agentx.results.report.plots import PlotsUnavailableError
     from agentx.sim.process import SimServerError
 
     # The public docs promise a refused run folder is a ValueError; the simulator's and the plots' failures were

@@ -1,7 +1,7 @@
-"""AIPerf-compatible exports (agentx/results/export.py) and the `agentx export` command.
+"""AIPerf-compatible exports (agentx/results/export/export_run.py) and the `agentx export` command.
 
 The compatibility test reimplements InferenceX's aggregation (docs/agentx.md §7) over nothing but our
-`profile_export.jsonl` and checks it reproduces `agentx.results.summary.summarize` for the same run.
+`profile_export.jsonl` and checks it reproduces `agentx.results.summary.summarize.summarize` for the same run.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID
 from agentx.records.record import read_records as read_records_file
 from agentx.records.run_folder import RUN_FILE
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.results.export import (
+from agentx.results.export.export_run import (
     JSONL_FILE,
     NOT_EXPORTED,
     SUMMARY_FILE,
@@ -38,8 +38,8 @@ from agentx.results.export import (
     aiperf_summary,
     export_run,
 )
-from agentx.results.export_sweeps import sweep_metrics
-from agentx.results.summary import Summary, summarize
+from agentx.results.export.time_weighted import sweep_metrics
+from agentx.results.summary.summarize import Summary, summarize
 from agentx.run.replay import replay, replay_sync
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -880,7 +880,8 @@ def test_the_exports_carry_every_key_the_reference_writes(agentx_run_dir: tuple[
 
 
 def test_every_key_left_out_is_documented_with_its_reason() -> None:
-    from agentx.results import export_jsonl, export_summary
+    from agentx.results.export import aiperf_jsonl as export_jsonl
+    from agentx.results.export import aiperf_summary as export_summary
 
     for key, reason in NOT_EXPORTED.items():
         file, _, name = key.split(".", 2)

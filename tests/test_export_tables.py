@@ -1,4 +1,4 @@
-"""`agentx export RUN_DIR --format arrow|parquet|csv` (agentx/results/export_tables.py): the values round-trip,
+"""`agentx export RUN_DIR --format arrow|parquet|csv` (agentx/results/export/tables.py): the values round-trip,
 the files open in pyarrow, polars and duckdb, and an existing file is never replaced unless asked."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from agentx.records import writer as record_writer
 from agentx.records.ipc_files import FILE_MAGIC
 from agentx.records.record import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, read_records, run_info
 from agentx.records.writer import RecordWriter
-from agentx.results.export import OutputExists, export_run
-from agentx.results.export_tables import LIST_COLUMNS, csv_table
+from agentx.results.export.export_run import OutputExists, export_run
+from agentx.results.export.tables import LIST_COLUMNS, csv_table
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"mode": "closed", "seed": 3})
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from agentx.cli import main
 from agentx.cli.flags import HELP_GROUPS, GroupedCommand, fields_with_flags, flag_name
-from agentx.cli.options import SERVER_SKIP
+from agentx.cli.parsed import SERVER_SKIP
 from agentx.replayer.options.replay import (
     LOADS,
     Connection,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.results.frontier import FrontierOptions, Point, frontier, pareto_front, pchip, pchip_slopes
+from agentx.results.report.frontier import FrontierOptions, Point, frontier, pareto_front, pchip, pchip_slopes
 
 coordinates = st.floats(min_value=0.0, max_value=1e5, allow_nan=False, allow_infinity=False)
 planes = st.lists(st.tuples(coordinates, coordinates), min_size=1, max_size=30)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from test_sweep import run_small_sweep
 
 from agentx.cli import main
-from agentx.results.html import PLOT_TITLES
+from agentx.results.report.html import PLOT_TITLES
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
 REQUIRE_BROWSER = os.environ.get("AGENTX_REQUIRE_BROWSER") == "1"

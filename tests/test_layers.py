@@ -43,6 +43,7 @@ ROOMS = {
         "": 6,
         "cluster": 7,
     },
+    "results": {"summary": 0, "export": 1, "report": 2, "": 3},
 }
 """Floors inside a subpackage: of each of its sub-packages, "" for its own modules (`replayer/run_replay.py`)."""
 
@@ -152,12 +153,12 @@ def test_an_upward_import_inside_a_subpackage_is_found() -> None:
 
 def test_an_upward_or_sideways_import_is_found() -> None:
     graph = {
-        "agentx.results.report": {"agentx.run.replay", "agentx.records.record"},
-        "agentx.trace.io": {"agentx.sim.engine"},
+        "agentx.results.report.build": {"agentx.run.replay", "agentx.records.record"},
+        "agentx.trace.io": {"agentx.sim.engine.loop"},
     }
     assert _upward(graph) == [
-        "agentx.results.report imports agentx.run.replay (floor 2 → 3)",
-        "agentx.trace.io imports agentx.sim.engine (floor 0 → 0)",
+        "agentx.results.report.build imports agentx.run.replay (floor 2 → 3)",
+        "agentx.trace.io imports agentx.sim.engine.loop (floor 0 → 0)",
     ]
 
 

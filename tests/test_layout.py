@@ -1,4 +1,4 @@
-"""Terminal tables laid out for their width (agentx.cli.layout): a number is never cut, at any width."""
+"""Terminal tables laid out for their width (agentx.cli.display.layout): a number is never cut, at any width."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tables80 import BOX, WIDTHS, assert_fits, rendered
 
 from agentx.cli import main
-from agentx.cli.layout import Column, FittedTable, text_column
-from agentx.cli.tables import stats_tables
+from agentx.cli.display.layout import Column, FittedTable, text_column
+from agentx.cli.display.tables import stats_tables
 from agentx.trace.io import load_trace
 from agentx.trace.stats import trace_stats
 

@@ -89,7 +89,8 @@ def test_a_replay_starts_without_what_only_its_end_needs() -> None:
     """rich draws the summary (and live progress on a terminal only), pyarrow.compute and prometheus_client serve
     the summary and the /metrics scrape: none is needed before the first request."""
     loaded = _loaded_after(
-        "import agentx.cli.replay, agentx.cli.progress, agentx.run.replay, agentx.replayer.prompts.calibrate"
+        "import agentx.cli.commands.replay, agentx.cli.display.progress, agentx.run.replay, "
+        "agentx.replayer.prompts.calibrate"
     )
     assert _packages(loaded) & {"rich", "prometheus_client", "matplotlib", "tokenizers"} == set()
     assert "pyarrow.compute" not in loaded

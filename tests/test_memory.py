@@ -28,9 +28,9 @@ from agentx.replayer.http.client import Client, Exchange
 from agentx.replayer.schedule import collector
 from agentx.replayer.schedule.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
-from agentx.sim.engine import Engine, EngineConfig, FinishReason, GenerationRequest
-from agentx.sim.kvcache import KVCache
-from agentx.sim.sequence import EngineSequence
+from agentx.sim.engine.kvcache import KVCache
+from agentx.sim.engine.loop import Engine, EngineConfig, FinishReason, GenerationRequest
+from agentx.sim.engine.sequence import EngineSequence
 from agentx.sim.tokenizer import get_tokenizer
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -13,9 +13,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from agentx.trace.errors import Findings, TraceError
+from agentx.trace.formats.mooncake import read_mooncake, write_mooncake
 from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
-from agentx.trace.mooncake import read_mooncake, write_mooncake
 from agentx.trace.validate import validate
 
 REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"

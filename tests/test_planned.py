@@ -1,4 +1,4 @@
-"""The progress bar's denominator (agentx/cli/planned.py): the profiling requests a run will send, equal to what
+"""The progress bar's denominator (agentx/cli/display/planned.py): the profiling requests a run will send, equal to what
 runs against the simulator send in each mode, resumed first trees and the cache-pressure stage included."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from flat import replay_options
 
 import agentx
-from agentx.cli.planned import planned_requests
+from agentx.cli.display.planned import planned_requests
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.plan.steps import session_order

@@ -1,5 +1,5 @@
-"""The progress of `agentx replay` (agentx/cli/progress.py): phases, counts, rates and time left on a fake clock;
-the live line on a terminal; plain lines on a pipe, from the command line against the simulator."""
+"""The progress of `agentx replay` (agentx/cli/display/progress.py): phases, counts, rates and time left on a fake
+clock; the live line on a terminal; plain lines on a pipe, from the command line against the simulator."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 from strategies import record_identity
 
-from agentx.cli.progress import INTERVAL_ENV, ReplayProgress, clock_text, line_interval_s
+from agentx.cli.display.progress import INTERVAL_ENV, ReplayProgress, clock_text, line_interval_s
 from agentx.errors import ConfigError
 from agentx.records.record import Phase, RequestRecord
 
@@ -117,7 +117,7 @@ def test_agentx_by_duration_warmup_then_the_profiling_window_then_draining() -> 
 
 
 def test_by_sessions_the_bar_counts_profiling_requests_only_at_the_pace_since_the_profiling_start() -> None:
-    """A tree-bounded run: `planned` counts the profiling requests (agentx.cli.planned), so the warmup's primers
+    """A tree-bounded run: `planned` counts the profiling requests (agentx.cli.display.planned), so the warmup's primers
     neither move the bar nor the pace, and the bar reaches 100% as the last request ends (once it stuck at 60%)."""
     clock = FakeClock()
     progress = ReplayProgress(clock=clock, planned=40, interval_s=0)

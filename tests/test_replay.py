@@ -15,7 +15,7 @@ from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, 
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
-from agentx.results.summary import summarize
+from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace

@@ -426,8 +426,8 @@ def test_a_stalled_server_stops_the_run(tmp_path: Path) -> None:
     in one line); a server streaming slowly but steadily, a chunk every 0.1 s for 1.5 s, is not stalled."""
     from aiohttp import web
 
-    from agentx.cli.replay import run_failure
-    from agentx.results.summary import summarize
+    from agentx.cli.commands.replay import run_failure
+    from agentx.results.summary.summarize import summarize
 
     async def models(_request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})

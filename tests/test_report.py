@@ -18,14 +18,14 @@ from tables80 import WIDTHS, assert_fits
 from test_sweep import run_small_sweep
 
 from agentx.cli import main
-from agentx.cli.layout import FittedTable
-from agentx.cli.report_tables import MISSING, report_markdown, report_tables
+from agentx.cli.display.layout import FittedTable
+from agentx.cli.display.report_tables import MISSING, report_markdown, report_tables
 from agentx.distribution import installed_version
 from agentx.records.run_folder import RUN_FILE
-from agentx.results.acceptance import Acceptance, StreamAcceptance
-from agentx.results.folders import read_run_file
-from agentx.results.report import ReportOptions, build_report, load_series
-from agentx.results.report_notes import suggest_targets, with_target
+from agentx.results.report.build import ReportOptions, build_report, load_series
+from agentx.results.report.folders import read_run_file
+from agentx.results.report.notes import suggest_targets, with_target
+from agentx.results.summary.acceptance import Acceptance, StreamAcceptance
 
 SIM = f"agentx-sim {installed_version()}"
 """How the simulator's runs name their engine."""

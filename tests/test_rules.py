@@ -21,11 +21,11 @@ from test_validity import S, failed, rec, run_file, table
 from agentx.cli import main
 from agentx.replayer.options.locks import locks_broken
 from agentx.replayer.options.rules import AIPERF_0_13_0, DEFAULT_RULES_NAME, HARNESS, RULE_SETS, rule_set
-from agentx.results.export_jsonl import jsonl_lines
-from agentx.results.export_metrics import HARNESS_TAGS, run_context
-from agentx.results.export_summary import aiperf_summary
-from agentx.results.inferencex import inferencex_metrics, qps_windows
-from agentx.results.validity import INSUFFICIENT_COVERAGE, metric_coverage, validity
+from agentx.results.export.aiperf_jsonl import jsonl_lines
+from agentx.results.export.aiperf_metrics import HARNESS_TAGS, run_context
+from agentx.results.export.aiperf_summary import aiperf_summary
+from agentx.results.summary.inferencex import inferencex_metrics, qps_windows
+from agentx.results.summary.validity import INSUFFICIENT_COVERAGE, metric_coverage, validity
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "traces" / "sample.arrow"

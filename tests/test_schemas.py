@@ -31,7 +31,7 @@ def test_weka_schema_lists_every_field_of_the_reference() -> None:
 
 
 def test_arrow_layout_names_every_column() -> None:
-    from agentx.trace.arrow import SCHEMA
+    from agentx.trace.formats.arrow import SCHEMA
 
     text = (SCHEMAS / "trace.arrow.md").read_text(encoding="utf-8")
     for field in SCHEMA:

@@ -1,4 +1,5 @@
-"""A `--ray` run's shards in the summary (agentx.results.shards): counts, losses, and a warning past 1 ms of clock."""
+"""A `--ray` run's shards in the summary (agentx.results.summary.shards): counts, losses, and a warning past 1 ms of
+clock."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pathlib import Path
 import msgspec
 from rich.console import Console
 
-from agentx.cli.summary_tables import summary_table
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import RequestRecord, RunInfo, read_records
 from agentx.records.writer import RecordWriter
 from agentx.replayer.run_result import ShardInfo
-from agentx.results.shards import shards_summary
-from agentx.results.summary import summarize
+from agentx.results.summary.shards import shards_summary
+from agentx.results.summary.summarize import summarize
 
 
 def _shard(index: int, node: str, error_ns: int, drift_ns: int | None = 0, lost: bool = False) -> ShardInfo:

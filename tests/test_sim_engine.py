@@ -18,15 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.sim.engine import (
+from agentx.sim.engine.kvcache import KVCache, block_hashes
+from agentx.sim.engine.loop import (
     Engine,
     EngineConfig,
     FinishReason,
     GenerationRequest,
     SequenceHandle,
 )
-from agentx.sim.kvcache import KVCache, block_hashes
-from agentx.sim.speculative import (
+from agentx.sim.engine.speculative import (
     acceptance_schedule,
     accepted_drafts,
     mean_acceptance_length,

@@ -6,7 +6,7 @@ import msgspec
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.cli.spec import CurveListing
+from agentx.cli.commands.spec import CurveListing
 from agentx.spec.golden import load_golden_table
 
 

@@ -1,4 +1,5 @@
-"""The run summary (agentx/results/summary.py and the modules it uses) against hand-computed InferenceX aggregates."""
+"""The run summary (agentx/results/summary/summarize.py and the modules it uses) against hand-computed InferenceX
+aggregates."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from hypothesis import strategies as st
 from rich.console import Console
 from strategies import record_identity
 
-from agentx.cli.summary_tables import summary_table
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.records.writer import RecordWriter
 from agentx.replayer.telemetry.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics, parse_counters
-from agentx.results.stats import PERCENTILES, Stats, percentile, percentile_key, rate_percentile, stats
-from agentx.results.summary import summarize
-from agentx.results.summary_model import Slowdown, Summary
+from agentx.results.summary.model import Slowdown, Summary
+from agentx.results.summary.stats import PERCENTILES, Stats, percentile, percentile_key, rate_percentile, stats
+from agentx.results.summary.summarize import summarize
 
 MS = 1_000_000
 S = 1_000_000_000

@@ -16,8 +16,8 @@ import agentx
 from agentx.cli import main
 from agentx.records.run_folder import RUN_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, Speculative
-from agentx.results.folders import SWEEP_FILE
-from agentx.results.frontier import point
+from agentx.results.report.folders import SWEEP_FILE
+from agentx.results.report.frontier import point
 from agentx.run.sweep import (
     LevelSettings,
     SweepError,
@@ -28,7 +28,7 @@ from agentx.run.sweep import (
     parse_levels,
     sweep_sync,
 )
-from agentx.sim.engine import EngineConfig
+from agentx.sim.engine.loop import EngineConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -240,7 +240,7 @@ def test_sweep_mistakes_exit_2_with_one_paragraph(tmp_path: Path, args: list[str
 
 
 def test_the_index_round_trips(swept: SweepResult) -> None:
-    from agentx.results.folders import SweepIndex
+    from agentx.results.report.folders import SweepIndex
 
     index = msgspec.json.decode((swept.out_dir / SWEEP_FILE).read_bytes(), type=SweepIndex)
     assert [level.concurrency for level in index.levels] == list(LEVELS) and index.trace == "small"

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.cli.progress import INTERVAL_ENV
-from agentx.cli.sweep import level_lines
+from agentx.cli.commands.sweep import level_lines
+from agentx.cli.display.progress import INTERVAL_ENV
 from agentx.records.run_folder import RUN_FILE
-from agentx.results.folders import LevelEntry
-from agentx.results.summary import Summary
+from agentx.results.report.folders import LevelEntry
+from agentx.results.summary.summarize import Summary
 from agentx.run.sweep import LevelResult
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"

@@ -9,7 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.synth.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
 from agentx.trace.io import load_trace
 from agentx.trace.validate import validate
 

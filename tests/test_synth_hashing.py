@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.synth.hashing import ChainHasher, IdRemap
-from agentx.synth.tokenize import ApproxTokenizer
+from agentx.synth.logs.hashing import ChainHasher, IdRemap
+from agentx.synth.logs.tokenize import ApproxTokenizer
 
 tokens_lists = st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=60)
 salts = st.binary(min_size=1, max_size=100)

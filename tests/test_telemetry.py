@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from tables80 import WIDTHS, assert_fits
 
 from agentx.cli import main
-from agentx.cli.summary_tables import summary_table
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import read_records, run_info
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.options.server_client import server_client
@@ -46,9 +46,9 @@ from agentx.replayer.telemetry.series import (
     telemetry_sources,
     telemetry_values,
 )
-from agentx.results.export import aiperf_summary
-from agentx.results.summary import summarize
-from agentx.results.telemetry import summarize_telemetry
+from agentx.results.export.export_run import aiperf_summary
+from agentx.results.summary.server_telemetry import summarize_telemetry
+from agentx.results.summary.summarize import summarize
 from agentx.run.replay import ReplayResult, replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace

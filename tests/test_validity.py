@@ -1,4 +1,4 @@
-"""Run validity (agentx/results/validity.py): every reason of docs/agentx.md §5 and the InferenceX gate, on
+"""Run validity (agentx/results/summary/validity.py): every reason of docs/agentx.md §5 and the InferenceX gate, on
 hand-built runs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
-from agentx.results.validity import (
+from agentx.results.summary.validity import (
     CONTEXT_OVERFLOW_RATE_EXCEEDED,
     DISPATCH_LAG_EXCEEDED,
     INSUFFICIENT_COVERAGE,
@@ -202,8 +202,8 @@ def test_a_run_file_struct_is_accepted() -> None:
     from pathlib import Path
 
     from agentx.replayer.run_result import RunResult
-    from agentx.results.folders import RunFile
-    from agentx.results.summary import summarize
+    from agentx.results.report.folders import RunFile
+    from agentx.results.summary.summarize import summarize
 
     records = table([rec()])
     result = RunResult(

@@ -14,10 +14,10 @@ import msgspec
 import pyarrow as pa
 from tables80 import rendered
 
-from agentx.cli.summary_tables import summary_table
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
-from agentx.results.summary import summarize
-from agentx.results.validity import DISPATCH_LAG_EXCEEDED, RUN_CANCELLED, UNSAFE_OVERRIDE, Reason, validity
+from agentx.results.summary.summarize import summarize
+from agentx.results.summary.validity import DISPATCH_LAG_EXCEEDED, RUN_CANCELLED, UNSAFE_OVERRIDE, Reason, validity
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 S = 1_000_000_000

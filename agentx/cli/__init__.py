@@ -11,17 +11,17 @@ from agentx.cli.common import Group
 from agentx.distribution import DISTRIBUTION
 
 COMMANDS = {
-    "validate": "agentx.cli.trace:validate",
-    "convert": "agentx.cli.trace:convert",
-    "inspect": "agentx.cli.trace:inspect",
-    "sim": "agentx.cli.sim:sim",
-    "replay": "agentx.cli.replay:replay",
-    "decode": "agentx.cli.replay:decode_command",
-    "export": "agentx.cli.replay:export",
-    "sweep": "agentx.cli.sweep:sweep_command",
-    "report": "agentx.cli.report:report_command",
-    "spec": "agentx.cli.spec:spec",
-    "synth": "agentx.cli.synth:synth",
+    "validate": "agentx.cli.commands.trace:validate",
+    "convert": "agentx.cli.commands.trace:convert",
+    "inspect": "agentx.cli.commands.trace:inspect",
+    "sim": "agentx.cli.commands.sim:sim",
+    "replay": "agentx.cli.commands.replay:replay",
+    "decode": "agentx.cli.commands.replay:decode_command",
+    "export": "agentx.cli.commands.replay:export",
+    "sweep": "agentx.cli.commands.sweep:sweep_command",
+    "report": "agentx.cli.commands.report:report_command",
+    "spec": "agentx.cli.commands.spec:spec",
+    "synth": "agentx.cli.commands.synth:synth",
 }
 """Every command, by name: its module and attribute (imported when used; see `Group`)."""
 

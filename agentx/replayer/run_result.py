@@ -114,7 +114,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     """The trace file (or folder) replayed, as an absolute path; None for a trace made in memory."""
     profiling_start_ns: int | None = None
     """When profiling started, ns after the run start on the records' clock (None: it never did); the start of the
-    window the harness's coverage rule measures (agentx.results.validity)."""
+    window the harness's coverage rule measures (agentx.results.summary.validity)."""
     shards: list[ShardInfo] = []
     """A `--ray` run: each shard's node, clock offset and fate (a `--workers` run on one host needs none)."""
 

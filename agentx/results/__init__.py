@@ -1,10 +1,13 @@
-"""Results of a replay run: what the records of a run add up to.
+"""What the records of a run add up to, from its folder alone (records.arrow, run.json, server_metrics.arrow).
 
-`summary.py` computes a `Summary` (`summary_model.py`) from a records table
-(`agentx.records.record.read_records`) following the InferenceX aggregation (docs/agentx.md §6–§7): counts,
-TTFT/E2E/ITL statistics (`stats.py`) and interactivity, per-chunk ITL, throughput, cache hit rates, client
-dispatch lag, and per-play roll-ups and slowdown against the trace (`plays.py`). It reads the table
-(`columns.py`), never `RequestRecord` objects, so it works on the file of any run (columns a newer minor
-version adds are optional). This package sits above `replayer/` and `trace/`; neither imports it. It draws no
-terminal tables: those are agentx.cli's (`summary_tables.py`, `report_tables.py`).
+Sub-packages, each importing only those below it (tests/test_layers.py):
+
+- `summary/`: a run's `Summary` (summarize.py; the structs in model.py) by the InferenceX aggregation (docs/agentx.md
+  §6–§7), read from the records table (columns.py), never `RequestRecord` objects, so it reads a file of any run;
+  acceptance, validity, goodput, per-play roll-ups, the server's telemetry and a sharded run's clocks beside it.
+- `export/`: the run as files: AIPerf's `profile_export.jsonl` and `profile_export_aiperf.json` (aiperf_*.py,
+  time_weighted.py) and the records as plain tables (tables.py); `export_run` picks one.
+- `report/`: runs and sweeps side by side (build.py): frontier, cost, notes on what is missing, plots, the HTML page.
+
+Nothing here draws for the terminal: the tables are agentx.cli's.
 """

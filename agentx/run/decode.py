@@ -8,7 +8,7 @@ prompt nor the queueing before it counts (the measurement behind figures like "8
 per user at batch 1, AL fixed at 6"). p50 / p90 are over all repetitions × concurrency requests, p90 the slow
 tail (the speed 90% of requests reached at least). The
 realized AL comes from the server's speculative-decoding counters scraped before and after, else from the
-stream's tokens per chunk (agentx.results.acceptance).
+stream's tokens per chunk (agentx.results.summary.acceptance).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from agentx.replayer.options.server_client import server_client
 from agentx.replayer.plan.bodies import COMPLETIONS_PATH
 from agentx.replayer.prompts.chat import CHAT_PATH
 from agentx.replayer.prompts.tokens import TokenSpace, completions_body, filler
-from agentx.results.acceptance import (
+from agentx.results.summary.acceptance import (
     Acceptance,
     acceptance,
     counter_acceptance,
     stream_acceptance,
 )
-from agentx.results.stats import rate_percentile
+from agentx.results.summary.stats import rate_percentile
 from agentx.run.replay import scrape_counters
 
 _log = logging.getLogger(__name__)

@@ -34,11 +34,11 @@ from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
 from agentx.replayer.workers import run_workers
-from agentx.results.acceptance import run_acceptance
-from agentx.results.folders import RunFile
-from agentx.results.shards import shards_summary
-from agentx.results.summary import Summary, summarize
-from agentx.results.validity import validity
+from agentx.results.report.folders import RunFile
+from agentx.results.summary.acceptance import run_acceptance
+from agentx.results.summary.shards import shards_summary
+from agentx.results.summary.summarize import Summary, summarize
+from agentx.results.summary.validity import validity
 from agentx.trace.io import Format
 from agentx.trace.model import Trace
 

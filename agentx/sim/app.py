@@ -18,13 +18,13 @@ from aiohttp import web
 
 from agentx.distribution import installed_version
 from agentx.sim import protocol
-from agentx.sim.engine import Engine
+from agentx.sim.engine.loop import Engine
+from agentx.sim.engine.sequence import FinishReason, GenerationRequest, SequenceHandle
 from agentx.sim.faults import NO_FAULTS, FaultConfig, FaultInjector, FaultPlan, reset_connection
 from agentx.sim.http_log import OutcomeResponse, ended, log_cancelled, one_line, parse_error
 from agentx.sim.metrics import CONTENT_TYPE, ServerCounters, metrics_registry, render
 from agentx.sim.options import SimOptions
 from agentx.sim.protocol import DONE, ClientError, error_body
-from agentx.sim.sequence import FinishReason, GenerationRequest, SequenceHandle
 from agentx.sim.streaming import Collector, Stream, next_fault
 from agentx.sim.tokenizer import get_tokenizer
 

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from agentx.sim.engine_counters import EngineCounters
+from agentx.sim.engine.counters import EngineCounters
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The classic text format, which every scraper (and vLLM's own /metrics) speaks."""

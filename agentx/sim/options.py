@@ -13,9 +13,9 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import click
 import msgspec
 
-from agentx.sim.engine_config import EngineConfig
+from agentx.sim.engine.config import EngineConfig
+from agentx.sim.engine.speculative import acceptance_schedule, validate_acceptance_rates
 from agentx.sim.faults import FaultConfig
-from agentx.sim.speculative import acceptance_schedule, validate_acceptance_rates
 from agentx.sim.tokenizer import MIN_VOCAB_SIZE
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any
 import msgspec
 
 from agentx.errors import ServerError
-from agentx.sim.engine import EngineConfig
+from agentx.sim.engine.loop import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.options import SimOptions, cli_args
 

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import msgspec
 
-from agentx.sim.engine_config import EngineConfig
-from agentx.sim.sequence import FinishReason
+from agentx.sim.engine.config import EngineConfig
+from agentx.sim.engine.sequence import FinishReason
 from agentx.sim.tokenizer import ROLE_IDS, Tokenizer
 
 ERROR_TYPES: Final = {

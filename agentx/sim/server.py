@@ -19,7 +19,7 @@ import msgspec
 from aiohttp import web
 
 from agentx.sim.app import SimApp
-from agentx.sim.engine import Engine
+from agentx.sim.engine.loop import Engine
 from agentx.sim.http_log import AccessLog, OneLineClientErrors
 from agentx.sim.options import SimOptions
 from agentx.sim.tokenizer import FIRST_WORD_ID

@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 
 from agentx.sim import protocol
+from agentx.sim.engine.sequence import FinishReason, SequenceHandle
 from agentx.sim.faults import FaultPlan, reset_connection
 from agentx.sim.protocol import DONE
-from agentx.sim.sequence import FinishReason, SequenceHandle
 from agentx.sim.tokenizer import Tokenizer
 
 

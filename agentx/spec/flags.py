@@ -21,7 +21,7 @@ from typing import Final
 import msgspec
 
 from agentx.engines import ENGINES
-from agentx.sim.speculative import acceptance_schedule, validate_acceptance_rates
+from agentx.sim.engine.speculative import acceptance_schedule, validate_acceptance_rates
 
 # SGLang spells algorithms in upper case and calls MTP "NEXTN" (it runs it as EAGLE).
 _SGLANG_ALGORITHMS: Final = {"mtp": "NEXTN", "nextn": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dspark": "DSPARK"}

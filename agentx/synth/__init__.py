@@ -1,2 +1,2 @@
-"""Making traces: from anonymized logs (`from_logs`), from a fitted statistical model (`generate`, `fit`),
+"""Making traces: from anonymized logs (`logs/`), from a fitted statistical model (`generate`, `fit`),
 and judging how alike two traces are (`compare`)."""

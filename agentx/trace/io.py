@@ -13,10 +13,10 @@ from typing import Final, Literal
 import msgspec
 
 from agentx.errors import ConfigError
-from agentx.trace import bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.errors import Findings, TraceError
+from agentx.trace.formats import bailian, mooncake, weka, weka_reader, weka_writer
+from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.model import Trace
-from agentx.trace.textfile import open_bytes, read_errors
 from agentx.trace.validate import MAX_BLOCK_SIZE
 
 Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
@@ -107,7 +107,7 @@ def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findin
     if block_size is not None and not 0 < block_size <= MAX_BLOCK_SIZE:
         raise TraceError.at(f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]", file=str(path))
     if fmt in ("arrow", "parquet"):
-        from agentx.trace import arrow  # pyarrow (and numpy) load only for these formats
+        from agentx.trace.formats import arrow  # pyarrow (and numpy) load only for these formats
 
         trace = arrow.read_arrow(path, findings=findings)
         if block_size is not None:
@@ -150,11 +150,11 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, format: Format | N
     """Write a trace; the format defaults to what the file's suffix names (`format_for_path`)."""
     fmt = format or format_for_path(path)
     if fmt == "arrow":
-        from agentx.trace.arrow import write_arrow  # pyarrow (and numpy) load only for these formats
+        from agentx.trace.formats.arrow import write_arrow  # pyarrow (and numpy) load only for these formats
 
         write_arrow(trace, path)
     elif fmt == "parquet":
-        from agentx.trace.arrow import write_parquet
+        from agentx.trace.formats.arrow import write_parquet
 
         write_parquet(trace, path)
     elif fmt == "weka":

@@ -43,7 +43,7 @@ from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.run_replay import OnStart
 from agentx.replayer.run_result import OnSent, RunResult, ShardInfo, combined
 from agentx.replayer.schedule.sending import OnRecord
-from agentx.trace.arrow import arrow_bytes
+from agentx.trace.formats.arrow import arrow_bytes
 from agentx.trace.model import Trace
 
 POLL_INTERVAL_S: Final = 0.5

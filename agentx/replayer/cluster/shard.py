@@ -31,7 +31,7 @@ from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.clock import DispatchClock, loop_factory
-from agentx.trace.arrow import from_arrow_bytes
+from agentx.trace.formats.arrow import from_arrow_bytes
 from agentx.trace.model import Trace
 
 _IN_FLIGHT = msgspec.msgpack.Encoder()

@@ -1,5 +1,5 @@
 """How many session trees a run starts, and each `--workers` shard's share of a run-wide count: what the runner obeys
-(agentx.replayer.schedule.runner) and the progress bar counts with (agentx.cli.planned); how many shards a load
+(agentx.replayer.schedule.runner) and the progress bar counts with (agentx.cli.display.planned); how many shards a load
 takes."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ A request meets the SLOs when it succeeded and each metric given is at most its 
 ITL is a gap between streamed chunks, many per request, so it is no per-request objective; TPOT is its per-request
 form. A request without a TTFT or E2EL (no content arrived) fails those targets. The verdict is made when the record
 is (agentx.replayer.schedule.sending), so it is in the crash-safe records stream too (`slo_met`); the summary's goodput
-counts it (agentx.results.goodput).
+counts it (agentx.results.summary.goodput).
 """
 
 from __future__ import annotations

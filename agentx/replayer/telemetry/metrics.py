@@ -1,10 +1,10 @@
 """What a server's `/metrics` says: the metric names each engine exposes, and their values read from the text.
 
-Prefix cache (agentx.results.summary): vLLM's `vllm:prefix_cache_hits_total` and `..._queries_total` (hits
+Prefix cache (agentx.results.summary.summarize): vLLM's `vllm:prefix_cache_hits_total` and `..._queries_total` (hits
 over queries), or llama.cpp's `llamacpp:prompt_tokens_cached_total` and `llamacpp:prompt_tokens_total`
 (computed prompt tokens, cached ones excluded: hits over their sum).
 
-Speculative decoding (agentx.results.acceptance, which says how each set gives an acceptance length):
+Speculative decoding (agentx.results.summary.acceptance, which says how each set gives an acceptance length):
 
 - vLLM: `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens` and
   `..._num_accepted_tokens_per_pos{position}` (counters).

@@ -1,0 +1,317 @@
+"""`agentx sweep`: one replay per concurrency level."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import msgspec
+
+from agentx.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_RUN_FAILED,
+    block_size_option,
+    cluster_output,
+    fail,
+    format_option,
+    interruptible,
+    load_to_replay,
+    stderr,
+    stdout,
+)
+from agentx.cli.flags import GroupedCommand
+from agentx.cli.parsed import only_model, replay_flags, replay_options, server_part, sim_fields, speculative_part
+from agentx.trace.io import Format
+
+if TYPE_CHECKING:
+    from agentx.replayer.options.replay import Speculative
+    from agentx.run.sweep import LevelResult, LevelSettings
+    from agentx.sim.process import SimServer
+
+
+@click.command("sweep", cls=GroupedCommand)
+@click.argument("trace", type=click.Path(path_type=Path))
+@replay_flags(sweep=True)
+@click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
+@click.option("--gpu-sku", metavar="SKU", help="The GPUs (b300, b200, gb300, gb200, mi355x, h200, h100), for prices.")
+@click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace a sweep already in --out (refused otherwise, unless --resume)."
+)
+@click.option(
+    "--before-level",
+    metavar="CMD",
+    help="Shell command run before each level, {concurrency}, {spec_al} and {spec_k} substituted; "
+    "a non-zero exit fails that level.",
+)
+@click.option(
+    "--before-level-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Fail the level when --before-level runs longer.",
+)
+@click.option(
+    "--level-settings",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
+)
+@click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
+@format_option
+@block_size_option
+def sweep_command(
+    trace: Path,
+    served_models: tuple[str, ...],
+    sim_time_scale: float,
+    levels: str,
+    out_dir: Path,
+    gpus: int | None,
+    gpu_sku: str | None,
+    resume: bool,
+    overwrite: bool,
+    before_level: str | None,
+    before_level_timeout: float | None,
+    level_settings: Path | None,
+    as_json: bool,
+    input_format: Format | None,
+    block_size: int | None,
+    **flags: Any,
+) -> None:
+    """Replay TRACE once per concurrency level (same seed), each level into OUT/c{N}, the index into OUT/sweep.json.
+
+    A level that fails is recorded with its error and the sweep goes on (exit 3 when any failed). `agentx report
+    OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
+    sweep (exit 130); `--resume` picks it up.
+    """
+    import asyncio
+
+    from agentx.cli.display.planned import planned_requests
+    from agentx.cli.display.progress import ReplayProgress
+    from agentx.replayer.options.replay import LaneLoad
+    from agentx.replayer.schedule.clock import loop_factory
+    from agentx.results.report.cost import load_price_table
+    from agentx.results.report.folders import SWEEP_FILE
+    from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
+    from agentx.sim.process import SimServerError
+
+    if not (resume or overwrite) and (held := existing_sweep(out_dir)) is not None:
+        fail(
+            f"{out_dir} already holds a sweep ({held}); pass --resume to keep its finished levels, "
+            "--overwrite to replace it, or choose another --out"
+        )
+    try:
+        concurrency = parse_levels(levels)
+        settings = load_level_settings(level_settings) if level_settings is not None else {}
+        loaded = load_to_replay(trace, format=input_format, block_size=block_size)
+        if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
+            known = ", ".join(load_price_table().gpus)
+            raise SweepError(
+                f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
+                "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
+            )
+        forced = speculative_part(flags)
+        # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
+        placeholder = server_part(flags, "http://127.0.0.1", served_models or ("model",), say=False)
+        base = replay_options(
+            flags, server=placeholder, out_dir=out_dir, overwrite=True, speculative=forced, concurrency=1
+        )
+    except (click.BadParameter, msgspec.DecodeError) as exc:
+        fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
+    if base.runtime.workers > 1 and base.runtime.ray is None:
+        fail("a sweep shards its levels over Ray actors only: --workers needs --ray (on this host alone: --ray local)")
+    url = flags["server__url"]
+    model = served_models[0] if served_models else None
+    level_server: Callable[[int, LevelSettings], str] | None = None
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            sims = stack.enter_context(_LevelSims(sim_time_scale, loaded.block_size, forced))
+            try:
+                sim = sims.start(forced)
+            except SimServerError as exc:
+                fail(f"cannot start the simulator: {exc}")
+            url, model = sim.url, model or sim.model
+            stderr.print(f"no --url: sweeping the built-in simulator at {url}", markup=False)
+            if settings:
+                level_server = sims.url_for
+        if model is None:
+            model = only_model(url, flags)
+        try:
+            base = msgspec.structs.replace(base, server=server_part(flags, url, (model, *served_models[1:])))
+        except click.BadParameter as exc:
+            fail(exc.format_message())
+        options = SweepOptions(
+            concurrency=concurrency,
+            out_dir=out_dir,
+            num_gpus=gpus,
+            gpu_sku=None if gpu_sku is None else gpu_sku.lower(),
+            trace_label=str(trace),
+            resume=resume,
+            overwrite=overwrite,
+            before_level=before_level,
+            before_level_timeout_s=before_level_timeout,
+            level_settings=settings,
+        )
+        # Each level's progress on stderr (live on a terminal, else a line every 10 s), then its headline numbers.
+        progress = ReplayProgress(console=None)
+
+        def start(position: int, count: int, level: int) -> None:
+            nonlocal progress
+            stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
+            assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops before the first level
+            level_options = msgspec.structs.replace(base, load=msgspec.structs.replace(base.load, concurrency=level))
+            progress = ReplayProgress(
+                console=stderr,
+                duration_s=base.scenario.duration_s,
+                planned=planned_requests(loaded, level_options),
+                grace_s=base.runtime.grace_s,
+            )
+            progress.start()
+
+        def done(result: LevelResult) -> None:
+            progress.close()
+            for line in level_lines(result):
+                stderr.print(line, markup=False)
+
+        def on_record(record: Any) -> None:
+            progress.on_record(record)
+
+        def on_sent() -> None:
+            progress.on_sent()
+
+        def on_profiling() -> None:
+            progress.on_profiling()
+
+        work = interruptible(
+            sweep(
+                loaded,
+                base,
+                options,
+                on_level_start=start,
+                on_level_done=done,
+                on_record=on_record,
+                on_sent=on_sent,
+                on_profiling=on_profiling,
+                level_server=level_server,
+            )
+        )
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(base):
+                result = runner.run(work)
+        except OSError as exc:
+            fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            progress.close()
+    index = (out_dir / SWEEP_FILE).read_text()
+    if as_json:
+        sys.stdout.write(index)
+    else:
+        failed = [level.entry for level in result.levels if level.entry.status == "failed"]
+        stdout.print(
+            f"sweep: {len(result.levels)} level(s) in {out_dir}, {len(failed)} failed; "
+            f"`agentx report {out_dir}` for the frontier and costs",
+            markup=False,
+        )
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    failed_levels = [level.entry for level in result.levels if level.entry.status == "failed"]
+    if failed_levels:
+        named = "; ".join(f"c{entry.concurrency}: {entry.error}" for entry in failed_levels)
+        fail(f"{len(failed_levels)} of {len(result.levels)} level(s) failed ({named})", EXIT_RUN_FAILED)
+
+
+_STATUS = {"ok": "ok", "skipped": "kept", "failed": "failed", "interrupted": "interrupted"}
+"""How a level's status reads in its line ("skipped": kept from an earlier run by --resume)."""
+
+
+def _seconds_text(seconds: float | None) -> str:
+    """A latency in 3 significant digits: `850 us`, `12.3 ms`, `1.23 s`, `123 s`; `n/a` when unknown."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def level_lines(result: LevelResult) -> list[str]:
+    """A finished level's headline numbers in two lines (a third names a failure), within 80 columns up to
+    7-digit counts and throughput:
+
+    `  c4: ok in 58.0 s, 1,234 requests, 0 errors, 3,456 out tok/s`
+    `    TTFT p50 123 ms p99 456 ms, 45.6 tok/s/user p90, dispatch lag p99 1.2 ms`
+    """
+    from agentx.cli.display.progress import clock_text
+
+    entry, summary = result.entry, result.summary
+    took = f"{entry.elapsed_s:.1f} s" if entry.elapsed_s < 60 else clock_text(entry.elapsed_s)
+    head = f"  c{entry.concurrency}: {_STATUS.get(entry.status, entry.status)} in {took}"
+    if summary is None:
+        return [f"{head}: {entry.error}" if entry.error else head]
+    counts, latency = summary.counts, summary.latency
+    first = f"{head}, {counts.profiling:,} requests, {counts.errors:,} errors"
+    if counts.cancelled:
+        first += f", {counts.cancelled:,} cancelled"
+    if summary.throughput is not None:
+        first += f", {summary.throughput.output_tps:,.0f} out tok/s"
+    ttft = latency.ttft_s
+    p50, p99 = (None, None) if ttft is None else (ttft.p50, ttft.p99)
+    second = f"    TTFT p50 {_seconds_text(p50)} p99 {_seconds_text(p99)}"
+    if latency.interactivity_tps is not None:  # at p90, the statistic `agentx report` plots by default
+        user = latency.interactivity_tps.p90
+        second += f", {user:,.0f}" if user >= 100 else f", {user:.3g}"
+        second += " tok/s/user p90"
+    lag = None if summary.dispatch_lag is None else summary.dispatch_lag.p99_s
+    second += f", dispatch lag p99 {_seconds_text(lag)}"
+    return [first, second] + ([f"    {entry.error}"] if entry.error else [])
+
+
+class _LevelSims:
+    """The built-in simulator of a sweep without --url, restarted with a level's forced acceptance when it differs
+    from the running one's (what --before-level does for a real server)."""
+
+    def __init__(self, time_scale: float, block_size: int, forced: Speculative) -> None:
+        self.time_scale = time_scale
+        self.block_size = block_size
+        self.forced = forced
+        self.sim: SimServer | None = None
+        self.running: Speculative | None = None
+
+    def start(self, forced: Speculative) -> SimServer:
+        from agentx.sim.process import SimServer
+
+        self.close()
+        self.sim = SimServer(time_scale=self.time_scale, block_size=self.block_size, **sim_fields(forced)).start()
+        self.running = forced
+        return self.sim
+
+    def url_for(self, concurrency: int, settings: LevelSettings) -> str:
+        wanted = msgspec.structs.replace(
+            self.forced,
+            al=settings.spec_al if settings.spec_al is not None else self.forced.al,
+            k=settings.spec_k if settings.spec_k is not None else self.forced.k,
+        )
+        if self.sim is None or wanted != self.running:
+            stderr.print(f"  restarting the simulator for c{concurrency}: AL {wanted.al}, K {wanted.k}", markup=False)
+            return self.start(wanted).url
+        return self.sim.url
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None
+
+    def __enter__(self) -> _LevelSims:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,254 @@
+"""A report (agentx.results.report.build) as tables: for the terminal (laid out for its width,
+agentx.cli.display.layout) and Markdown for `agentx report --markdown`.
+
+Both come from one list of sections of text (`report_sections`), so they always agree; the notes that say why a
+figure is missing follow the tables in both.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from agentx.cli.display.layout import Column, FittedTable, text_column
+from agentx.results.report.build import Report, SeriesReport, TargetRow
+from agentx.results.report.cost import Cost
+
+MISSING = "—"
+"""How a value that does not exist (outside the front, no price) is shown."""
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"${value:,.3f}" if value < 10 else f"${value:,.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 1000:,.1f}"
+
+
+def _at(between: tuple[str, str] | None) -> str:
+    if between is None:
+        return MISSING
+    return between[0] if between[0] == between[1] else f"{between[0]}–{between[1]}"
+
+
+TEXT_HEADERS = frozenset({"at", "source", "series", "level", "status", "tier", "error", "front"})
+"""Columns of words (wrapped to fit), not numbers."""
+DROP_FIRST = {"input": 3, "output": 2, "source": 1}
+"""Columns the terminal drops to fit its width, the highest first (the Markdown keeps every column)."""
+
+
+class Section(msgspec.Struct, kw_only=True):
+    """One table of the report as text."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+
+    def columns(self) -> list[Column]:
+        return [
+            text_column(name) if i == 0 or name in TEXT_HEADERS else Column(name, drop=DROP_FIRST.get(name, 0))
+            for i, name in enumerate(self.header)
+        ]
+
+
+def report_notes(report: Report) -> list[str]:
+    """Why figures are missing, one line each (a level off the frontier, targets off a front, no price), with what
+    to pass instead."""
+    levels = [f"{s.label} {row.label}: {row.note}" for s in report.series for row in s.levels if row.note is not None]
+    return levels + [note for s in report.series for note in (s.target_note, s.price_note) if note is not None]
+
+
+def _name(s: SeriesReport) -> str:
+    parts = [s.label] + [part for part in (s.engine, s.model) if part] + ([s.gpu_sku.upper()] if s.gpu_sku else [])
+    return " · ".join(parts)
+
+
+def report_sections(report: Report) -> list[Section]:
+    """Each table as text: the one source of the terminal and the Markdown forms."""
+    stat, basis = report.statistic, report.basis
+    sections: list[Section] = []
+    header = ["tok/s/user"]
+    for s in report.series:
+        header += [f"{_name(s)}: tok/s/GPU", f"$/M ({report.tier})", "at"]
+    rows = []
+    for i, target in enumerate(report.series[0].targets if report.series else []):
+        row = [_n(target.target_tps, 0)]
+        for s in report.series:
+            t = s.targets[i]
+            row += [_n(_basis(t, basis)), _usd(_basis_cost(t.cost, basis)), _at(t.between)]
+        rows.append(row)
+    sections.append(
+        Section(
+            title=f"throughput at every interactivity target ({basis} tokens, {stat} TPOT)", header=header, rows=rows
+        )
+    )
+
+    header = (
+        ["tier", "$/GPU/hr"]
+        + [f"{s.label}: $/M total" for s in report.series]
+        + [f"{s.label}: $/M output" for s in report.series]
+        + ["source"]
+    )
+    tiers: list[str] = []
+    for s in report.series:
+        tiers += [c.tier for c in s.costs_at_target if c.tier not in tiers]
+    rows = []
+    for tier in tiers:
+        found = [next((c for c in s.costs_at_target if c.tier == tier), None) for s in report.series]
+        first = next((c for c in found if c is not None), None)
+        price = first.usd_per_gpu_hour if first else None
+        source = ", ".join(part for part in (first.what, first.date) if part) if first else ""
+        rows.append(
+            [tier, _usd(price)]
+            + [_usd(c.total_usd_per_m if c else None) for c in found]
+            + [_usd(c.output_usd_per_m if c else None) for c in found]
+            + [source]
+        )
+    sections.append(
+        Section(title=f"what serving actually costs at {report.target_tps:g} tok/s/user", header=header, rows=rows)
+    )
+
+    header = [
+        "series",
+        "best TTFT p50 (ms)",
+        "at",
+        "best TPOT p50 (ms)",
+        "at",
+        "peak tok/s/GPU",
+        "at",
+        "peak output tok/s/GPU",
+        "at",
+    ]
+    rows = []
+    for s in report.series:
+        rows.append(
+            [
+                _name(s) + ("" if s.gpus_known else " (GPUs unknown: per server)"),
+                _ms(s.best_ttft_s.value if s.best_ttft_s else None),
+                s.best_ttft_s.label if s.best_ttft_s else MISSING,
+                _ms(s.best_tpot_s.value if s.best_tpot_s else None),
+                s.best_tpot_s.label if s.best_tpot_s else MISSING,
+                _n(s.peak_total_tps_per_gpu.value if s.peak_total_tps_per_gpu else None),
+                s.peak_total_tps_per_gpu.label if s.peak_total_tps_per_gpu else MISSING,
+                _n(s.peak_output_tps_per_gpu.value if s.peak_output_tps_per_gpu else None),
+                s.peak_output_tps_per_gpu.label if s.peak_output_tps_per_gpu else MISSING,
+            ]
+        )
+    sections.append(Section(title="best latency and peak throughput across levels", header=header, rows=rows))
+
+    for s in report.series:
+        header = [
+            "level",
+            "status",
+            "requests",
+            f"tok/s/user ({stat})",
+            "tok/s/GPU total",
+            "output",
+            "input",
+            "TTFT p50 (ms)",
+            "TPOT p50 (ms)",
+            "front",
+        ]
+        rows = [
+            [
+                r.label,
+                r.status,
+                f"{r.requests:,}",
+                _n(r.interactivity_tps),
+                _n(r.total_tps_per_gpu),
+                _n(r.output_tps_per_gpu),
+                _n(r.input_tps_per_gpu),
+                _ms(r.ttft_p50_s),
+                _ms(r.tpot_p50_s),
+                "✓" if r.on_front else "",
+            ]
+            for r in s.levels
+        ]
+        sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
+        goodput = _goodput_section(s)
+        if goodput is not None:
+            sections.append(goodput)
+        errors = [[r.label, r.error] for r in s.levels if r.error is not None]
+        if errors:
+            sections.append(Section(title=f"failed levels of {s.label}", header=["level", "error"], rows=errors))
+        if s.energy_at_target is not None:
+            e = s.energy_at_target
+            sections.append(
+                Section(
+                    title=f"energy of {s.label} at {report.target_tps:g} tok/s/user ({e.kw_per_gpu:g} kW per GPU)",
+                    header=["J/token", "J/output token", "tok/s per MW", "output tok/s per MW"],
+                    rows=[
+                        [
+                            _n(e.joules_per_token, 3),
+                            _n(e.joules_per_output_token, 3),
+                            _n(e.total_tps_per_mw, 0),
+                            _n(e.output_tps_per_mw, 0),
+                        ]
+                    ],
+                )
+            )
+    return sections
+
+
+def _goodput_section(s: SeriesReport) -> Section | None:
+    """The levels' goodput, when any ran with `--slo`: the requests meeting every target, their rates."""
+    judged = [r for r in s.levels if r.slo is not None]
+    if not judged:
+        return None
+    slos = "; ".join(dict.fromkeys(r.slo for r in judged if r.slo is not None))
+    rows = [
+        [
+            r.label,
+            MISSING if r.slo_met is None else f"{r.slo_met:,} / {r.slo_judged or 0:,}",
+            MISSING if r.slo_met_fraction is None else f"{100 * r.slo_met_fraction:.1f}%",
+            _n(r.goodput_requests_per_s, 3),
+            _n(r.goodput_output_tps_per_gpu),
+        ]
+        for r in judged
+    ]
+    header = ["level", "SLO met", "share", "goodput req/s", "good output tok/s/GPU"]
+    return Section(title=f"goodput of {_name(s)} (SLO: {slos})", header=header, rows=rows)
+
+
+def _basis(target: TargetRow, basis: str) -> float | None:
+    if basis == "output":
+        return target.output_tps_per_gpu
+    return target.input_tps_per_gpu if basis == "input" else target.total_tps_per_gpu
+
+
+def _basis_cost(found: Cost | None, basis: str) -> float | None:
+    if found is None:
+        return None
+    if basis == "output":
+        return found.output_usd_per_m
+    return found.input_usd_per_m if basis == "input" else found.total_usd_per_m
+
+
+def report_tables(report: Report) -> list[FittedTable | str]:
+    """The report for the terminal: its tables, then its notes."""
+    tables: list[FittedTable | str] = [
+        FittedTable(section.title, section.columns(), section.rows) for section in report_sections(report)
+    ]
+    return tables + [f"note: {note}" for note in report_notes(report)]
+
+
+def report_markdown(report: Report) -> str:
+    """The report as Markdown tables, then its notes."""
+    lines: list[str] = []
+    for section in report_sections(report):
+        lines += [
+            f"### {section.title}",
+            "",
+            "| " + " | ".join(section.header) + " |",
+            "|" + "---|" * len(section.header),
+        ]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in section.rows]
+        lines.append("")
+    lines += [f"> note: {note}" for note in report_notes(report)]
+    return "\n".join(lines) + ("\n" if report_notes(report) else "")

@@ -1,0 +1,100 @@
+"""Reading run and sweep folders: the layouts of `run.json` and `sweep.json`.
+
+A run folder holds `records.arrow` and `run.json` (agentx.records.run_folder names them); a sweep folder holds
+`sweep.json` (`SweepIndex`) and one run folder per level, `c{N}/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from agentx.records.run_folder import RUN_FILE
+from agentx.replayer.run_result import RunResult
+from agentx.results.summary.summarize import Summary
+
+SWEEP_FILE: Final = "sweep.json"
+LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
+
+
+class RunFile(msgspec.Struct, kw_only=True):
+    """The layout of `run.json`: the run's options (credentials redacted), its `RunResult` and its `Summary`."""
+
+    options: dict[str, Any]
+    run: RunResult
+    summary: Summary
+
+
+class LevelEntry(msgspec.Struct, kw_only=True):
+    """One level in sweep.json."""
+
+    concurrency: int
+    dir: str
+    """Relative to the sweep directory."""
+    status: LevelStatus
+    error: str | None = None
+    elapsed_s: float = 0.0
+    spec_al: float | None = None
+    spec_k: int | None = None
+
+
+class SweepIndex(msgspec.Struct, kw_only=True):
+    """The layout of sweep.json."""
+
+    version: int = 1
+    trace: str = ""
+    gpu_sku: str | None = None
+    num_gpus: int | None = None
+    seed: int = 0
+    concurrency: list[int] = []
+    levels: list[LevelEntry] = []
+
+
+def level_dir_name(concurrency: int) -> str:
+    return f"c{concurrency}"
+
+
+def read_index(out_dir: Path) -> SweepIndex | None:
+    """The sweep.json of `out_dir`, or None when there is none."""
+    path = out_dir / SWEEP_FILE
+    if not path.is_file():
+        return None
+    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
+
+
+def _paths(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot decode {kind}")
+
+
+LATENCY_RENAMES: Final = (("itl_s", "tpot_s"), ("chunk_itl_s", "itl_s"), ("e2e_s", "e2el_s"))
+"""The summary's latency keys before vLLM's names were used, and their names since, in the order to rename them
+(the old `itl_s` was the per-request TPOT; `chunk_itl_s` the gaps between chunks, vLLM's ITL)."""
+
+
+def read_run_file(path: Path) -> RunFile:
+    """A run.json (an older one's latency keys renamed, `LATENCY_RENAMES`); OSError or msgspec.DecodeError when it
+    cannot be read as one."""
+    raw = path.read_bytes()
+    document = msgspec.json.decode(raw)
+    latency = document.get("summary", {}).get("latency") if isinstance(document, dict) else None
+    if isinstance(latency, dict) and "tpot_s" not in latency:
+        for old, new in LATENCY_RENAMES:
+            if old in latency:
+                latency[new] = latency.pop(old)
+        raw = msgspec.json.encode(document)
+    # Decoded from JSON, not converted from the document: JSON's object keys are strings, and only the JSON
+    # decoder reads them back into a struct's integer keys (the acceptance's tokens per chunk).
+    return msgspec.json.decode(raw, type=RunFile, dec_hook=_paths)
+
+
+def finished_run(run_dir: Path) -> RunFile | None:
+    """The run.json of a level that ran to its end (not interrupted), else None."""
+    try:
+        run_file = read_run_file(run_dir / RUN_FILE)
+    except (OSError, msgspec.DecodeError):
+        return None
+    return None if run_file.run.interrupted else run_file

@@ -1,0 +1,236 @@
+"""The summary of a replay run, computed from its records table with the InferenceX conventions.
+
+Records kept for latency and throughput: `phase = "profiling"` and `status = "ok"` (a missing phase column
+counts as profiling, as in InferenceX). Latency statistics drop non-finite and ≤ 0 values; percentiles use
+linear interpolation at `k = (n − 1)·p/100` (`percentile`); std is the population standard deviation.
+Metric names are vLLM's: TTFT, TPOT (per request, (E2EL − TTFT)/(OSL − 1)), ITL (the gaps between streamed
+chunks), E2EL. Interactivity is 1/TPOT *per statistic*, so `p90` interactivity = 1/(p90 TPOT), the slow tail
+(one direction for every rate, agentx.results.summary.stats.rate_percentile); its std is the pstdev of per-request
+1/TPOT. Duration = max `end_ns` − min `sent_ns` over the kept rows; throughput divides ΣISL, ΣOSL and
+Σ(ISL + OSL) by it, with ISL = server prompt tokens else sent and OSL = server completion tokens else streamed
+(the OSL `tpot_s` uses).
+
+Slowdown against the trace and the per-play roll-ups: agentx.results.summary.plays. The structs:
+agentx.results.summary.model; the statistics: agentx.results.summary.stats.
+
+Everything is read from the table's columns, so a file written by an older or newer minor version works:
+optional columns that are absent yield `None` for the quantities that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from agentx.records.record import RecordsError, run_info
+from agentx.replayer.telemetry.metrics import (
+    LLAMACPP_CACHED_TOKENS,
+    LLAMACPP_PROMPT_TOKENS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    ServerMetrics,
+)
+from agentx.results.summary.columns import equals, flat, floats, has, ints_or, strings
+from agentx.results.summary.goodput import goodput
+from agentx.results.summary.inferencex import inferencex_metrics
+from agentx.results.summary.model import (
+    Cache,
+    Counts,
+    DispatchLag,
+    Interactivity,
+    Latency,
+    LoopLag,
+    Summary,
+    Throughput,
+)
+from agentx.results.summary.plays import rollups, slowdown
+from agentx.results.summary.server_telemetry import summarize_telemetry
+from agentx.results.summary.stats import SHOWN_PERCENTILES, FloatArray, percentiles_sorted, positive, stats
+
+__all__ = ["ServerMetrics", "Summary", "summarize"]
+"""What callers of `summarize` need; the structs are in agentx.results.summary.model."""
+
+
+def summarize(
+    records: pa.Table,
+    *,
+    num_gpus: int | None = None,
+    server_metrics: ServerMetrics | None = None,
+    loop_lag_s: Sequence[float] | None = None,
+    telemetry: pa.Table | None = None,
+    percentiles: Sequence[float] = SHOWN_PERCENTILES,
+) -> Summary:
+    """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
+
+    `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
+    `telemetry`: its server_metrics.arrow (`load_server_metrics`), summarized over the profiling phase.
+    `percentiles`: the ones the summary shows (`--percentiles`), computed for every latency.
+    """
+    if num_gpus is not None and num_gpus < 1:
+        raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
+    # A missing phase counts as profiling (InferenceX), a missing status as ok.
+    profiling = ~equals(records, "phase", "warmup", missing=False)
+    ok = equals(records, "status", "ok", missing=True)
+    kept_mask = profiling & ok
+
+    errors_by_kind: dict[str, int] = {}
+    cancelled = 0
+    failed_rows = np.flatnonzero(profiling & ~ok)
+    kinds = strings(records.take(pa.array(failed_rows)), "error_kind", None) if failed_rows.size else []
+    for kind in kinds:
+        if kind == "cancelled":
+            cancelled += 1
+        else:
+            errors_by_kind[kind or "unknown"] = errors_by_kind.get(kind or "unknown", 0) + 1
+    kept = int(kept_mask.sum())
+    counts = Counts(
+        rows=records.num_rows,
+        kept=kept,
+        profiling=int(profiling.sum()),
+        errors=sum(errors_by_kind.values()),
+        errors_by_kind=dict(sorted(errors_by_kind.items())),
+        cancelled=cancelled,
+        warmup_excluded=int((~profiling).sum()),
+    )
+    table = records.filter(pa.array(kept_mask)) if records.num_rows else records
+
+    tpot_values = positive(floats(table, "tpot_s"))
+    tpot = stats(tpot_values, percentiles)
+    chunk_gaps_s, chunk_tokens = _chunks(table)
+    latency = Latency(
+        ttft_s=stats(positive(floats(table, "ttft_s")), percentiles),
+        tpot_s=tpot,
+        itl_s=stats(chunk_gaps_s, percentiles),
+        e2el_s=stats(positive(floats(table, "e2el_s")), percentiles),
+        interactivity_tps=Interactivity.of(tpot, tpot_values),
+        chunk_tokens=stats(chunk_tokens, percentiles),
+    )
+    throughput = _throughput(table, num_gpus)
+    return Summary(
+        run_id=_run_id(records),
+        counts=counts,
+        latency=latency,
+        goodput=goodput(records, profiling, throughput.duration_s if throughput is not None else None),
+        throughput=throughput,
+        cache=_cache(table, server_metrics),
+        dispatch_lag=_dispatch_lag(records.filter(pa.array(profiling)) if records.num_rows else records),
+        loop_lag=_loop_lag(loop_lag_s),
+        rollups=rollups(records, kept_mask),
+        slowdown=slowdown(table),
+        server_telemetry=summarize_telemetry(telemetry, records),
+        percentiles=list(percentiles),
+        inferencex=inferencex_metrics(table, percentiles),
+        rules=_rules(records),
+    )
+
+
+def _run_id(table: pa.Table) -> str | None:
+    metadata = table.schema.metadata or {}
+    if b"agentx.run_id" in metadata:
+        return bytes(metadata[b"agentx.run_id"]).decode()
+    if has(table, "run_id") and table.num_rows:
+        return str(table.column("run_id")[0].as_py())
+    return None
+
+
+def _rules(table: pa.Table) -> str | None:
+    """The rule set the records' options name (None: a file that predates rule sets, or a table without them)."""
+    try:
+        name = run_info(table).options.get("rules")
+    except RecordsError:
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _chunks(table: pa.Table) -> tuple[FloatArray, FloatArray]:
+    times_ns, parents = flat(table, "chunk_times_ns")
+    same_request = parents[1:] == parents[:-1]
+    gaps_s = (np.diff(times_ns)[same_request] / 1e9).astype(np.float64)
+    tokens, _ = flat(table, "chunk_tokens")
+    return gaps_s[np.isfinite(gaps_s)], tokens.astype(np.float64)
+
+
+def _throughput(table: pa.Table, num_gpus: int | None) -> Throughput | None:
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return None
+    duration_s = (int(pc.max(table.column("end_ns")).as_py()) - int(pc.min(table.column("sent_ns")).as_py())) / 1e9
+    if duration_s <= 0:
+        return None
+    isl = int(ints_or(table, "isl_server_tokens", "isl_sent_tokens").sum())
+    osl = int(ints_or(table, "osl_server_tokens", "osl_streamed_tokens").sum())
+    result = Throughput(
+        duration_s=duration_s,
+        input_tokens=isl,
+        output_tokens=osl,
+        input_tps=isl / duration_s,
+        output_tps=osl / duration_s,
+        total_tps=(isl + osl) / duration_s,
+        requests_per_s=table.num_rows / duration_s,
+    )
+    if num_gpus is not None:
+        result.num_gpus = num_gpus
+        result.input_tps_per_gpu = result.input_tps / num_gpus
+        result.output_tps_per_gpu = result.output_tps / num_gpus
+        result.total_tps_per_gpu = result.total_tps / num_gpus
+    return result
+
+
+def _cache(table: pa.Table, server_metrics: ServerMetrics | None) -> Cache:
+    cached = floats(table, "cached_tokens")
+    reported = np.isfinite(cached)
+    isl = ints_or(table, "isl_server_tokens", "isl_sent_tokens") if table.num_rows else np.zeros(0, np.int64)
+    isl_reported = int(isl[reported].sum())
+    cached_sum = int(cached[reported].sum())
+    usage_rate = cached_sum / isl_reported if isl_reported > 0 else None
+
+    server_rate: float | None = None
+    if server_metrics is not None:
+        hits, queries = server_metrics.delta(PREFIX_CACHE_HITS), server_metrics.delta(PREFIX_CACHE_QUERIES)
+        if hits is None or queries is None:
+            hits, computed = server_metrics.delta(LLAMACPP_CACHED_TOKENS), server_metrics.delta(LLAMACPP_PROMPT_TOKENS)
+            queries = None if hits is None or computed is None else hits + computed
+        if hits is not None and queries is not None and queries > 0:
+            server_rate = hits / queries
+
+    hit_blocks = floats(table, "theoretical_hit_blocks")
+    total_blocks = floats(table, "theoretical_total_blocks")
+    both = np.isfinite(hit_blocks) & np.isfinite(total_blocks)
+    total = float(total_blocks[both].sum())
+    theoretical = float(hit_blocks[both].sum()) / total if total > 0 else None
+    replayed_blocks = floats(table, "replayed_hit_blocks")
+    sent = np.isfinite(replayed_blocks) & np.isfinite(total_blocks)
+    sent_total = float(total_blocks[sent].sum())
+    replayed = float(replayed_blocks[sent].sum()) / sent_total if sent.any() and sent_total > 0 else None
+    return Cache(
+        usage_hit_rate=usage_rate,
+        usage_cached_tokens=cached_sum,
+        usage_reported_requests=int(reported.sum()),
+        server_hit_rate=server_rate,
+        theoretical_hit_rate=theoretical,
+        replayed_hit_rate=replayed,
+    )
+
+
+def _dispatch_lag(table: pa.Table) -> DispatchLag | None:
+    # Every profiling request counts, failed ones too: the lag is the client's, not the server's.
+    lag = floats(table, "dispatch_lag_s")
+    lag = np.sort(lag[np.isfinite(lag)])
+    if lag.size == 0:
+        return None
+    p50, p99 = percentiles_sorted(lag, (50.0, 99.0))
+    return DispatchLag(p50_s=p50, p99_s=p99, max_s=float(lag[-1]))
+
+
+def _loop_lag(samples: Sequence[float] | None) -> LoopLag | None:
+    if samples is None:
+        return None
+    lag = np.asarray(samples, dtype=np.float64)
+    lag = np.sort(lag[np.isfinite(lag)])
+    if lag.size == 0:
+        return None
+    p50, p99 = percentiles_sorted(lag, (50.0, 99.0))
+    return LoopLag(samples=int(lag.size), p50_s=p50, p99_s=p99, max_s=float(lag[-1]))

@@ -1,0 +1,447 @@
+"""The native trace file: Arrow IPC (`.arrow`, zstd-compressed) or Parquet, one row per request.
+
+Rows are grouped by session, then by agent (depth first), then in request order, and open in
+pyarrow, polars or duckdb as a plain table. Hash ids are delta-encoded against the previous
+request of the same agent (`hash_ids_kept` leading ids of that request, then `hash_ids_added`),
+which makes the file ~50× smaller than Weka JSONL and loads in a fraction of the time.
+Session and agent attributes that are not per request live as JSON in the schema metadata
+(`agentx.sessions`), next to the format version, block size, hash-id scope and provenance.
+The layout is described in `schemas/trace.arrow.md`, generated from `describe_layout()`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import msgspec
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from agentx.trace.errors import Findings, TraceError
+from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
+from agentx.trace.validate import check_session, check_trace_header
+
+_STRING = pa.dictionary(pa.int32(), pa.string())
+
+COLUMNS: list[tuple[pa.Field, str]] = [
+    (pa.field("session_id", _STRING, nullable=False), "session (a recorded agent run)"),
+    (pa.field("session_start_s", pa.float64(), nullable=False), "session start on the trace clock, seconds"),
+    (pa.field("agent_id", _STRING, nullable=False), 'agent within the session; "" for the root agent'),
+    (pa.field("parent_agent_id", _STRING), "the agent that spawned this one; null for the root"),
+    (pa.field("agent_depth", pa.int16(), nullable=False), "0 for the root, 1 for its subagents, ..."),
+    (pa.field("request_index", pa.int32(), nullable=False), "0-based position of the request in its agent"),
+    (pa.field("t", pa.float64(), nullable=False), "request start, seconds on the session clock"),
+    (pa.field("think_time", pa.float64()), "recorded gap from the previous row's end in the session, seconds"),
+    (pa.field("api_time", pa.float64()), "recorded server duration, seconds"),
+    (pa.field("ttft", pa.float64()), "recorded time to first token, seconds (streamed requests)"),
+    (pa.field("type", _STRING, nullable=False), '"n" (plain) or "s" (streamed): the recording transport'),
+    (pa.field("model", _STRING, nullable=False), "recorded model name"),
+    (pa.field("in", pa.int64(), nullable=False), "input tokens"),
+    (pa.field("out", pa.int64(), nullable=False), "output tokens"),
+    (pa.field("hash_ids_len", pa.int32(), nullable=False), "number of KV-block hash ids of the full prompt"),
+    (pa.field("hash_ids_kept", pa.int32(), nullable=False), "leading hash ids taken from the agent's previous request"),
+    (pa.field("hash_ids_added", pa.list_(pa.int64()), nullable=False), "hash ids after the kept ones"),
+    (pa.field("input_types", pa.list_(pa.string()), nullable=False), 'content kinds of the new input ("text", ...)'),
+    (pa.field("output_types", pa.list_(pa.string()), nullable=False), "content kinds of the output"),
+    (pa.field("stop", _STRING, nullable=False), 'recorded stop reason ("tool_use", "end_turn", "")'),
+    (pa.field("acceptance_length", pa.float64()), "forced speculative acceptance length, if any"),
+    (
+        pa.field("explicit_defaults", _STRING, nullable=False),
+        'keys the source wrote at their default value, comma-separated ("input_types,output_types,stop"), '
+        'written back as read; "" for none (since version 1.1; absent: none)',
+    ),
+]
+SCHEMA = pa.schema([field for field, _ in COLUMNS])
+_FIELDS = {field.name: field for field in SCHEMA}
+
+META_FORMAT = b"agentx.format"
+META_VERSION = b"agentx.version"
+META_BLOCK_SIZE = b"agentx.block_size"
+META_SCOPE = b"agentx.hash_id_scope"
+META_PROVENANCE = b"agentx.provenance"
+META_SESSIONS = b"agentx.sessions"
+
+
+class _AgentHeader(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An agent without its requests (those are rows), and how many rows it owns."""
+
+    agent_id: str = ""
+    request_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    subagents: list[_AgentHeader] = []
+    spawn_after: int = 0
+    t: float | None = None
+    subagent_type: str = ""
+    status: str = ""
+    duration_ms: int | None = None
+    total_tokens: int | None = None
+    tool_use_count: int | None = None
+    models: list[str] = []
+    tool_tokens: int = 0
+    system_tokens: int = 0
+    relative_times: bool = False
+
+
+class _SessionHeader(msgspec.Struct, kw_only=True, omit_defaults=True):
+    session_id: str
+    root: _AgentHeader
+    start_s: float = 0.0
+    models: list[str] = []
+    totals: dict[str, Any] | None = None
+
+
+_AGENT_FIELDS = [f.name for f in msgspec.structs.fields(_AgentHeader) if f.name not in ("request_count", "subagents")]
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def to_table(trace: Trace) -> pa.Table:
+    """The trace as an Arrow table with the schema and metadata of the native file."""
+    columns: dict[str, list[Any]] = {field.name: [] for field in SCHEMA}
+    headers: list[_SessionHeader] = []
+    for session in trace.sessions:
+        headers.append(
+            _SessionHeader(
+                session_id=session.session_id,
+                root=_header(session.root),
+                start_s=session.start_s,
+                models=list(session.models),
+                totals=session.totals,
+            )
+        )
+        for agent, parent, depth in session.agents():
+            for index, request in enumerate(agent.requests):
+                columns["session_id"].append(session.session_id)
+                columns["session_start_s"].append(session.start_s)
+                columns["agent_id"].append(agent.agent_id)
+                columns["parent_agent_id"].append(None if parent is None else parent.agent_id)
+                columns["agent_depth"].append(depth)
+                columns["request_index"].append(index)
+                columns["t"].append(request.t)
+                columns["think_time"].append(request.think_time)
+                columns["api_time"].append(request.api_time)
+                columns["ttft"].append(request.ttft)
+                columns["type"].append(request.type)
+                columns["model"].append(request.model)
+                columns["in"].append(request.in_tokens)
+                columns["out"].append(request.out_tokens)
+                columns["hash_ids_len"].append(request.hash_ids_len)
+                columns["hash_ids_kept"].append(request.hash_ids_kept)
+                columns["hash_ids_added"].append(request.hash_ids_added)
+                columns["input_types"].append(request.input_types)
+                columns["output_types"].append(request.output_types)
+                columns["stop"].append(request.stop)
+                columns["acceptance_length"].append(request.acceptance_length)
+                columns["explicit_defaults"].append(",".join(sorted(request.explicit_defaults)))
+    metadata = {
+        META_FORMAT: trace.format_name.encode(),
+        META_VERSION: FORMAT_VERSION.encode(),
+        META_BLOCK_SIZE: str(trace.block_size).encode(),
+        META_SCOPE: trace.hash_id_scope.encode(),
+        META_PROVENANCE: msgspec.json.encode(trace.provenance),
+        META_SESSIONS: msgspec.json.encode(headers),
+    }
+    arrays = [pa.array(columns[field.name], type=field.type) for field in SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=SCHEMA.with_metadata(metadata))
+
+
+def _header(agent: Agent) -> _AgentHeader:
+    values = {name: getattr(agent, name) for name in _AGENT_FIELDS}
+    return _AgentHeader(
+        request_count=len(agent.requests), subagents=[_header(sub) for sub in agent.subagents], **values
+    )
+
+
+def write_arrow(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write the native Arrow IPC file (zstd-compressed)."""
+    with pa.OSFile(os.fspath(path), "wb") as sink:
+        _write_ipc(trace, sink)
+
+
+def arrow_bytes(trace: Trace) -> bytes:
+    """The native Arrow IPC file's bytes, in memory (a `--ray` run ships them to its actors)."""
+    sink = pa.BufferOutputStream()
+    _write_ipc(trace, sink)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def _write_ipc(trace: Trace, sink: pa.NativeFile) -> None:
+    table = to_table(trace)
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=1 << 16)
+
+
+def from_arrow_bytes(data: bytes, *, file: str) -> Trace:
+    """A trace from `arrow_bytes`' output; `file` names its origin in errors."""
+    try:
+        with ipc.open_file(pa.BufferReader(data)) as reader:
+            table = reader.read_all()
+        table.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise TraceError.at(f"not a readable Arrow trace ({' '.join(str(exc).split())})", file=file) from None
+    return from_table(table, file=file)
+
+
+def write_parquet(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write the same table as Parquet (zstd)."""
+    import pyarrow.parquet as pq  # only for Parquet: it loads more of pyarrow
+
+    pq.write_table(to_table(trace), os.fspath(path), compression="zstd")
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def read_arrow(path: str | os.PathLike[str], *, findings: Findings | None = None) -> Trace:
+    """Read a native `.arrow` (IPC file or stream) or `.parquet` trace."""
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as probe:
+            magic = probe.read(6)
+        if magic[:4] == b"PAR1":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(file)
+        elif magic == b"ARROW1":
+            with ipc.open_file(file) as reader:
+                table = reader.read_all()
+        else:
+            with ipc.open_stream(file) as stream:
+                table = stream.read_all()
+        # Corrupt buffers must fail here: unchecked, they crash the interpreter when converted.
+        table.validate(full=True)
+        table.schema.names  # noqa: B018 (field names must decode as UTF-8)
+    except OSError as exc:  # pyarrow's messages can span lines: keep the error one paragraph
+        raise TraceError.at(f"cannot read the file: {' '.join(str(exc.strerror or exc).split())}", file=file) from None
+    except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError) as exc:
+        raise TraceError.at(f"not a readable Arrow/Parquet file ({' '.join(str(exc).split())})", file=file) from None
+    return from_table(table, file=file, findings=findings)
+
+
+def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = None) -> Trace:
+    """Rebuild a Trace from a table with the native schema and metadata."""
+    sink = findings if findings is not None else Findings()
+    sink.file = file
+    metadata = table.schema.metadata or {}
+    fmt = metadata.get(META_FORMAT, b"").decode("utf-8", "replace")
+    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
+    if fmt != FORMAT_NAME or not version:
+        raise TraceError.at(f"not an agentx trace table (schema metadata lacks {META_FORMAT.decode()})", file=file)
+    major = version.split(".", 1)[0]
+    if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
+        raise TraceError.at(
+            f"written in trace format version {version}; this agentx reads {FORMAT_VERSION.split('.')[0]}.x. "
+            "Upgrade agentx to read it.",
+            file=file,
+        )
+    missing = [
+        name
+        for name in ("t", "model", "in", "out", "hash_ids_kept", "hash_ids_added")
+        if name not in table.column_names
+    ]
+    if missing:
+        raise TraceError.at(f"the table lacks column(s) {', '.join(missing)}", file=file)
+    try:
+        headers = msgspec.json.decode(metadata.get(META_SESSIONS, b"[]"), type=list[_SessionHeader])
+        provenance = msgspec.json.decode(metadata.get(META_PROVENANCE, b"{}"), type=Provenance)
+        block_size = int(metadata.get(META_BLOCK_SIZE, b"0"))
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
+        raise TraceError.at(f"the schema metadata is corrupt ({exc})", file=file) from None
+    scope = metadata.get(META_SCOPE, b"session").decode("utf-8", "replace")
+    table = _conform(table, file)
+
+    expected_rows = sum(_count_rows(h.root) for h in headers)
+    if expected_rows != table.num_rows:
+        raise TraceError.at(
+            f"the session metadata accounts for {expected_rows} rows but the table has {table.num_rows}", file=file
+        )
+    rows = _Rows(table)
+    sessions: list[Session] = []
+    cursor = 0
+    for header in headers:
+        first_row = cursor
+        root, cursor = _build_agent(header.root, rows, cursor)
+        session = Session(
+            session_id=header.session_id, root=root, start_s=header.start_s, models=header.models, totals=header.totals
+        )
+        check_session(session, block_size, sink, line_of=_row_numbers(session, first_row))
+        sessions.append(session)
+    trace = Trace(
+        sessions=sessions,
+        block_size=block_size,
+        hash_id_scope=scope,
+        format_name=fmt,
+        format_version=version,
+        provenance=provenance,
+    )
+    check_trace_header(trace, sink)
+    sink.raise_if_errors()
+    return trace
+
+
+def _conform(table: pa.Table, file: str) -> pa.Table:
+    """The table with its known columns in their native types; refuses nulls the schema forbids."""
+    names = table.column_names
+    for index, name in enumerate(names):
+        field = _FIELDS.get(name)
+        if field is None:
+            continue
+        if names.count(name) > 1:
+            raise TraceError.at(f'the table has {names.count(name)} columns named "{name}"', file=file)
+        column = table.column(index)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except pa.ArrowException as exc:
+                reason = " ".join(str(exc).split())
+                raise TraceError.at(
+                    f'column "{name}" has type {column.type}, expected {field.type} ({reason})', file=file
+                ) from None
+            table = table.set_column(index, field, column)
+        nulls = column.null_count if not field.nullable else 0
+        if pa.types.is_list(field.type):
+            nulls += sum(chunk.flatten().null_count for chunk in column.chunks)  # the lists' items
+        if nulls:
+            raise TraceError.at(f'column "{name}" holds {nulls} null value(s) where none are allowed', file=file)
+    return table
+
+
+def _count_rows(header: _AgentHeader) -> int:
+    # Iterative: a deeply nested (corrupt) header must not exhaust the interpreter's recursion limit.
+    total, pending = 0, [header]
+    while pending:
+        agent = pending.pop()
+        total += agent.request_count
+        pending.extend(agent.subagents)
+    return total
+
+
+def _row_numbers(session: Session, first_row: int) -> Callable[[Agent, int], int | None]:
+    """Maps (agent, request index) to the request's 1-based row in the table."""
+    first_rows: dict[int, int] = {}
+    row = first_row + 1
+    for agent, _, _ in session.agents():
+        first_rows[id(agent)] = row
+        row += len(agent.requests)
+    return lambda agent, index: first_rows[id(agent)] + index
+
+
+class _Rows:
+    """The table's columns as Python lists, converted once."""
+
+    def __init__(self, table: pa.Table) -> None:
+        def column(name: str) -> list[Any]:
+            if name not in table.column_names:
+                return [None] * table.num_rows
+            chunked = table.column(name)
+            if pa.types.is_dictionary(chunked.type) and chunked.null_count == 0:
+                # to_pylist makes a str per row; the dictionary holds the few distinct ones.
+                values: list[Any] = []
+                for chunk in chunked.chunks:
+                    words = chunk.dictionary.to_pylist()
+                    values += [words[i] for i in chunk.indices.to_numpy(zero_copy_only=False).tolist()]
+                return values
+            return chunked.to_pylist()  # type: ignore[no-any-return]
+
+        self.t = column("t")
+        self.think_time = column("think_time")
+        self.api_time = column("api_time")
+        self.ttft = column("ttft")
+        self.type = column("type")
+        self.model = column("model")
+        self.in_tokens = column("in")
+        self.out_tokens = column("out")
+        self.kept = column("hash_ids_kept")
+        self.input_types = column("input_types")
+        self.output_types = column("output_types")
+        self.stop = column("stop")
+        self.acceptance_length = column("acceptance_length")
+        explicit = column("explicit_defaults")  # None throughout in files older than version 1.1
+        # Few distinct values: one shared set each, not one per row.
+        shared = {keys: frozenset(keys.split(",")) if keys else frozenset() for keys in set(explicit)}
+        self.explicit_defaults = [shared[keys] for keys in explicit]
+        added = table.column("hash_ids_added").combine_chunks()
+        if isinstance(added, pa.ChunkedArray):  # an empty table
+            added = pa.array([], type=pa.list_(pa.int64()))
+        self.added_offsets = added.offsets.to_numpy().tolist()
+        self.added_values = added.flatten().to_numpy(zero_copy_only=False).tolist()
+        self.added_base = self.added_offsets[0] if self.added_offsets else 0
+
+    def request(self, row: int) -> Request:
+        start = self.added_offsets[row] - self.added_base
+        stop = self.added_offsets[row + 1] - self.added_base
+        return Request(
+            t=self.t[row],
+            model=self.model[row],
+            in_tokens=self.in_tokens[row],
+            out_tokens=self.out_tokens[row],
+            hash_ids_kept=self.kept[row],
+            hash_ids_added=tuple(self.added_values[start:stop]),
+            think_time=self.think_time[row],
+            api_time=self.api_time[row],
+            ttft=self.ttft[row],
+            type=self.type[row] or "n",
+            input_types=tuple(self.input_types[row] or ()),
+            output_types=tuple(self.output_types[row] or ()),
+            stop=self.stop[row] or "",
+            acceptance_length=self.acceptance_length[row],
+            explicit_defaults=self.explicit_defaults[row],
+        )
+
+
+def _build_agent(header: _AgentHeader, rows: _Rows, cursor: int) -> tuple[Agent, int]:
+    requests = [rows.request(row) for row in range(cursor, cursor + header.request_count)]
+    cursor += header.request_count
+    subagents: list[Agent] = []
+    for sub_header in header.subagents:
+        sub, cursor = _build_agent(sub_header, rows, cursor)
+        subagents.append(sub)
+    values = {name: getattr(header, name) for name in _AGENT_FIELDS}
+    return Agent(requests=requests, subagents=subagents, **values), cursor
+
+
+def describe_layout() -> str:
+    """The Arrow layout in Markdown (the source of `schemas/trace.arrow.md`)."""
+    lines = [
+        "# agentx trace: Arrow layout",
+        "",
+        f"Generated from `agentx/trace/formats/arrow.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); "
+        "do not edit.",
+        "",
+        "One row per request; rows grouped by session, then agent (depth first), then request order.",
+        "Files: Arrow IPC with zstd buffers (`.arrow`) or Parquet (`.parquet`).",
+        "",
+        "| column | Arrow type | meaning |",
+        "|---|---|---|",
+    ]
+    for field, meaning in COLUMNS:
+        nullable = "" if field.nullable else ", not null"
+        lines.append(f"| `{field.name}` | `{field.type}`{nullable} | {meaning} |")
+    lines += [
+        "",
+        "Full hash ids of a request = the first `hash_ids_kept` ids of the previous request of the same agent,",
+        "followed by `hash_ids_added`.",
+        "",
+        "## Schema metadata",
+        "",
+        "| key | value |",
+        "|---|---|",
+        f"| `{META_FORMAT.decode()}` | `{FORMAT_NAME}` |",
+        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version |",
+        f"| `{META_BLOCK_SIZE.decode()}` | tokens per hash id |",
+        f"| `{META_SCOPE.decode()}` | `session` (ids namespaced per session) or `global` |",
+        f"| `{META_PROVENANCE.decode()}` | JSON: `source_format`, `source_path`, `notes` |",
+        f"| `{META_SESSIONS.decode()}` | JSON list, one object per session in row order (below) |",
+        "",
+        "Session object: `session_id`, `start_s`, `models`, `totals`, `root` (an agent object).",
+        "Agent object: `request_count` (its rows), `subagents` (agent objects, in spawn order), and",
+        ", ".join(f"`{name}`" for name in _AGENT_FIELDS) + "; fields at their default are omitted.",
+        "",
+    ]
+    return "\n".join(lines)
