@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.http1 import (
-    Connection,
     ConnectionClosedError,
     Endpoint,
+    HttpConnection,
     HTTPProtocolError,
     WholeBody,
     encode_headers,
@@ -63,11 +63,11 @@ class Recorder:
             raise ValueError("the sink gives up")
 
 
-def feed(response: bytes, cuts: list[int], sink: Any = None) -> tuple[Any, Connection, Any]:
+def feed(response: bytes, cuts: list[int], sink: Any = None) -> tuple[Any, HttpConnection, Any]:
     """Run `response`, split at `cuts`, through a connection; returns (sink, connection, outcome)."""
 
-    async def main() -> tuple[Any, Connection, Any]:
-        connection = Connection()
+    async def main() -> tuple[Any, HttpConnection, Any]:
+        connection = HttpConnection()
         transport = FakeTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         recorder = sink or Recorder()

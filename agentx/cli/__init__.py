@@ -17,7 +17,7 @@ COMMANDS = {
     "sim": "agentx.cli.commands.sim:sim",
     "replay": "agentx.cli.commands.replay:replay",
     "decode": "agentx.cli.commands.replay:decode_command",
-    "export": "agentx.cli.commands.replay:export",
+    "export": "agentx.cli.commands.export:export",
     "sweep": "agentx.cli.commands.sweep:sweep_command",
     "report": "agentx.cli.commands.report:report_command",
     "spec": "agentx.cli.commands.spec:spec",

@@ -80,8 +80,8 @@ from agentx.replayer.prompts.tokens import TokenSpace
 from agentx.replayer.run_result import CalibrationSummary, OnSent, RunResult
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import quiet_gc
+from agentx.replayer.schedule.recorder import OnRecord
 from agentx.replayer.schedule.runner import RunHooks, Runner
-from agentx.replayer.schedule.sending import OnRecord
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import OnSent, RunResult
 from agentx.replayer.schedule.clock import DispatchClock
-from agentx.replayer.schedule.sending import OnRecord
+from agentx.replayer.schedule.recorder import OnRecord
 from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry

@@ -28,7 +28,7 @@ from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
-from agentx.replayer.schedule.sending import OnRecord
+from agentx.replayer.schedule.recorder import OnRecord
 from agentx.results.report.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay

@@ -42,7 +42,7 @@ from agentx.replayer.options.replay import ReplayOptions, checked, flat_options
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.run_replay import OnStart
 from agentx.replayer.run_result import OnSent, RunResult, ShardInfo, combined
-from agentx.replayer.schedule.sending import OnRecord
+from agentx.replayer.schedule.recorder import OnRecord
 from agentx.trace.formats.arrow import arrow_bytes
 from agentx.trace.model import Trace
 

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client: one keep-alive connection per `Connection`, pooled by `agentx.replayer.http.pool`.
+"""A lean HTTP/1.1 client: one keep-alive connection per `HttpConnection`, pooled by `agentx.replayer.http.pool`.
 
 Every call to the server goes through it: the replay's streamed requests, and the probes, JSON calls and `/metrics`
 scrapes (`agentx.replayer.http.calls`), so the replayer needs no other HTTP library. Why not aiohttp (the simulator
@@ -139,7 +139,7 @@ class WholeBody:
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 
 
-class Connection(asyncio.Protocol):
+class HttpConnection(asyncio.Protocol):
     """One keep-alive connection: sends a request, parses its response into a `Sink`."""
 
     def __init__(self) -> None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from agentx.replayer.http.http1 import Connection, ConnectionClosedError, Endpoint, Sink
+from agentx.replayer.http.http1 import ConnectionClosedError, Endpoint, HttpConnection, Sink
 
 SPARE_CONNECTIONS: Final = 16
 """Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
@@ -60,7 +60,7 @@ class Pool:
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_timeout_s = keepalive_timeout_s
         self.spare = spare
-        self._idle: list[Connection] = []
+        self._idle: list[HttpConnection] = []
         self._open = 0
         self._opening = 0
         self._spares: set[asyncio.Task[None]] = set()
@@ -72,7 +72,7 @@ class Pool:
     def open_connections(self) -> int:
         return self._open
 
-    async def acquire(self, *, fresh: bool = False) -> tuple[Connection, bool]:
+    async def acquire(self, *, fresh: bool = False) -> tuple[HttpConnection, bool]:
         """A connection ready for a request, and whether it was waiting in the pool (kept alive after a
         response, or opened ahead as a spare): the server may have closed such a connection since. `fresh`:
         a new connection, whatever is idle."""
@@ -114,7 +114,7 @@ class Pool:
             return self.keepalive_timeout_s
         return min(self.keepalive_timeout_s, max(0.0, announced - SERVER_IDLE_MARGIN_S))
 
-    def release(self, connection: Connection, reusable: bool) -> None:
+    def release(self, connection: HttpConnection, reusable: bool) -> None:
         if connection.server_idle_timeout_s is not None:
             self._server_idle_timeout_s = connection.server_idle_timeout_s
         if reusable and not connection.closed:
@@ -159,12 +159,12 @@ class Pool:
         self._idle.insert(0, connection)  # under the recently used ones: those are reused first
         self._wake()
 
-    async def _connect(self) -> Connection:
+    async def _connect(self) -> HttpConnection:
         endpoint = self.endpoint
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_timeout_s):
             _, protocol = await loop.create_connection(
-                Connection,
+                HttpConnection,
                 endpoint.host,
                 endpoint.port,
                 ssl=endpoint.ssl,
@@ -172,7 +172,7 @@ class Pool:
             )
         return protocol
 
-    def _drop(self, connection: Connection) -> None:
+    def _drop(self, connection: HttpConnection) -> None:
         connection.abort()
         self._open -= 1
 

@@ -77,7 +77,7 @@ __all__ = [
     "flat_options",
     "lanes",
 ]
-"""The parts live in load.py and server_options.py; every name of the options is imported from here."""
+"""The parts live in load.py and server.py; every name of the options is imported from here."""
 
 SessionOrder = Literal["sequential", "shuffle", "random"]
 

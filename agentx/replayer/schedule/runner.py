@@ -33,7 +33,8 @@ from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
-from agentx.replayer.schedule.sending import OnRecord, Recorder, Sender
+from agentx.replayer.schedule.recorder import OnRecord, Recorder
+from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.warmup import (
     LaneStart,
     ProfilingGate,
