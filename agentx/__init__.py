@@ -60,7 +60,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentx.errors import AgentxError, ConfigError, RunError, ServerError
+    from agentx.errors import AgentxError, ConfigError, Finding, RunError, ServerError, TraceError
     from agentx.records.record import RequestRecord, read_records
     from agentx.replayer.options.replay import (
         AgentxLoad,
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from agentx.synth.generate import generate
     from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
     from agentx.synth.presets import preset
-    from agentx.trace.errors import Finding, Findings, TraceError
+    from agentx.trace.findings import Findings
     from agentx.trace.io import detect_format, load_trace, save_trace
     from agentx.trace.model import Agent, Provenance, Request, Session, Trace
     from agentx.trace.stats import TraceStats, trace_stats
@@ -166,8 +166,8 @@ _HOMES: dict[str, str] = {
     "EngineConfig": "agentx.sim.engine.config",
     "FaultConfig": "agentx.sim.faults",
     "Fidelity": "agentx.synth.compare",
-    "Finding": "agentx.trace.errors",
-    "Findings": "agentx.trace.errors",
+    "Finding": "agentx.errors",
+    "Findings": "agentx.trace.findings",
     "FromLogsOptions": "agentx.synth.logs.from_logs",
     "LevelSettings": "agentx.run.sweep",
     "Provenance": "agentx.trace.model",
@@ -190,7 +190,7 @@ _HOMES: dict[str, str] = {
     "SweepOptions": "agentx.run.sweep",
     "SweepResult": "agentx.run.sweep",
     "Trace": "agentx.trace.model",
-    "TraceError": "agentx.trace.errors",
+    "TraceError": "agentx.errors",
     "TraceLoad": "agentx.replayer.options.replay",
     "TraceStats": "agentx.trace.stats",
     "compare": "agentx.synth.compare",

@@ -47,7 +47,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from agentx.records.record import META_EPOCH, RecordsError, read_records
+from agentx.errors import RecordsError
+from agentx.records.record import META_EPOCH, read_records
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace

@@ -11,13 +11,13 @@ import msgspec
 import pytest
 from flat import replay_options
 
+from agentx.errors import WarmupFailed
 from agentx.records.record import RequestRecord, read_records, to_records
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.plan.tstar import snapshot, t_star
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
-from agentx.replayer.schedule.warmup import WarmupFailed
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from strategies import traces as trace_strategy
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace, delta_encode

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats.bailian import read_bailian
 from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Request

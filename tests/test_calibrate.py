@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentx.errors import CalibrationError
 from agentx.records.record import read_records, to_records
 from agentx.replayer.http.client import Client
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.prompts.calibrate import (
     FALLBACK_WORDS,
-    CalibrationError,
     ChatCalibration,
     LocalCounter,
     Messages,

@@ -100,7 +100,7 @@ def test_bad_cache_tokens_option(weka_file: Path) -> None:
 
 
 def test_block_size_bounds_are_the_same_on_the_command_line_and_in_the_library(weka_file: Path) -> None:
-    from agentx.trace.errors import TraceError
+    from agentx.errors import TraceError
 
     sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
     for path in (weka_file, sample):

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentx.errors import PriceError
 from agentx.results.report.cost import (
     GIVEN_TIER,
     TIERS,
     Price,
-    PriceError,
     cost,
     energy,
     load_price_table,

@@ -1,6 +1,6 @@
-"""One error tree: every error agentx raises for a user derives from `agentx.AgentxError` through exactly one kind
-(TraceError, ConfigError, ServerError, RunError), and the command line maps each kind to its exit code in one
-place (agentx.cli.common.exit_code)."""
+"""One error tree in one module (agentx/errors.py): every error agentx raises for a user derives from
+`agentx.AgentxError` through exactly one kind (TraceError, ConfigError, ServerError, RunError), and the command line
+maps each kind to its exit code in one place (agentx.cli.common.exit_code)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from click.testing import CliRunner
 import agentx
 from agentx.cli import main
 from agentx.cli.common import EXIT_BAD_INPUT, EXIT_RUN_FAILED, Group, exit_code
-from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-from agentx.trace.errors import TraceError
+from agentx.errors import AgentxError, ConfigError, RunError, ServerError, TraceError
 
 KINDS = (TraceError, ConfigError, ServerError, RunError)
 
@@ -70,33 +69,42 @@ def test_the_internal_list_names_classes_that_exist_outside_the_tree() -> None:
 
 def test_the_walk_finds_the_classes_it_must_judge() -> None:
     classes = _exception_classes()
-    assert classes["agentx.replayer.workers.WorkerFailed"].__name__ == "WorkerFailed"
-    assert classes["agentx.trace.errors.TraceError"] is TraceError
+    assert classes["agentx.errors.WorkerFailed"].__name__ == "WorkerFailed"
+    assert classes["agentx.errors.TraceError"] is TraceError
     assert len(classes) >= 20
+
+
+def test_every_error_of_the_tree_is_defined_in_the_error_module() -> None:
+    elsewhere = sorted(
+        name
+        for name, cls in _exception_classes().items()
+        if issubclass(cls, AgentxError) and cls.__module__ != "agentx.errors"
+    )
+    assert elsewhere == []
 
 
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("agentx.replayer.http.url.BadURLError", ConfigError),
-        ("agentx.replayer.options.slo.SloError", ConfigError),
-        ("agentx.records.run_folder.RunExists", ConfigError),
-        ("agentx.records.record.RecordsError", ConfigError),
-        ("agentx.replayer.plan.steps.PlanError", ConfigError),
-        ("agentx.replayer.plan.preparation.NothingToReplay", ConfigError),
-        ("agentx.results.report.build.ReportError", ConfigError),
-        ("agentx.results.export.export_run.ExportError", ConfigError),
-        ("agentx.results.report.cost.PriceError", ConfigError),
-        ("agentx.results.report.plots.PlotsUnavailableError", ConfigError),
-        ("agentx.run.sweep.SweepError", ConfigError),
-        ("agentx.synth.logs.render.PromptError", ConfigError),
-        ("agentx.synth.logs.response.ResponseError", ConfigError),
-        ("agentx.replayer.http.client.ServerUnreachable", ServerError),
-        ("agentx.replayer.http.client.ModelNotServed", ServerError),
-        ("agentx.replayer.prompts.calibrate.CalibrationError", ServerError),
-        ("agentx.replayer.schedule.warmup.WarmupFailed", ServerError),
-        ("agentx.sim.process.SimServerError", ServerError),
-        ("agentx.replayer.workers.WorkerFailed", RunError),
+        ("agentx.errors.BadURLError", ConfigError),
+        ("agentx.errors.SloError", ConfigError),
+        ("agentx.errors.RunExists", ConfigError),
+        ("agentx.errors.RecordsError", ConfigError),
+        ("agentx.errors.PlanError", ConfigError),
+        ("agentx.errors.NothingToReplay", ConfigError),
+        ("agentx.errors.ReportError", ConfigError),
+        ("agentx.errors.ExportError", ConfigError),
+        ("agentx.errors.PriceError", ConfigError),
+        ("agentx.errors.PlotsUnavailableError", ConfigError),
+        ("agentx.errors.SweepError", ConfigError),
+        ("agentx.errors.PromptError", ConfigError),
+        ("agentx.errors.ResponseError", ConfigError),
+        ("agentx.errors.ServerUnreachable", ServerError),
+        ("agentx.errors.ModelNotServed", ServerError),
+        ("agentx.errors.CalibrationError", ServerError),
+        ("agentx.errors.WarmupFailed", ServerError),
+        ("agentx.errors.SimServerError", ServerError),
+        ("agentx.errors.WorkerFailed", RunError),
     ],
 )
 def test_each_error_has_its_kind(name: str, kind: type[AgentxError]) -> None:
@@ -105,9 +113,7 @@ def test_each_error_has_its_kind(name: str, kind: type[AgentxError]) -> None:
 
 
 def test_the_bases_callers_catch_stay() -> None:
-    from agentx.records.run_folder import RunExists
-    from agentx.results.report.plots import PlotsUnavailableError
-    from agentx.sim.process import SimServerError
+    from agentx.errors import PlotsUnavailableError, RunExists, SimServerError
 
     # The public docs promise a refused run folder is a ValueError; the simulator's and the plots' failures were
     # RuntimeErrors before the tree.
@@ -137,8 +143,8 @@ def test_each_kind_maps_to_its_exit_code(error: AgentxError, code: int) -> None:
 
 
 def test_a_leaf_maps_through_its_kind() -> None:
+    from agentx.errors import WorkerFailed
     from agentx.replayer.http.client import ServerUnreachable
-    from agentx.replayer.workers import WorkerFailed
 
     assert (exit_code(WorkerFailed("w")), exit_code(ServerUnreachable("s"))) == (EXIT_RUN_FAILED, EXIT_BAD_INPUT)
     assert (EXIT_BAD_INPUT, EXIT_RUN_FAILED) == (2, 3)  # docs/cli.md, "Exit codes"
@@ -194,7 +200,7 @@ def test_an_unreadable_records_file_is_one_paragraph_not_a_traceback(tmp_path: P
 
 def test_a_worker_that_dies_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import agentx.run.replay
-    from agentx.replayer.workers import WorkerFailed
+    from agentx.errors import WorkerFailed
 
     def dies(*args: object, **kwargs: object) -> None:
         raise WorkerFailed("worker 1 exited with code -9 and no result")

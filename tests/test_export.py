@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
+from agentx.errors import ExportError
 from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.records.record import read_records as read_records_file
 from agentx.records.run_folder import RUN_FILE
@@ -33,7 +34,6 @@ from agentx.results.export.export_run import (
     JSONL_FILE,
     NOT_EXPORTED,
     SUMMARY_FILE,
-    ExportError,
     aiperf_jsonl_lines,
     aiperf_summary,
     export_run,

@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
+from agentx.errors import OutputExists
 from agentx.records import writer as record_writer
 from agentx.records.ipc_files import FILE_MAGIC
 from agentx.records.record import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, read_records, run_info
 from agentx.records.writer import RecordWriter
-from agentx.results.export.export_run import OutputExists, export_run
+from agentx.results.export.export_run import export_run
 from agentx.results.export.tables import LIST_COLUMNS, csv_table
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"mode": "closed", "seed": 3})

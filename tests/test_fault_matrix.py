@@ -32,7 +32,8 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.records.record import RecordsError, RequestRecord, read_records, run_info, to_records
+from agentx.errors import RecordsError
+from agentx.records.record import RequestRecord, read_records, run_info, to_records
 from agentx.replayer.options.replay import ClosedLoad, Connection, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 from strategies import WEKA_SUBAGENT, WEKA_TRACE, traces
 
-from agentx.trace.errors import TraceError
+from agentx.errors import TraceError
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import Format, load_trace
 from agentx.trace.model import Trace

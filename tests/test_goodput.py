@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from strategies import record_identity
 
 from agentx.cli import main
+from agentx.errors import SloError
 from agentx.records.record import SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.records.writer import RecordWriter
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
-from agentx.replayer.options.slo import METRIC_COLUMNS, SloError, Slos, parse_slo, parse_slos
+from agentx.replayer.options.slo import METRIC_COLUMNS, Slos, parse_slo, parse_slos
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats.mooncake import read_mooncake, write_mooncake
 from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode

@@ -22,7 +22,8 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.records.record import WORKER_LOST, RecordsError, RequestRecord, read_records, to_records
+from agentx.errors import RecordsError
+from agentx.records.record import WORKER_LOST, RequestRecord, read_records, to_records
 from agentx.replayer.cluster.driver import run_cluster
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.run_replay import run_replay

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import record_identity
 
+from agentx.errors import RecordsError
 from agentx.records.record import (
     MAX_ERROR_MESSAGE,
     SCHEMA,
-    RecordsError,
     RequestRecord,
     RunInfo,
     describe_layout,

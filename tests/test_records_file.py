@@ -29,10 +29,11 @@ from strategies import record_identity
 
 import agentx
 from agentx.cli import main
+from agentx.errors import RecordsError, RecordsInUse
 from agentx.records import writer as record_writer
 from agentx.records.ipc_files import FILE_MAGIC
-from agentx.records.record import RecordsError, RequestRecord, RunInfo, read_records, run_info, to_records
-from agentx.records.writer import RecordsInUse, RecordWriter, finalize_records, merge_records
+from agentx.records.record import RequestRecord, RunInfo, read_records, run_info, to_records
+from agentx.records.writer import RecordWriter, finalize_records, merge_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.sim.process import SimServer
 

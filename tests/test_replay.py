@@ -292,7 +292,7 @@ def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: Si
 
 
 def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, tmp_path: Path) -> None:
-    from agentx.records.run_folder import RunExists
+    from agentx.errors import RunExists
 
     trace = _trace(_flat_session("a", 2))
     first, _ = _replay(trace, _options(sim, tmp_path, sessions=1))

@@ -23,6 +23,7 @@ from loopback import serve
 from strategies import WEKA_TRACE, names, sessions, write_json
 
 from agentx.cli import main
+from agentx.errors import WarmupFailed
 from agentx.records.record import RequestRecord, read_records, to_records
 from agentx.replayer.http.client import ServerUnreachable
 from agentx.replayer.options.replay import (
@@ -40,7 +41,6 @@ from agentx.replayer.options.rules import RulesName
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
-from agentx.replayer.schedule.warmup import WarmupFailed
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 

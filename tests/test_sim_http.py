@@ -19,7 +19,8 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentx.sim.process import SimServer, SimServerError
+from agentx.errors import SimServerError
+from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import FIRST_WORD_ID
 
 T = TypeVar("T")

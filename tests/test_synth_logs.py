@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentx.cli import main
+from agentx.errors import TraceError
 from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
 from agentx.synth.logs.hashing import ChainHasher
 from agentx.synth.logs.mock_logs import MockFormat, mock_logs
 from agentx.synth.logs.render import render_anthropic
 from agentx.synth.logs.tokenize import ApproxTokenizer
-from agentx.trace.errors import TraceError
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Trace
 from agentx.trace.validate import validate

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentx.replayer.http.url import BadURLError, base_url
+from agentx.errors import BadURLError
+from agentx.replayer.http.url import base_url
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentx.trace.errors import Finding, Findings, TraceError
+from agentx.errors import Finding, TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.model import Agent, Request, Session, Trace
 from agentx.trace.validate import (
     MAX_AGENT_DEPTH,

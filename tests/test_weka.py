@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from strategies import traces as trace_strategy
 from strategies import write_json
 
-from agentx.trace.errors import Finding, Findings, TraceError
+from agentx.errors import Finding, TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Provenance, Trace, delta_encode

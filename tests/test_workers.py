@@ -110,7 +110,7 @@ def test_merging_shifts_each_file_onto_the_earliest_clock(tmp_path: Path) -> Non
 
 
 def test_files_of_different_runs_do_not_merge(tmp_path: Path) -> None:
-    from agentx.records.record import RecordsError
+    from agentx.errors import RecordsError
 
     for name in ("a", "b"):
         with RecordWriter(tmp_path / name, RunInfo(run_id=name, wall_epoch_ns=0)) as writer:

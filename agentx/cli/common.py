@@ -12,14 +12,13 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import click
 
-from agentx.errors import AgentxError, ConfigError, RunError, ServerError
-from agentx.trace.errors import Finding, TraceError
+from agentx.errors import AgentxError, ConfigError, Finding, RunError, ServerError, TraceError
 from agentx.trace.io import FORMATS, Format, load_trace
 from agentx.trace.validate import MAX_BLOCK_SIZE
 
@@ -93,6 +92,24 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def failing_against(url: str, doing: str) -> Iterator[None]:
+    """What a run against `url` can end with before it measures anything, each as its one-paragraph error: the
+    server's errors named after the URL, options the library refuses (`doing`: "replay", "measure")."""
+    from agentx.errors import CalibrationError, ServerError, ServerUnreachable
+
+    try:
+        yield
+    except ServerUnreachable as exc:
+        fail(f"{url}: the server is unreachable ({exc})")
+    except CalibrationError as exc:
+        fail(f"{url}: cannot calibrate chat prompts: {exc}")
+    except ServerError as exc:  # the model not served, a root agent's warmup primer failed
+        fail(f"{url}: {exc}")
+    except ValueError as exc:  # options the library refuses before any request (e.g. an unsupported --api)
+        fail(f"cannot {doing} with these options: {exc}")
 
 
 EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (

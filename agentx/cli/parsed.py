@@ -85,7 +85,8 @@ def server_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
     an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
     from agentx.cli.common import fail, stderr
-    from agentx.replayer.http.url import BadURLError, base_url
+    from agentx.errors import BadURLError
+    from agentx.replayer.http.url import base_url
     from agentx.secrets import scrub
 
     if value is None:
@@ -169,7 +170,8 @@ def sim_fields(speculative: Speculative) -> dict[str, Any]:
 
 def parse_slo_flags(texts: tuple[str, ...]) -> Slos:
     """Every `--slo METRIC=VALUE` as one `Slos`; click.BadParameter naming the value that is wrong."""
-    from agentx.replayer.options.slo import SloError, parse_slos
+    from agentx.errors import SloError
+    from agentx.replayer.options.slo import parse_slos
 
     try:
         return parse_slos(texts)
@@ -391,7 +393,8 @@ def server_and_model(
     from agentx.cli.common import fail, stderr
 
     if url is None:
-        from agentx.sim.process import SimServer, SimServerError
+        from agentx.errors import SimServerError
+        from agentx.sim.process import SimServer
 
         try:
             sim = stack.enter_context(SimServer(**sim_fields))

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ConfigError
+from agentx.errors import RecordsError
 from agentx.records.ipc_files import IpcReader
 from agentx.secrets import scrub
 
@@ -53,10 +53,6 @@ Phase = Literal["warmup", "profiling"]
 Status = Literal["ok", "error"]
 ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
 TimeoutKind = Literal["connect", "idle", "request"]
-
-
-class RecordsError(ConfigError):
-    """A records file that cannot be read (not ours, a newer major version, no complete schema)."""
 
 
 class RequestRecord(msgspec.Struct, kw_only=True, gc=False):

@@ -5,16 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from agentx.errors import ConfigError
+from agentx.errors import RunExists
 
 RECORDS_FILE: Final = "records.arrow"
 """The run's records (agentx.records.record), written as the run goes."""
 RUN_FILE: Final = "run.json"
 """Written into the run folder at the end of every run (interrupted ones too): options, run, summary."""
-
-
-class RunExists(ConfigError):  # noqa: N818 (reads as what is wrong)
-    """The run folder already holds a run, and replacing it was not asked for (`overwrite`)."""
 
 
 def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:

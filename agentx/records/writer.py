@@ -20,6 +20,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from agentx.errors import RecordsError, RecordsInUse
 from agentx.records.ipc_files import fsync_path
 from agentx.records.record import (
     COLUMN_NAMES,
@@ -31,7 +32,6 @@ from agentx.records.record import (
     META_RUN_ID,
     META_VERSION,
     SCHEMA,
-    RecordsError,
     RecordsReader,
     RequestRecord,
     RunInfo,
@@ -41,10 +41,6 @@ from agentx.records.record import (
 from agentx.secrets import redact
 
 _log = logging.getLogger(__name__)
-
-
-class RecordsInUse(RecordsError):  # noqa: N818 (reads as what is wrong)
-    """A records stream a process still writes (its `RecordWriter` holds the file's lock): not to be finalized."""
 
 
 STREAM_COMPRESSION: Final[str | None] = None

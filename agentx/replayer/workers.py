@@ -24,7 +24,7 @@ from typing import Final
 
 import msgspec
 
-from agentx.errors import RunError, ServerError
+from agentx.errors import ServerError, WorkerFailed
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import merge_records
 from agentx.replayer.options.limits import check_shards
@@ -36,10 +36,6 @@ from agentx.trace.io import Format, load_trace
 
 WORKERS_DIR: Final = "workers"
 RESULT_FILE: Final = "result.pickle"
-
-
-class WorkerFailed(RunError):  # noqa: N818 (reads as a sentence: "worker failed")
-    """A worker process exited without leaving a result (it crashed, or the server probe failed)."""
 
 
 def _work(

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import msgspec
 
-from agentx.errors import ConfigError
+from agentx.errors import SweepError
 from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
@@ -36,10 +36,6 @@ from agentx.trace.model import Trace
 
 BEFORE_LEVEL_LOG: Final = "before_level.log"
 _OUTPUT_TAIL_CHARS = 2000
-
-
-class SweepError(ConfigError):
-    """Unusable sweep input (levels, settings file); the message says what to change."""
 
 
 class LevelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import click
 import msgspec
 
+from agentx.errors import ConfigError
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.engine.speculative import acceptance_schedule, validate_acceptance_rates
 from agentx.sim.faults import FaultConfig
@@ -36,7 +37,7 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("serving https needs both a certificate and its key (--tls-cert and --tls-key)")
+            raise ConfigError("serving https needs both a certificate and its key (--tls-cert and --tls-key)")
 
     def __repr__(self) -> str:
         shown = msgspec.structs.replace(self, api_key="<redacted>") if self.api_key else self
@@ -150,21 +151,21 @@ def options_from_flags(
     length: float | None = values.get(_param(_ACCEPTANCE_LENGTH))
     rates_text: str | None = values.get(_param(_ACCEPTANCE_RATES))
     if length is not None and rates_text is not None:
-        raise ValueError(f"{_ACCEPTANCE_LENGTH} and {_ACCEPTANCE_RATES} are mutually exclusive")
+        raise ConfigError(f"{_ACCEPTANCE_LENGTH} and {_ACCEPTANCE_RATES} are mutually exclusive")
     if length is not None:
         engine_fields["acceptance_rates"] = _call_for_flag(_ACCEPTANCE_LENGTH, acceptance_schedule, length, spec_k)
     elif rates_text is not None:
         try:
             rates = [float(item) for item in rates_text.split(",")]
         except ValueError:
-            raise ValueError(f"{_ACCEPTANCE_RATES}: expected comma-separated numbers, got {rates_text!r}") from None
+            raise ConfigError(f"{_ACCEPTANCE_RATES}: expected comma-separated numbers, got {rates_text!r}") from None
         engine_fields["acceptance_rates"] = _call_for_flag(_ACCEPTANCE_RATES, validate_acceptance_rates, rates, spec_k)
     elif spec_k > 0:
-        raise ValueError(f"--spec-k {spec_k} needs {_ACCEPTANCE_LENGTH} or {_ACCEPTANCE_RATES}")
+        raise ConfigError(f"--spec-k {spec_k} needs {_ACCEPTANCE_LENGTH} or {_ACCEPTANCE_RATES}")
     try:
         faults = FaultConfig(**fault_fields)
     except ValueError as exc:
-        raise ValueError(f"fault flags: {exc}") from None
+        raise ConfigError(f"fault flags: {exc}") from None
     return SimOptions(
         host=host,
         port=port,
@@ -181,7 +182,7 @@ def _call_for_flag(flag: str, function: Callable[[Any, int], tuple[float, ...]],
     try:
         return function(value, spec_k)
     except ValueError as exc:
-        raise ValueError(f"{flag}: {exc}") from None
+        raise ConfigError(f"{flag}: {exc}") from None
 
 
 def cli_args(options: SimOptions, *, acceptance_length: float | None = None) -> list[str]:

@@ -25,14 +25,10 @@ from typing import IO, Any
 
 import msgspec
 
-from agentx.errors import ServerError
+from agentx.errors import SimServerError
 from agentx.sim.engine.loop import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.options import SimOptions, cli_args
-
-
-class SimServerError(ServerError, RuntimeError):
-    """The simulator did not start; the message holds its exit status and stderr."""
 
 
 class _Ready(msgspec.Struct):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from agentx.errors import ConfigError
 from agentx.synth.dist import Dist, Stream
 from agentx.synth.model import AgentShape, ApiTime, Profile, SessionModel
 from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace
@@ -252,7 +253,7 @@ def _collector_paused() -> Iterator[None]:
 def generate(model: SessionModel, *, sessions: int, seed: int = 0, scope: HashScope = "session") -> Trace:
     """`sessions` sessions sampled from `model`, reproducibly for a given seed."""
     if sessions < 1:
-        raise ValueError(f"--sessions must be at least 1, not {sessions}")
+        raise ConfigError(f"--sessions must be at least 1, not {sessions}")
     with _collector_paused():
         return _generate(model, sessions, seed, scope)
 

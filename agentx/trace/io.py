@@ -12,8 +12,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from agentx.errors import ConfigError
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import ConfigError, TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats import bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.model import Trace

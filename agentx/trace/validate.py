@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from agentx.trace.errors import Finding, Findings
+from agentx.errors import Finding
+from agentx.trace.findings import Findings
 from agentx.trace.model import Agent, Request, Session, Trace
 
 MAX_TOKENS_PER_REQUEST = 100_000_000

@@ -29,15 +29,8 @@ from agentx.cli.common import fail, stderr, stdout
 @click.option("--overwrite", is_flag=True, help="Replace the file if it exists (refused otherwise).")
 def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool) -> None:
     """Export the run in RUN_DIR: AIPerf's file formats (for InferenceX tooling) or its records as a table."""
-    from agentx.results.export.export_run import (
-        ExportError,
-        OutputExists,
-        RunInProgress,
-        export_run,
-        export_target,
-        finalize_in_place,
-        is_own_records,
-    )
+    from agentx.errors import ExportError, OutputExists, RunInProgress
+    from agentx.results.export.export_run import export_run, export_target, finalize_in_place, is_own_records
 
     started = time.perf_counter()
     try:

@@ -21,6 +21,7 @@ from agentx.cli.common import (
     cluster_output,
     default_run_dir,
     fail,
+    failing_against,
     format_option,
     interruptible,
     load_to_replay,
@@ -80,11 +81,8 @@ def replay(
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
     from agentx.records.run_folder import RUN_FILE
-    from agentx.replayer.http.client import ModelNotServed, ServerUnreachable
     from agentx.replayer.plan.preparation import prepare_trace
-    from agentx.replayer.prompts.calibrate import CalibrationError
     from agentx.replayer.schedule.clock import loop_factory
-    from agentx.replayer.schedule.warmup import WarmupFailed
     from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
@@ -137,34 +135,25 @@ def replay(
             grace_s=options.runtime.grace_s,
         )
         try:
-            if over_processes:
-                result = replay_workers(
-                    trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
-                )
-            else:
-                work = interruptible(
-                    run_and_summarize(
-                        prepared,
-                        options,
-                        num_gpus=gpus,
-                        on_record=progress.on_record,
-                        on_sent=progress.on_sent,
-                        on_profiling=progress.on_profiling,
-                        trace_path=trace,
+            with failing_against(url, "replay"):
+                if over_processes:
+                    result = replay_workers(
+                        trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
                     )
-                )
-                with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
-                    result = runner.run(work)
-        except WarmupFailed as exc:
-            fail(f"{url}: {exc}")
-        except CalibrationError as exc:
-            fail(f"{url}: cannot calibrate chat prompts: {exc}")
-        except ServerUnreachable as exc:
-            fail(f"{url}: the server is unreachable ({exc})")
-        except ModelNotServed as exc:
-            fail(f"{url}: {exc}")
-        except ValueError as exc:  # options the engine refuses before any request (e.g. an unsupported --api)
-            fail(f"cannot replay with these options: {exc}")
+                else:
+                    work = interruptible(
+                        run_and_summarize(
+                            prepared,
+                            options,
+                            num_gpus=gpus,
+                            on_record=progress.on_record,
+                            on_sent=progress.on_sent,
+                            on_profiling=progress.on_profiling,
+                            trace_path=trace,
+                        )
+                    )
+                    with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
+                        result = runner.run(work)
         except OSError as exc:
             if exc.filename is None:  # not a file of the run: a bug, shown as one
                 raise
@@ -256,7 +245,6 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
     token. Without --url the built-in simulator serves it (with --spec-al and --spec-k as its forced acceptance).
     """
     from agentx.cli.display.tables import decode_tables
-    from agentx.replayer.http.client import ModelNotServed, ServerUnreachable
     from agentx.run.decode import decode_sync
 
     if len(served_models) > 1:
@@ -282,13 +270,8 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
             server=server_part(flags, url, (model,)), connection=connection, speculative=speculative, **measure
         )
         try:
-            result = decode_sync(options)
-        except ServerUnreachable as exc:
-            fail(f"{url}: the server is unreachable ({exc})")
-        except ModelNotServed as exc:
-            fail(f"{url}: {exc}")
-        except ValueError as exc:
-            fail(f"cannot measure with these options: {exc}")
+            with failing_against(url, "measure"):
+                result = decode_sync(options)
         except KeyboardInterrupt:
             stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)

@@ -181,7 +181,8 @@ def report_command(
     if html_path is not None:
         _write_html(html_path, report, series)
     if plots_dir is not None:
-        from agentx.results.report.plots import PlotsUnavailableError, write_plots
+        from agentx.errors import PlotsUnavailableError
+        from agentx.results.report.plots import write_plots
 
         try:
             written = write_plots(report, plots_dir)

@@ -93,12 +93,12 @@ def sweep_command(
 
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
+    from agentx.errors import SimServerError, SweepError
     from agentx.replayer.options.replay import LaneLoad
     from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.report.cost import load_price_table
     from agentx.results.report.folders import SWEEP_FILE
-    from agentx.run.sweep import SweepError, SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
-    from agentx.sim.process import SimServerError
+    from agentx.run.sweep import SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
 
     if not (resume or overwrite) and (held := existing_sweep(out_dir)) is not None:
         fail(

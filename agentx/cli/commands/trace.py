@@ -17,7 +17,8 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.io import Format, load_trace, save_trace
 
 

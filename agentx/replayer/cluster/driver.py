@@ -30,12 +30,12 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ConfigError
+from agentx.errors import ClusterError, ConfigError
 from agentx.records.record import WORKER_LOST, RequestRecord, RunInfo, to_records
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
 from agentx.replayer.cluster.clocks import CLOCK_WARN_NS, ClockOffset, measure
-from agentx.replayer.cluster.placement import ClusterError, place_shards, ray_session, remove_group
+from agentx.replayer.cluster.placement import place_shards, ray_session, remove_group
 from agentx.replayer.cluster.shard import Place, Shard, ShardReport, in_flight_records
 from agentx.replayer.options.limits import check_shards
 from agentx.replayer.options.replay import ReplayOptions, checked, flat_options

@@ -14,14 +14,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
-from agentx.errors import ConfigError, RunError
+from agentx.errors import ClusterError, ConfigError
 
 LOCAL: Final = "local"
 """`--ray local`: a private Ray instance on this host, for trying the path out (a cluster is `auto` or an address)."""
-
-
-class ClusterError(RunError):
-    """The Ray cluster cannot be reached, or cannot place the run's shards: nothing was sent."""
 
 
 def import_ray() -> Any:

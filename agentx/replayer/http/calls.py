@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 
 import msgspec
 
-from agentx.errors import ServerError
+from agentx.errors import ModelNotServed, ServerUnreachable
 from agentx.replayer.http.exchange import describe, error_message
 from agentx.replayer.http.http1 import HTTPProtocolError, WholeBody, encode_headers, encode_request
 from agentx.replayer.http.pool import Pool, send
@@ -34,14 +34,6 @@ BODY_MAX_BYTES: Final = 64 * 1024 * 1024
 _GET_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _BODY_REDIRECTS: Final = frozenset({307, 308})
 _log = logging.getLogger(__name__)
-
-
-class ServerUnreachable(ServerError):  # noqa: N818 (the name the engine and CLI use)
-    """The server did not answer `GET /v1/models` with a 200 (refused, timed out, or an error status)."""
-
-
-class ModelNotServed(ServerError):  # noqa: N818
-    """The server answered, but does not list the requested model."""
 
 
 class _Model(msgspec.Struct):

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Final
 
-from agentx.replayer.http.calls import METRICS_TIMEOUT_S, Calls, ModelNotServed, ServerUnreachable
+from agentx.errors import ModelNotServed, ServerUnreachable
+from agentx.replayer.http.calls import METRICS_TIMEOUT_S, Calls
 from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import (
     CONTEXT_OVERFLOW_SUBSTRINGS,

@@ -12,6 +12,8 @@ from typing import Final
 
 import msgspec
 
+from agentx.errors import ConfigError
+
 
 class TLSSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Certificate checks for `https://` URLs (ignored for `http://`).
@@ -28,7 +30,7 @@ class TLSSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.ca_bundle is not None and not self.verify:
-            raise ValueError("a CA bundle is only used when certificates are verified; pass one or the other")
+            raise ConfigError("a CA bundle is only used when certificates are verified; pass one or the other")
 
 
 DEFAULT_TLS: Final = TLSSettings()
@@ -44,12 +46,12 @@ def ssl_context(settings: TLSSettings = DEFAULT_TLS) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_NONE
         return context
     if settings.ca_bundle is not None and not os.path.isfile(settings.ca_bundle):
-        raise ValueError(f"CA bundle {settings.ca_bundle!r}: no such file")
+        raise ConfigError(f"CA bundle {settings.ca_bundle!r}: no such file")
     try:
         return ssl.create_default_context(cafile=settings.ca_bundle)
     except (ssl.SSLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-        raise ValueError(f"CA bundle {settings.ca_bundle!r}: not a PEM file of certificates ({reason})") from None
+        raise ConfigError(f"CA bundle {settings.ca_bundle!r}: not a PEM file of certificates ({reason})") from None
 
 
 def describe_tls_error(exc: BaseException) -> str | None:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from agentx.errors import ConfigError
-
-
-class BadURLError(ConfigError):
-    """A server URL that cannot be used; the message names the URL (credentials scrubbed by the caller)."""
+from agentx.errors import BadURLError
 
 
 def base_url(text: str) -> tuple[str, str | None]:

@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Final, Literal
 import msgspec
 from msgspec import Meta
 
+from agentx.errors import ConfigError
 from agentx.replayer.options.fields import AGENTX, Fraction, Seconds
 from agentx.replayer.options.fields import field_help as _help
 
@@ -56,7 +57,7 @@ class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_fi
     def __post_init__(self) -> None:
         low, high = self.tstar_window
         if not 0.0 <= low <= high <= 1.0:
-            raise ValueError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {self.tstar_window}")
+            raise ConfigError(f"tstar_window must satisfy 0 <= low <= high <= 1, got {self.tstar_window}")
 
 
 class ClosedLoad(msgspec.Struct, frozen=True, kw_only=True, tag="closed", tag_field="mode"):

@@ -243,7 +243,7 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.token_high <= self.token_low:
-            raise ValueError(f"token ids need token_low < token_high, got [{self.token_low}, {self.token_high})")
+            raise ConfigError(f"token ids need token_low < token_high, got [{self.token_low}, {self.token_high})")
 
 
 class Speculative(msgspec.Struct, frozen=True, kw_only=True):
@@ -275,7 +275,7 @@ class Speculative(msgspec.Struct, frozen=True, kw_only=True):
             high = math.inf if k is None else k + 1
             if not (math.isfinite(al) and 1.0 <= al <= high):
                 bound = f"[1, K+1] = [1, {k + 1}] for K={k}" if k is not None else "at least 1"
-                raise ValueError(f"the acceptance length (bonus token included) must be {bound}, got {al}")
+                raise ConfigError(f"the acceptance length (bonus token included) must be {bound}, got {al}")
 
 
 class Runtime(msgspec.Struct, frozen=True, kw_only=True):
@@ -348,10 +348,10 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.ray is not None and not self.ray.strip():
-            raise ValueError("ray must be a cluster address, auto or local")
+            raise ConfigError("ray must be a cluster address, auto or local")
         index, count = self.shard
         if not 0 <= index < count:
-            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+            raise ConfigError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,6 +19,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from agentx.errors import ConfigError
+
 RulesName = Literal["agentx-harness-1.0.12", "aiperf-0.13.0"]
 DEFAULT_RULES_NAME: Final[RulesName] = "agentx-harness-1.0.12"
 
@@ -121,8 +123,8 @@ RULE_SETS: Final[dict[str, RuleSet]] = {rules.name: rules for rules in (HARNESS,
 
 
 def rule_set(name: str | None) -> RuleSet:
-    """The rule set called `name` (None: the default); ValueError naming the known ones otherwise."""
+    """The rule set called `name` (None: the default); ConfigError naming the known ones otherwise."""
     found = RULE_SETS.get(name or DEFAULT_RULES_NAME)
     if found is None:
-        raise ValueError(f"unknown rule set {name!r}: known are {', '.join(RULE_SETS)}")
+        raise ConfigError(f"unknown rule set {name!r}: known are {', '.join(RULE_SETS)}")
     return found

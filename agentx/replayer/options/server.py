@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
+from agentx.errors import ConfigError
 from agentx.replayer.http.url import base_url
 from agentx.replayer.options.fields import PROMPTS, PositiveSeconds
 from agentx.replayer.options.fields import field_help as _help
@@ -126,7 +127,7 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.ca_bundle is not None and not self.tls_verify:
-            raise ValueError("a CA bundle is only used when certificates are verified; pass one or the other")
+            raise ConfigError("a CA bundle is only used when certificates are verified; pass one or the other")
 
     @property
     def tls(self) -> TLSSettings:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import msgspec
 from msgspec import Meta
 
-from agentx.errors import ConfigError
+from agentx.errors import ConfigError, SloError
 
 if TYPE_CHECKING:
     from agentx.records.record import RequestRecord
@@ -51,7 +51,7 @@ class Slos(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         for metric, target_s in self.targets_s().items():
             if not math.isfinite(target_s):
-                raise ValueError(f"the {metric} SLO must be a finite number of seconds, got {target_s}")
+                raise ConfigError(f"the {metric} SLO must be a finite number of seconds, got {target_s}")
 
     def targets_s(self) -> dict[str, float]:
         """The targets given, by metric name ("ttft", "tpot", "e2el"), in seconds."""
@@ -74,10 +74,6 @@ class Slos(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             if value > target_s:
                 return False
         return True
-
-
-class SloError(ConfigError, ValueError):
-    """A `--slo` value that is not METRIC=VALUE with a known metric, a unit and a positive value."""
 
 
 def parse_slo(text: str) -> tuple[str, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from agentx.errors import ConfigError
+from agentx.errors import NothingToReplay
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.probe import UsageProbe, detect_stream_usage
 from agentx.replayer.options.replay import ReplayOptions
@@ -43,10 +43,6 @@ def prepare_trace(trace: Trace, options: ReplayOptions) -> PreparedTrace:
         (options.server.model, *options.server.models),
         preparation_key(options),
     )
-
-
-class NothingToReplay(ConfigError):  # noqa: N818 (reads as what happened)
-    """Every session of the trace was left out (`max_context_length`): there is nothing to replay."""
 
 
 def dropped_notices(sessions: ReplaySessions, options: ReplayOptions) -> list[str]:

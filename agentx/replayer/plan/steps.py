@@ -43,7 +43,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 
-from agentx.errors import ConfigError
+from agentx.errors import PlanError
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import join_index
@@ -100,10 +100,6 @@ class SessionPlan(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """For each step, the steps that list it as anchor or join (ascending)."""
     background: tuple[int, ...]
     """Steps nobody in the root's chain waits for; a lane must still wait for them before recycling."""
-
-
-class PlanError(ConfigError):
-    """The session's steps do not form a DAG (cannot happen for a valid trace; a bug guard)."""
 
 
 class _Start(msgspec.Struct, frozen=True):

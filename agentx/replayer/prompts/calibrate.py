@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from agentx.errors import ServerError
+from agentx.errors import CalibrationError
 from agentx.replayer.http.client import Client, ServerUnreachable
 
 HEAD: Final = "ok"
@@ -51,10 +51,6 @@ _FALLBACK_TEXT: Final = (
 )
 FALLBACK_WORDS: Final = tuple(_FALLBACK_TEXT.split())
 """Candidates when the server has no `/detokenize`: common words that most vocabularies hold whole."""
-
-
-class CalibrationError(ServerError):
-    """The chat text cannot be calibrated against this server (no tokenizer endpoint, too few words)."""
 
 
 class ChatCalibration(msgspec.Struct, frozen=True, kw_only=True):

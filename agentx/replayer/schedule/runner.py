@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
+from agentx.errors import WarmupFailed
 from agentx.records.record import Phase, RequestRecord
 from agentx.records.writer import RecordWriter
 from agentx.replayer.http.client import Client
@@ -38,7 +39,6 @@ from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.warmup import (
     LaneStart,
     ProfilingGate,
-    WarmupFailed,
     handoff_steps,
     lane_start,
     live_offsets,

@@ -18,7 +18,7 @@ from typing import Final, Protocol
 
 import msgspec
 
-from agentx.errors import ServerError
+from agentx.errors import WarmupFailed
 from agentx.records.record import RequestRecord
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.plan.play import Play, PreparedSession
@@ -29,10 +29,6 @@ from agentx.replayer.schedule.sending import Sender
 
 WARMUP_NOTICE_S: Final = 120.0
 """A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
-
-
-class WarmupFailed(ServerError):  # noqa: N818 (reads as a sentence: "warmup failed")
-    """A root agent's warmup primer failed: the run stops before profiling (docs/agentx.md §5)."""
 
 
 class LaneStart(msgspec.Struct, kw_only=True):

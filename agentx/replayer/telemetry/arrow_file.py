@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from agentx.engines import Engine
-from agentx.errors import ConfigError
+from agentx.errors import ServerMetricsError
 from agentx.records.ipc_files import IpcReader, fsync_path
 from agentx.replayer.telemetry.series import TELEMETRY, TELEMETRY_NAMES
 
@@ -56,10 +56,6 @@ COLUMNS: Final = [
 SCHEMA: Final = pa.schema([field for field, _ in COLUMNS])
 FILE_COMPRESSION: Final = "zstd"
 _log = logging.getLogger(__name__)
-
-
-class ServerMetricsError(ConfigError):
-    """A file that is not a readable server_metrics.arrow (or of a newer major format version)."""
 
 
 class ServerMetricsInfo(msgspec.Struct, kw_only=True):

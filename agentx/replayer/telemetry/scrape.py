@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from agentx.engines import Engine
-from agentx.replayer.http.calls import METRICS_TIMEOUT_S, ServerUnreachable
+from agentx.errors import ServerUnreachable
+from agentx.replayer.http.calls import METRICS_TIMEOUT_S
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import MESSAGE_MAX_CHARS, error_message
@@ -311,7 +312,8 @@ class TelemetryThread:
 
 def records_epoch_ns(records_path: Path) -> int | None:
     """The wall-clock epoch of a records file's clock (its `agentx.wall_epoch_ns`), None when it cannot be read."""
-    from agentx.records.record import META_EPOCH, RecordsError, RecordsReader
+    from agentx.errors import RecordsError
+    from agentx.records.record import META_EPOCH, RecordsReader
 
     try:
         with RecordsReader(records_path) as reader:

@@ -30,7 +30,7 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ConfigError
+from agentx.errors import ExportError, OutputExists, RunInProgress
 from agentx.records.record import read_records
 from agentx.results.export import aiperf_jsonl as export_jsonl
 from agentx.results.export import aiperf_summary as export_summary
@@ -48,18 +48,6 @@ FILES: Final[dict[str, str]] = {"aiperf-jsonl": JSONL_FILE, "aiperf-summary": SU
 
 NOT_EXPORTED: Final[dict[str, str]] = {**export_jsonl.NOT_EXPORTED, **export_summary.NOT_EXPORTED}
 """Every key the reference writes that agentx leaves out (`"jsonl.metrics.http_req_sending"`, ...) → why."""
-
-
-class ExportError(ConfigError):
-    """A run directory that cannot be exported (no records file, an unreadable run.json)."""
-
-
-class OutputExists(ExportError):  # noqa: N818 (reads as what is wrong, as RunExists)
-    """The export's file exists already and replacing it was not asked for."""
-
-
-class RunInProgress(ExportError):  # noqa: N818 (reads as what is wrong)
-    """The run's records file is still being written by a replay: it cannot be finalized yet."""
 
 
 RunFile = Mapping[str, Any] | msgspec.Struct | None
@@ -101,7 +89,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[pa.Table, dict[str, Any] 
     Raises `ExportError` (one line, no traceback needed) for a missing directory or records file, an
     unreadable records file, or a `run.json` that is not a JSON object.
     """
-    from agentx.records.record import RecordsError
+    from agentx.errors import RecordsError
 
     directory = Path(run_dir)
     records = _records_path(directory)
@@ -145,8 +133,7 @@ def finalize_in_place(run_dir: str | os.PathLike[str]) -> Finalized:
     records file or an unreadable records file, `OSError` when the file cannot be written (the stream is then
     untouched).
     """
-    from agentx.records.record import RecordsError
-    from agentx.records.writer import RecordsInUse
+    from agentx.errors import RecordsError, RecordsInUse
 
     records = _records_path(run_dir)
     try:

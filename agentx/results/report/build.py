@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
-from agentx.errors import ConfigError
-from agentx.records.record import RecordsError, read_records, run_info
+from agentx.errors import RecordsError, ReportError
+from agentx.records.record import read_records, run_info
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
 from agentx.results.report.cost import (
     GIVEN_TIER,
@@ -36,10 +36,6 @@ from agentx.results.report.notes import no_point, price_problem, target_note, wi
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.summarize import Summary, summarize
 from agentx.results.summary.validity import rules_of
-
-
-class ReportError(ConfigError):
-    """A directory that is neither a run nor a sweep, or unreadable files; the message says which."""
 
 
 class Level(msgspec.Struct, kw_only=True):

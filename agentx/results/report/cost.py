@@ -16,7 +16,7 @@ from typing import Final
 
 import msgspec
 
-from agentx.errors import ConfigError
+from agentx.errors import PriceError
 
 TIERS: Final = ("hyperscaler", "neocloud", "retail")
 GIVEN_TIER: Final = "given"
@@ -49,10 +49,6 @@ class PriceTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     tiers: dict[str, str] = {}
     """Tier name → what it means."""
     gpus: dict[str, GpuPrices] = {}
-
-
-class PriceError(ConfigError):
-    """A price file that cannot be read or does not have the table's shape."""
 
 
 class Cost(msgspec.Struct, frozen=True, kw_only=True):

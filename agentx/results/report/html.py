@@ -110,7 +110,8 @@ def _identity(series: Series, shown: SeriesReport) -> str:
 
 def _plots(report: Report) -> str:
     """The plots as inline SVG figures, or why there are none."""
-    from agentx.results.report.plots import PlotsUnavailableError, write_plots
+    from agentx.errors import PlotsUnavailableError
+    from agentx.results.report.plots import write_plots
 
     with tempfile.TemporaryDirectory(prefix="agentx-html-") as scratch:
         try:

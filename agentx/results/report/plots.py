@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentx.errors import ConfigError
+from agentx.errors import PlotsUnavailableError
 from agentx.records.record import read_records, run_info
 from agentx.records.run_folder import RECORDS_FILE
 from agentx.replayer.telemetry.arrow_file import aligned_times_ns, load_server_metrics, server_metrics_info
@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 PLOT_HINT: Final = "plots need matplotlib: pip install 'agentx-replay[plot]'"
 FORMATS: Final = ("png", "svg")
 _DPI = 120
-
-
-class PlotsUnavailableError(ConfigError, RuntimeError):
-    """matplotlib is not installed."""
 
 
 def _new_figure(rows: int = 1, columns: int = 1, *, height_in: float = 4.5, **subplots: Any) -> tuple[Figure, Any]:

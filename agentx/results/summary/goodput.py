@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.records.record import RecordsError, run_info
+from agentx.errors import RecordsError
+from agentx.records.record import run_info
 from agentx.results.summary.columns import equals, has, ints_or
 
 COLUMN = "slo_met"

@@ -25,8 +25,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from agentx.errors import ServerMetricsError
 from agentx.records.record import run_info
-from agentx.replayer.telemetry.arrow_file import ServerMetricsError, aligned_times_ns, server_metrics_info
+from agentx.replayer.telemetry.arrow_file import aligned_times_ns, server_metrics_info
 from agentx.replayer.telemetry.series import TELEMETRY
 from agentx.results.summary.columns import equals, floats
 from agentx.results.summary.stats import FloatArray

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from agentx.records.record import RecordsError, run_info
+from agentx.errors import RecordsError
+from agentx.records.record import run_info
 from agentx.replayer.telemetry.metrics import (
     LLAMACPP_CACHED_TOKENS,
     LLAMACPP_PROMPT_TOKENS,

@@ -59,7 +59,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.records.record import RecordsError, run_info
+from agentx.errors import RecordsError
+from agentx.records.record import run_info
 from agentx.replayer.options.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
 from agentx.results.summary.acceptance import Acceptance
 from agentx.results.summary.columns import equals, floats

@@ -18,11 +18,11 @@ from typing import Any
 
 import msgspec
 
+from agentx.errors import PromptError, TraceError
 from agentx.synth.logs.exchange import Exchange, parse_time
-from agentx.synth.logs.render import PromptError, render_anthropic
+from agentx.synth.logs.render import render_anthropic
 from agentx.synth.logs.response import Response, read_anthropic
 from agentx.synth.logs.tokenize import ApproxTokenizer
-from agentx.trace.errors import TraceError
 from agentx.trace.formats.textfile import jsonl_lines
 
 _AGENT_ID = re.compile(r"agentId[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9_-]+)")

@@ -17,11 +17,11 @@ from typing import Literal
 
 import msgspec
 
+from agentx.errors import TraceError
 from agentx.synth.logs.exchange import Exchange
 from agentx.synth.logs.hashing import ChainHasher, IdRemap, random_salt
 from agentx.synth.logs.tokenize import Tokenizer, load_tokenizer
 from agentx.synth.logs.tree import Call, Chain, ChainBuilder, Extends, build_trees
-from agentx.trace.errors import TraceError
 from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace, delta_encode
 
 LogFormat = Literal["anthropic-proxy", "openai-proxy", "claude-code"]

@@ -14,6 +14,8 @@ import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from agentx.errors import ConfigError
+
 DIGEST_BYTES = 16
 _KEY_BYTES = 64  # BLAKE2b's largest key
 _SEPARATOR = "\x00"  # keeps ["ab", "c"] and ["a", "bc"] apart
@@ -29,9 +31,9 @@ def read_salt(path: str | os.PathLike[str]) -> bytes:
     try:
         data = Path(path).read_bytes().rstrip()
     except OSError as exc:
-        raise ValueError(f"--salt-file {path}: cannot read it ({exc.strerror or exc})") from exc
+        raise ConfigError(f"--salt-file {path}: cannot read it ({exc.strerror or exc})") from exc
     if not data:
-        raise ValueError(f"--salt-file {path}: the file is empty; put a long random secret in it")
+        raise ConfigError(f"--salt-file {path}: the file is empty; put a long random secret in it")
     return data
 
 

@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentx.errors import PromptError, ResponseError, TraceError
 from agentx.synth.logs.exchange import Exchange, parse_time
-from agentx.synth.logs.render import PromptError, render_anthropic, render_openai
-from agentx.synth.logs.response import ResponseError, read_anthropic, read_openai
-from agentx.trace.errors import TraceError
+from agentx.synth.logs.render import render_anthropic, render_openai
+from agentx.synth.logs.response import read_anthropic, read_openai
 from agentx.trace.formats.textfile import jsonl_lines
 
 ProxyFormat = Literal["anthropic-proxy", "openai-proxy"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from agentx.errors import ConfigError
+from agentx.errors import PromptError
 
 MARK_SYSTEM = "<|system|>\n"
 MARK_TOOLS = "<|tools|>\n"
@@ -22,10 +22,6 @@ MARK_ASSISTANT = "<|assistant|>\n"
 MARK_TOOL_RESULT = "<|tool_result|>\n"
 MARK_TOOL_CALL = "<|tool_call|>\n"
 MARK_THINKING = "<|thinking|>\n"
-
-
-class PromptError(ConfigError):
-    """A request body that cannot be rendered (the message says which part)."""
 
 
 class Prompt(msgspec.Struct, kw_only=True):

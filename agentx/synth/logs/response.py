@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from agentx.errors import ConfigError
+from agentx.errors import ResponseError
 
 STOP_REASONS = frozenset(
     {
@@ -27,10 +27,6 @@ STOP_REASONS = frozenset(
     }
 )
 """Stop reasons kept verbatim; anything else is written as "other" (it could carry text)."""
-
-
-class ResponseError(ConfigError):
-    """A response that cannot be read (the message says why)."""
 
 
 class Response(msgspec.Struct, kw_only=True):

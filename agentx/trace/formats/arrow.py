@@ -19,7 +19,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
 from agentx.trace.validate import check_session, check_trace_header
 

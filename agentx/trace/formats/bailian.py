@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.trace.errors import Findings
+from agentx.trace.findings import Findings
 from agentx.trace.formats.mooncake import KeyTally, bad_length, bad_number, decode_row
 from agentx.trace.formats.textfile import jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode

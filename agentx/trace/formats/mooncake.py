@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from agentx.trace.errors import Findings
+from agentx.trace.findings import Findings
 from agentx.trace.formats.textfile import jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
 from agentx.trace.validate import check_session, check_trace_header

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from agentx.trace.errors import TraceError
+from agentx.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from agentx.trace.errors import Findings, TraceError
+from agentx.errors import TraceError
+from agentx.trace.findings import Findings
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.formats.weka import WekaCall, WekaRequest, WekaStreamedRequest, WekaSubagent, WekaTrace
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
