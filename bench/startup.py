@@ -216,7 +216,7 @@ def _corpus(out: Path, sessions: int) -> Path:
     arrow = out / f"startup-corpus-{sessions}.arrow"
     if arrow.exists():
         return arrow
-    from agentx import load_trace, save_trace
+    from agentx.trace import load_trace, save_trace
 
     jsonl = out / f"startup-corpus-{sessions}.weka.jsonl"
     print(f"generating a {sessions}-session corpus (once) ...", flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.synth.generate import generate
+from agentx.synth.generation import generate
 from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
 from agentx.synth.logs.mock_logs import mock_logs
 from agentx.synth.logs.tokenize import ApproxTokenizer

@@ -3,7 +3,7 @@
     .venv/bin/python examples/embed_in_harness.py                 # the built-in simulator, 4 sample sessions
     .venv/bin/python examples/embed_in_harness.py --url http://127.0.0.1:8000 --model my-model
 
-Without --url it starts `agentx.SimServer` (a simulated vLLM-like server, no GPU) for the duration.
+Without --url it starts `agentx.sim.SimServer` (a simulated vLLM-like server, no GPU) for the duration.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import agentx
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 
 
-async def run(trace: agentx.Trace, options: agentx.ReplayOptions) -> agentx.ReplayResult | None:
+async def run(trace: agentx.trace.Trace, options: agentx.ReplayOptions) -> agentx.ReplayResult | None:
     # `async with` makes sure the run stops (gracefully, records flushed) if this harness leaves the loop early.
     async with agentx.stream_replay(trace, options) as stream:
         async for record in stream:  # one RequestRecord per finished request, as it finishes
@@ -45,11 +45,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="run directory (default: a temporary one)")
     args = parser.parse_args()
 
-    trace = agentx.load_trace(args.trace)
+    trace = agentx.trace.load_trace(args.trace)
     with contextlib.ExitStack() as stack:
         url, model = args.url, args.model
         if url is None:
-            sim = stack.enter_context(agentx.SimServer(time_scale=args.time_scale, block_size=trace.block_size))
+            sim = stack.enter_context(agentx.sim.SimServer(time_scale=args.time_scale, block_size=trace.block_size))
             url, model = sim.url, model or sim.model
             print(f"simulator at {url}")
         if model is None:

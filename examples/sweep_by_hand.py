@@ -3,7 +3,7 @@
     .venv/bin/python examples/sweep_by_hand.py                          # levels 1, 2, 4 on the simulator
     .venv/bin/python examples/sweep_by_hand.py --levels 8,16,32 --url http://127.0.0.1:8000 --model my-model
 
-Without --url each level gets a fresh `agentx.SimServer`, so every level starts with a cold prefix cache.
+Without --url each level gets a fresh `agentx.sim.SimServer`, so every level starts with a cold prefix cache.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     if args.url is not None and args.model is None:
         parser.error("--model is required with --url")
 
-    trace = agentx.load_trace(args.trace)
+    trace = agentx.trace.load_trace(args.trace)
     with contextlib.ExitStack() as stack:
         out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agentx-sweep-")))
         print(f"{'concurrency':>11}  {'requests':>8}  {'output tok/s':>12}  {'total tok/s':>12}  {'p90 intvty':>10}")
@@ -41,7 +41,7 @@ def main() -> None:
             with contextlib.ExitStack() as server:
                 url, model = args.url, args.model
                 if url is None:
-                    sim = agentx.SimServer(time_scale=args.time_scale, block_size=trace.block_size)
+                    sim = agentx.sim.SimServer(time_scale=args.time_scale, block_size=trace.block_size)
                     server.enter_context(sim)
                     url, model = sim.url, sim.model
                 options = agentx.ReplayOptions(

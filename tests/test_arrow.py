@@ -22,7 +22,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.validate import MAX_AGENT_DEPTH
+from agentx.trace.validation import MAX_AGENT_DEPTH
 
 
 def _small_trace() -> Trace:

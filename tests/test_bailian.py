@@ -18,7 +18,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats.bailian import read_bailian
 from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Request
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 FIXTURE_SETTINGS = settings(deadline=None)
 

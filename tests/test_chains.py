@@ -14,7 +14,7 @@ from agentx.replayer.plan.steps import plan_session
 from agentx.trace.chains import ChainRules, split_flattened_agents, split_trace
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 Key = tuple[float, str, int, int, float | None, tuple[int, ...]]
 """What a request must keep when it moves: (t, model, in, out, api_time, full hash ids)."""

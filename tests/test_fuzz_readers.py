@@ -20,7 +20,7 @@ from agentx.errors import TraceError
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import Format, load_trace
 from agentx.trace.model import Trace
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 
 def fuzz(examples: int) -> settings:

@@ -19,6 +19,7 @@ FLOORS = {
     "secrets": -1,
     "distribution": -1,
     "engines": -1,
+    "exports": -1,
     "trace": 0,
     "sim": 0,
     "records": 0,

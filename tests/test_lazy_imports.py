@@ -3,48 +3,14 @@ needs it. Which modules load is pinned here; how long start-up takes is a figure
 
 from __future__ import annotations
 
-import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 import agentx
 
 INIT = Path(agentx.__file__)
 MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "sample.mooncake.jsonl"
-
-
-def _typing_imports() -> dict[str, str]:
-    """Name → module of the `if TYPE_CHECKING:` imports of agentx/__init__.py (what type checkers see)."""
-    tree = ast.parse(INIT.read_text(encoding="utf-8"))
-    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
-    return {
-        alias.asname or alias.name: node.module or ""
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-def test_every_public_name_has_one_home_that_type_checkers_see_too() -> None:
-    homes = agentx._HOMES
-    assert set(homes) == set(agentx.__all__) == set(_typing_imports())
-    assert homes == _typing_imports()
-
-
-def test_every_public_name_resolves_to_its_home() -> None:
-    for name in agentx.__all__:
-        value = getattr(agentx, name)
-        assert value is getattr(importlib.import_module(agentx._HOMES[name]), name)
-        assert name in dir(agentx)
-
-
-def test_an_unknown_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no_such_name"):
-        getattr(agentx, "no_such_name")  # noqa: B009 (a name no type checker would let through)
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -71,11 +37,11 @@ run may load."""
 
 def test_import_agentx_loads_nothing_heavy() -> None:
     assert _packages(_loaded_after("import agentx")) & (HEAVY | {"asyncio", "msgspec", "click"}) == set()
-    assert _packages(_loaded_after("from agentx import Trace, ReplayOptions")) & HEAVY == set()
+    assert _packages(_loaded_after("from agentx import ReplayOptions; from agentx.trace import Trace")) & HEAVY == set()
 
 
 def test_a_jsonl_trace_loads_without_pyarrow_or_numpy() -> None:
-    loaded = _loaded_after(f"import agentx; agentx.load_trace({str(MOONCAKE)!r})")
+    loaded = _loaded_after(f"import agentx; agentx.trace.load_trace({str(MOONCAKE)!r})")
     assert _packages(loaded) & HEAVY == set()
 
 

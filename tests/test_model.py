@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from strategies import hash_id_lists, traces
 
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 # Few distinct values, so that common prefixes of every length come up.
 id_lists = st.lists(st.integers(0, 3), max_size=12)

@@ -17,7 +17,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats.mooncake import read_mooncake, write_mooncake
 from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
 FIXTURE_SETTINGS = settings(deadline=None)

@@ -85,7 +85,7 @@ def rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimServer]:
-    trace = agentx.load_trace(SAMPLE)
+    trace = agentx.trace.load_trace(SAMPLE)
     with SimServer(time_scale=0.01, block_size=trace.block_size) as server:
         yield server
 
@@ -99,7 +99,7 @@ def finished_run(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> Pa
         load=ClosedLoad(concurrency=2),
         scenario=Scenario(sessions=2, delay_scale=0.01),
     )
-    result = agentx.replay_sync(agentx.load_trace(SAMPLE), options)
+    result = agentx.replay_sync(agentx.trace.load_trace(SAMPLE), options)
     assert result.run.requests > 0 and result.run.errors == 0
     return out
 
@@ -345,7 +345,7 @@ def test_a_merged_workers_file_is_an_ipc_file(tmp_path: Path) -> None:
 
 
 def test_the_sample_trace_opens_in_pyarrow_polars_and_duckdb() -> None:
-    trace = agentx.load_trace(SAMPLE)
+    trace = agentx.trace.load_trace(SAMPLE)
     requests = [request for session in trace.sessions for agent, _, _ in session.agents() for request in agent.requests]
     total_in = sum(request.in_tokens for request in requests)
     table = feather.read_table(SAMPLE)

@@ -9,7 +9,7 @@ import pytest
 
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Session, Trace
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 from scripts.make_sample_traces import (
     ARROW_NAME,
     MOONCAKE_NAME,

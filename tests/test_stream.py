@@ -20,17 +20,17 @@ SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 
 
 @pytest.fixture(scope="module")
-def trace() -> agentx.Trace:
-    return agentx.load_trace(SAMPLE)
+def trace() -> agentx.trace.Trace:
+    return agentx.trace.load_trace(SAMPLE)
 
 
 @pytest.fixture(scope="module")
-def sim(trace: agentx.Trace) -> Iterator[agentx.SimServer]:
-    with agentx.SimServer(time_scale=0.02, block_size=trace.block_size) as server:
+def sim(trace: agentx.trace.Trace) -> Iterator[agentx.sim.SimServer]:
+    with agentx.sim.SimServer(time_scale=0.02, block_size=trace.block_size) as server:
         yield server
 
 
-def _options(sim: agentx.SimServer, out_dir: Path, **kwargs: object) -> agentx.ReplayOptions:
+def _options(sim: agentx.sim.SimServer, out_dir: Path, **kwargs: object) -> agentx.ReplayOptions:
     fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": 5.0, "concurrency": 2}
     fields.update(kwargs)
     return replay_options(mode="closed", url=sim.url, model=sim.model, out_dir=out_dir, **fields)
@@ -41,7 +41,7 @@ def _keys(records: list[agentx.RequestRecord]) -> list[tuple[int, str, str, int]
 
 
 def test_yields_every_record_as_it_finishes_then_ends_with_the_result(
-    sim: agentx.SimServer, trace: agentx.Trace, tmp_path: Path
+    sim: agentx.sim.SimServer, trace: agentx.trace.Trace, tmp_path: Path
 ) -> None:
     async def consume() -> tuple[list[agentx.RequestRecord], list[bool], agentx.ReplayStream]:
         stream = agentx.stream_replay(trace, _options(sim, tmp_path, sessions=3))
@@ -65,7 +65,7 @@ def test_yields_every_record_as_it_finishes_then_ends_with_the_result(
 
 
 def test_cancelling_the_consumer_stops_the_run_gracefully(
-    sim: agentx.SimServer, trace: agentx.Trace, tmp_path: Path
+    sim: agentx.sim.SimServer, trace: agentx.trace.Trace, tmp_path: Path
 ) -> None:
     # Real think times at 1/20 scale: the whole trace would take minutes; the consumer quits after 3 records.
     options = _options(sim, tmp_path, delay_scale=0.05, grace_s=2.0, concurrency=2)
@@ -101,7 +101,7 @@ def test_cancelling_the_consumer_stops_the_run_gracefully(
 
 
 def test_leaving_the_async_with_block_early_stops_the_run(
-    sim: agentx.SimServer, trace: agentx.Trace, tmp_path: Path
+    sim: agentx.sim.SimServer, trace: agentx.trace.Trace, tmp_path: Path
 ) -> None:
     options = _options(sim, tmp_path, delay_scale=0.05, grace_s=2.0)
 
@@ -117,7 +117,7 @@ def test_leaving_the_async_with_block_early_stops_the_run(
     assert (tmp_path / RUN_FILE).exists()
 
 
-def test_an_unreachable_server_raises_from_the_iteration(trace: agentx.Trace, tmp_path: Path) -> None:
+def test_an_unreachable_server_raises_from_the_iteration(trace: agentx.trace.Trace, tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from agentx.cli import main
 from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
 from agentx.trace.io import load_trace
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 SECRET = "zqclaudesecret42"
 

@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentx.cli import main
-from agentx.synth.compare import compare, ks_distance
-from agentx.synth.fit import fit
-from agentx.synth.generate import generate
+from agentx.synth.fidelity import compare, ks_distance
+from agentx.synth.fitting import fit
+from agentx.synth.generation import generate
 from agentx.synth.presets import preset
 from agentx.trace.io import load_trace
 from agentx.trace.model import Trace
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 samples = st.lists(st.integers(0, 20).map(float), min_size=1, max_size=40)

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from agentx.cli import main
 from agentx.synth.dist import Dist
-from agentx.synth.generate import generate
+from agentx.synth.generation import generate
 from agentx.synth.presets import preset
 from agentx.trace.io import load_trace
 from agentx.trace.stats import tree_shape
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 
 def test_a_preset_trace_validates_without_findings_and_is_reproducible() -> None:

@@ -24,7 +24,7 @@ from agentx.synth.logs.render import render_anthropic
 from agentx.synth.logs.tokenize import ApproxTokenizer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Trace
-from agentx.trace.validate import validate
+from agentx.trace.validation import validate
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FUZZ_KEYS = [
@@ -84,7 +84,7 @@ def test_round_trip_recovers_tree_lengths_and_sharing(
 
 
 def test_round_trip_of_a_generated_trace(tmp_path: Path) -> None:
-    from agentx.synth.generate import generate
+    from agentx.synth.generation import generate
     from agentx.synth.presets import preset
 
     source = generate(preset("agentic-coding"), sessions=12, seed=5)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from agentx.errors import Finding, TraceError
 from agentx.trace.findings import Findings
 from agentx.trace.model import Agent, Request, Session, Trace
-from agentx.trace.validate import (
+from agentx.trace.validation import (
     MAX_AGENT_DEPTH,
     MAX_BLOCK_SIZE,
     MAX_TOKENS_PER_REQUEST,

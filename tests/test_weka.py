@@ -23,7 +23,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats import arrow, weka_reader, weka_writer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Provenance, Trace, delta_encode
-from agentx.trace.validate import MAX_AGENT_DEPTH, MAX_BLOCK_SIZE, MAX_TOKENS_PER_REQUEST, validate
+from agentx.trace.validation import MAX_AGENT_DEPTH, MAX_BLOCK_SIZE, MAX_TOKENS_PER_REQUEST, validate
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -146,3 +146,25 @@ def test_the_cli_runs_workers_and_summarizes_the_merged_records(tmp_path: Path) 
     assert counts["kept"] == counts["rows"] - counts["warmup_excluded"] > 0
     assert (tmp_path / "run" / "run.json").is_file()
     assert len(to_records(read_records(tmp_path / "run" / "records.arrow"))) == summary["counts"]["rows"]
+
+
+def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
+    import agentx
+    from agentx.replayer.options.replay import Runtime
+
+    trace = agentx.trace.load_trace(SAMPLE)
+    with SimServer(time_scale=0.002) as sim:
+        options = ReplayOptions(
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path / "run",
+            load=ClosedLoad(concurrency=4),
+            scenario=Scenario(sessions=6, delay_scale=0.001),
+            runtime=Runtime(workers=2),
+        )
+        result = agentx.replay_sync(trace, options, trace_path=SAMPLE)
+        with pytest.raises(agentx.ConfigError, match="per-request callbacks"):
+            asyncio.run(agentx.replay(trace, msgspec.structs.replace(options, out_dir=tmp_path / "b"), on_record=print))
+    records = to_records(read_records(result.run.records_path))
+    assert {r.lane for r in records} == {0, 1, 2, 3} and result.run.trees_finished == 6
+    assert (tmp_path / "run" / "workers" / "1").is_dir()  # shards wrote their own records beside the merged ones
+    assert result.summary.counts.rows == len(records) and result.run.trace_path == str(SAMPLE.resolve())

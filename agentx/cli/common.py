@@ -20,7 +20,7 @@ import click
 
 from agentx.errors import AgentxError, ConfigError, Finding, RunError, ServerError, TraceError
 from agentx.trace.io import FORMATS, Format, load_trace
-from agentx.trace.validate import MAX_BLOCK_SIZE
+from agentx.trace.validation import MAX_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from rich.console import Console

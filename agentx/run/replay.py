@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -39,7 +40,7 @@ from agentx.results.summary.acceptance import run_acceptance
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import Summary, summarize
 from agentx.results.summary.validity import validity
-from agentx.trace.io import Format
+from agentx.trace.io import Format, save_trace
 from agentx.trace.model import Trace
 
 
@@ -113,10 +114,13 @@ async def replay(
             telemetry.append(task)
 
     if options.runtime.workers > 1 and options.runtime.ray is None:
-        raise ConfigError(
-            f"workers={options.runtime.workers} without ray: a replay over this host's processes is "
-            "`replay_workers(trace_path, options, workers)` (the CLI's --workers); set ray for Ray actors"
-        )
+        if on_record is not None or on_sent is not None or on_profiling is not None:
+            raise ConfigError(
+                f"workers={options.runtime.workers}: per-request callbacks (on_record, on_sent, on_profiling) need "
+                "the run in this process; records of a run over processes meet in records.arrow at its end"
+            )
+        plain = trace.trace if isinstance(trace, PreparedTrace) else trace
+        return await asyncio.to_thread(_replay_saved, plain, options, num_gpus, trace_path)
     try:
         run = await (run_cluster if options.runtime.ray is not None else run_replay)(
             trace,
@@ -186,6 +190,18 @@ def _finish(
     return result
 
 
+def _replay_saved(
+    trace: Trace, options: ReplayOptions, num_gpus: int | None, trace_path: str | os.PathLike[str] | None
+) -> ReplayResult:
+    """`trace` over `options.runtime.workers` processes: saved once as Arrow for the workers to load."""
+    with tempfile.TemporaryDirectory(prefix="agentx-trace-") as folder:
+        saved = Path(folder) / "trace.arrow"
+        save_trace(trace, saved)
+        return replay_workers(
+            saved, options, options.runtime.workers, num_gpus=num_gpus, kept_trace_path=trace_path, keep_path=False
+        )
+
+
 def replay_workers(
     trace_path: str | os.PathLike[str],
     options: ReplayOptions,
@@ -194,9 +210,12 @@ def replay_workers(
     num_gpus: int | None = None,
     trace_format: Format | None = None,
     block_size: int | None = None,
+    kept_trace_path: str | os.PathLike[str] | None = None,
+    keep_path: bool = True,
 ) -> ReplayResult:
     """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
-    blocking. No per-record callbacks: records cross processes only through the files."""
+    blocking. No per-record callbacks: records cross processes only through the files. run.json keeps
+    `trace_path` (with `keep_path`) or `kept_trace_path`."""
     before = asyncio.run(_scrape(options))
     # The parent scrapes the telemetry while its workers replay: the run's id is fixed here so the file carries it.
     options = msgspec.structs.replace(
@@ -212,7 +231,7 @@ def replay_workers(
         telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
     run.notices += telemetry.notices
     after = asyncio.run(_scrape(options)) if before is not None else None
-    return _finish(options, run, before, after, num_gpus, trace_path)
+    return _finish(options, run, before, after, num_gpus, trace_path if keep_path else kept_trace_path)
 
 
 def replay_sync(

@@ -186,7 +186,7 @@ def find_chains(
 
 
 ID_BYTES: Final = 8
-"""Bytes per id in a tail key: hash ids are int64 (`agentx.trace.validate`)."""
+"""Bytes per id in a tail key: hash ids are int64 (`agentx.trace.validation`)."""
 
 
 def _key(ids: HashIds) -> bytes:

@@ -17,7 +17,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats import bailian, mooncake, weka, weka_reader, weka_writer
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.model import Trace
-from agentx.trace.validate import MAX_BLOCK_SIZE
+from agentx.trace.validation import MAX_BLOCK_SIZE
 
 Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
 FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")

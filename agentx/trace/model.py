@@ -9,7 +9,7 @@ contexts grow turn by turn, so this holds a ~100k-request corpus in megabytes in
 gigabytes its ~150M full id lists would take. `Agent.hash_ids(i)` and `Agent.iter_hash_ids()`
 give the full lists back.
 
-Invariants (checked by `agentx.trace.validate`):
+Invariants (checked by `agentx.trace.validation`):
 - `0 <= hash_ids_kept <= len(previous request's hash_ids)`, and 0 on an agent's first request;
 - times are finite and non-negative; `in`/`out` are non-negative;
 - agent ids are unique within a session; the root agent's id is `""`;

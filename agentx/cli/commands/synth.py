@@ -62,7 +62,7 @@ def synth_from_logs(
     """Turn logs (INPUTS: files or folders) into an anonymized trace: lengths, times, block ids, agent tree."""
     from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
     from agentx.synth.logs.hashing import read_salt
-    from agentx.trace.validate import validate as validate_trace
+    from agentx.trace.validation import validate as validate_trace
 
     started = time.perf_counter()
     options = msgspec.convert(
@@ -110,8 +110,8 @@ def synth_generate(
     preset_name: str | None, like: Path | None, sessions: int | None, seed: int, scope: str | None, out: Path
 ) -> None:
     """Generate sessions from a preset or from a model fitted to a trace (more sessions, never compressed time)."""
-    from agentx.synth.fit import fit
-    from agentx.synth.generate import generate
+    from agentx.synth.fitting import fit
+    from agentx.synth.generation import generate
     from agentx.synth.presets import PRESETS, preset
 
     if (preset_name is None) == (like is None):
@@ -146,7 +146,7 @@ def synth_generate(
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def synth_compare(trace_a: Path, trace_b: Path, as_json: bool) -> None:
     """How alike TRACE_A and TRACE_B are: KS distances, prefix-cache hit-rate curves, a verdict."""
-    from agentx.synth.compare import compare
+    from agentx.synth.fidelity import compare
 
     fidelity = compare(load_trace(trace_a), load_trace(trace_b))
     if as_json:

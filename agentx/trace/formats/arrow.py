@@ -22,7 +22,7 @@ import pyarrow.ipc as ipc
 from agentx.errors import TraceError
 from agentx.trace.findings import Findings
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
-from agentx.trace.validate import check_session, check_trace_header
+from agentx.trace.validation import check_session, check_trace_header
 
 _STRING = pa.dictionary(pa.int32(), pa.string())
 

@@ -26,7 +26,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats.mooncake import KeyTally, bad_length, bad_number, decode_row
 from agentx.trace.formats.textfile import jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.validate import check_session, check_trace_header
+from agentx.trace.validation import check_session, check_trace_header
 
 DEFAULT_BLOCK_SIZE = 16
 ROOT_PARENT = -1

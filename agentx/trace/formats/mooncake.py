@@ -45,7 +45,7 @@ import msgspec
 from agentx.trace.findings import Findings
 from agentx.trace.formats.textfile import jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.validate import check_session, check_trace_header
+from agentx.trace.validation import check_session, check_trace_header
 
 DEFAULT_BLOCK_SIZE = 512
 

@@ -22,7 +22,7 @@ from agentx.trace.findings import Findings
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.formats.weka import WekaCall, WekaRequest, WekaStreamedRequest, WekaSubagent, WekaTrace
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
-from agentx.trace.validate import MAX_BLOCK_SIZE, check_session
+from agentx.trace.validation import MAX_BLOCK_SIZE, check_session
 
 DEFAULT_BLOCK_SIZE = 64
 _LEGACY_EPSILON_S = 1e-6
