@@ -1,5 +1,6 @@
-"""The command-line flags come from the option structs (agentx/cli/flags.py): one definition, so `replay`, `sweep`
-and `decode` cannot drift, and a flag's default is the field's."""
+"""The command-line flags come from the option structs' fields and the CLI's flag table (agentx/cli/flags.py,
+agentx/cli/flag_table.py): one definition, so `replay`, `sweep` and `decode` cannot drift, and a flag's default is
+the field's."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pathlib import Path
 
 import click
 import msgspec
-import msgspec.inspect as mi
 import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.cli.flags import HELP_GROUPS, GroupedCommand, fields_with_flags, flag_name
+from agentx.cli.flag_table import FLAGS
+from agentx.cli.flags import HELP_GROUPS, GroupedCommand, field_flag, fields_with_flags, flag_name
 from agentx.cli.parsed import SERVER_SKIP
 from agentx.replayer.options.replay import (
     LOADS,
@@ -40,7 +41,7 @@ def _options(command: str) -> dict[str, click.Option]:
 
 
 def _flags(*kinds: type[msgspec.Struct], skip: frozenset[str] = frozenset()) -> set[str]:
-    return {flag_name(field) for kind in kinds for field in fields_with_flags(kind) if field.name not in skip}
+    return {flag_name(kind, field) for kind in kinds for field in fields_with_flags(kind) if field.name not in skip}
 
 
 @pytest.mark.parametrize("command", ["replay", "sweep", "decode"])
@@ -60,16 +61,16 @@ def test_replay_and_sweep_take_every_load_scenario_and_runtime_flag(command: str
 def test_a_flags_default_and_help_are_its_fields(kind: type[msgspec.Struct]) -> None:
     options = _options("decode" if kind is DecodeOptions else "replay")
     for field in fields_with_flags(kind, SERVER_SKIP):
-        option = options[flag_name(field)]
-        meta = field.type
-        assert isinstance(meta, mi.Metadata) and meta.extra is not None
-        assert option.help == meta.extra["help"] or field.name == "url"  # --url says more about the simulator
+        option = options[flag_name(kind, field)]
+        entry = field_flag(kind, field)
+        assert entry is not None
+        assert option.help == entry.help or field.name == "url"  # --url says more about the simulator
         default = field.default
-        if field.required or option.multiple or option.is_flag or (default is None and "none" not in meta.extra):
+        if field.required or option.multiple or option.is_flag or (default is None and entry.none is None):
             assert not option.required  # the CLI's own defaults (a simulator, the server's model) fill them
             continue
-        if "none" in meta.extra and default is None:
-            assert option.default == meta.extra["none"]
+        if entry.none is not None and default is None:
+            assert option.default == entry.none
         elif isinstance(default, tuple):
             assert option.default == ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
         else:
@@ -151,6 +152,12 @@ def test_the_most_used_replay_flags_come_first() -> None:
 def test_every_derived_flag_names_a_known_section() -> None:
     for kind in (*SHARED, *LOADS, Scenario, Runtime, DecodeOptions):
         for field in fields_with_flags(kind):
-            meta = field.type
-            assert isinstance(meta, mi.Metadata) and meta.extra is not None
-            assert meta.extra.get("group", "Server") in HELP_GROUPS, (kind.__name__, field.name)
+            entry = field_flag(kind, field)
+            assert entry is not None and (entry.group or "Server") in HELP_GROUPS, (kind.__name__, field.name)
+
+
+def test_every_entry_of_the_flag_table_is_a_field() -> None:
+    kinds = {kind.__name__: kind for kind in (*SHARED, *LOADS, Scenario, Runtime, DecodeOptions)}
+    for path in FLAGS:
+        struct, _, field = path.partition(".")
+        assert field in {f.name for f in msgspec.structs.fields(kinds[struct])}, path

@@ -1,18 +1,17 @@
-"""Command-line flags derived from the option structs (agentx.replayer.options.replay), so that `replay`, `sweep` and
-`decode` share one definition of every flag they have in common.
+"""Command-line flags of the option structs' fields (agentx.replayer.options), from the table of
+agentx.cli.flag_table, so that `replay`, `sweep` and `decode` share one definition of every flag they have in common.
 
-A field becomes a flag when its `Meta.extra` has a `help` line. The flag is `--field-name` (a unit suffix `_s`
-dropped) unless `extra["flag"]` names it; its click type, range, choices and default come from the field's type
-and constraints; `extra["none"]` is the word that means None (e.g. `--idle-timeout off`), `extra["bare"]` the
-value of the flag given alone (`--ray` for `--ray auto`). Fields whose values need parsing (headers, JSON,
-NAME=VALUE pairs, LOW,HIGH) take a parser from the caller (`extra["repeat"]`: the flag may be given more than
-once). The values come back as keyword arguments named `part__field`; `part_values` gathers one part's, with the
-flags the user set.
+A field is a flag when the table has its path (`Scenario.duration_s`). The flag is `--field-name` (a unit suffix `_s`
+dropped) unless the entry names it; its click type, range, choices and default come from the field's type and
+constraints; `none` is the word that means None (e.g. `--idle-timeout off`), `bare` the value of the flag given alone
+(`--ray` for `--ray auto`). Fields whose values need parsing (headers, JSON, NAME=VALUE pairs, LOW,HIGH) take a parser
+from the caller (`repeat`: the flag may be given more than once). The values come back as keyword arguments named
+`part__field`; `part_values` gathers one part's, with the flags the user set.
 
 `--help` lists the options in sections, `HELP_GROUPS`, most used first (`GroupedCommand`): a derived flag in its
-field's `extra["group"]`, else its part's (`part_flags(group=...)`); an option a command defines itself in
-`OWN_OPTION_GROUPS`, by parameter name. A field with `extra["late"]` is listed after its section's other options
-(a derived flag less used than the options a command defines after the derived ones, such as `--out`).
+entry's `group`, else its part's (`part_flags(group=...)`); an option a command defines itself in `OWN_OPTION_GROUPS`,
+by parameter name. An entry with `late` is listed after its section's other options (a derived flag less used than the
+options a command defines after the derived ones, such as `--out`).
 """
 
 from __future__ import annotations
@@ -25,6 +24,8 @@ from typing import Any, Final
 import click
 import msgspec
 import msgspec.inspect as mi
+
+from agentx.cli.flag_table import FLAGS, Flag
 
 Command = Callable[..., Any]
 HELP_GROUPS: Final = (
@@ -68,16 +69,14 @@ Parser = Callable[[str, Any], Any]
 """`parser(flag, raw)`: the field's value from what click parsed; click.BadParameter when it cannot be one."""
 
 
-def _field_meta(field: mi.Field) -> tuple[mi.Type, dict[str, Any]]:
-    kind = field.type
-    if isinstance(kind, mi.Metadata):
-        return kind.type, dict(kind.extra or {})
-    return kind, {}
+def field_flag(kind: type[msgspec.Struct], field: mi.Field) -> Flag | None:
+    """How `kind`'s `field` is a flag (agentx.cli.flag_table); None when it is not one."""
+    return FLAGS.get(f"{kind.__name__}.{field.name}")
 
 
-def flag_name(field: mi.Field) -> str:
-    _, extra = _field_meta(field)
-    return str(extra.get("flag") or "--" + field.name.removesuffix("_s").replace("_", "-"))
+def flag_name(kind: type[msgspec.Struct], field: mi.Field) -> str:
+    entry = field_flag(kind, field)
+    return (entry.flag if entry is not None else None) or "--" + field.name.removesuffix("_s").replace("_", "-")
 
 
 def _inner(kind: mi.Type) -> tuple[mi.Type, bool]:
@@ -177,21 +176,30 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], group: str, **overrides: Any) -> Any:
-    """The click option of one field (see the module docstring), listed under its `extra["group"]`, else `group`."""
-    kind, extra = _field_meta(field)
-    names = [flag_name(field)] + ([extra["alias"]] if "alias" in extra else [])
+def field_option(
+    part: str,
+    struct: type[msgspec.Struct],
+    field: mi.Field,
+    parsers: Mapping[str, Parser],
+    group: str,
+    **overrides: Any,
+) -> Any:
+    """The click option of one field (see the module docstring), listed under its entry's `group`, else `group`."""
+    entry = field_flag(struct, field)
+    assert entry is not None
+    kind = field.type.type if isinstance(field.type, mi.Metadata) else field.type
+    names = [flag_name(struct, field)] + ([entry.alias] if entry.alias is not None else [])
     settings: dict[str, Any] = {
-        "help": extra["help"],
-        "metavar": extra.get("metavar"),
+        "help": entry.help,
+        "metavar": entry.metavar,
         "cls": GroupedOption,
-        "group": extra.get("group", group),
-        "late": bool(extra.get("late")),
+        "group": entry.group or group,
+        "late": entry.late,
     }
     default = None if field.required else field.default
     inner, _ = _inner(kind)
     if field.name in parsers:
-        multiple = bool(extra.get("repeat"))
+        multiple = entry.repeat
         settings.update(type=str, multiple=multiple)
         if not multiple and default is not None and not isinstance(default, dict):
             settings.update(default=",".join(map(_text, default)) if isinstance(default, tuple) else default)
@@ -201,11 +209,11 @@ def field_option(part: str, field: mi.Field, parsers: Mapping[str, Parser], grou
         settings.update(default=default, show_default=True)
     elif isinstance(inner, mi.VarTupleType):
         settings.update(type=_click_type(inner.item_type), multiple=True)
-    elif "bare" in extra:  # the flag alone means `bare`, e.g. `--ray` for `--ray auto`
-        settings.update(type=str, is_flag=False, flag_value=extra["bare"], default=default)
-    elif "none" in extra:
-        settings.update(type=_Value(_click_type(inner), extra["none"]), show_default=True)
-        settings["default"] = extra["none"] if default is None else str(default)
+    elif entry.bare is not None:  # the flag alone means `bare`, e.g. `--ray` for `--ray auto`
+        settings.update(type=str, is_flag=False, flag_value=entry.bare, default=default)
+    elif entry.none is not None:
+        settings.update(type=_Value(_click_type(inner), entry.none), show_default=True)
+        settings["default"] = entry.none if default is None else str(default)
     else:
         settings.update(type=_finite(_click_type(inner)))
         if default is not None:
@@ -223,7 +231,7 @@ def _fields(kind: type[msgspec.Struct]) -> tuple[mi.Field, ...]:
 
 
 def fields_with_flags(kind: type[msgspec.Struct], skip: frozenset[str] = frozenset()) -> list[mi.Field]:
-    return [f for f in _fields(kind) if f.name not in skip and "help" in _field_meta(f)[1]]
+    return [f for f in _fields(kind) if f.name not in skip and field_flag(kind, f) is not None]
 
 
 def part_flags(
@@ -237,11 +245,14 @@ def part_flags(
 ) -> Callable[[Command], Command]:
     """A decorator adding the flags of `kinds`' fields (several kinds: the variants of a union, each field once),
     listed in `--help` under `group` unless a field names its own."""
-    seen: dict[str, mi.Field] = {}
+    seen: dict[str, tuple[type[msgspec.Struct], mi.Field]] = {}
     for kind in kinds:
         for field in fields_with_flags(kind, skip):
-            seen.setdefault(field.name, field)
-    decorators = [field_option(part, field, parsers, group, **overrides.get(field.name, {})) for field in seen.values()]
+            seen.setdefault(field.name, (kind, field))
+    decorators = [
+        field_option(part, kind, field, parsers, group, **overrides.get(field.name, {}))
+        for kind, field in seen.values()
+    ]
 
     def apply(command: Command) -> Command:
         for decorator in reversed(decorators):
@@ -265,7 +276,7 @@ def part_values(
             continue  # a repeatable flag not given: the field's default
         if raw is None and field.required:
             continue  # not given: msgspec says which flag is missing
-        values[field.name] = parsers[field.name](flag_name(field), raw) if field.name in parsers else raw
+        values[field.name] = parsers[field.name](flag_name(kind, field), raw) if field.name in parsers else raw
     return values
 
 

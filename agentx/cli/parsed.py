@@ -3,6 +3,7 @@ values that need parsing: headers, the extra body, chain rules, the t* window, t
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -270,80 +271,123 @@ def replay_flags(*, sweep: bool = False) -> Callable[[Command], Command]:
     )
 
 
-def speculative_part(flags: Mapping[str, Any]) -> Speculative:
-    """The `Speculative` part from the flags (`--spec-golden` looked up); click.BadParameter when it is not one."""
-    values = golden_acceptance(
-        part_values("speculative", Speculative, flags), flags["spec_golden"], flags["spec_thinking"]
-    )
-    result: Speculative = convert_part(Speculative, values, "--spec-al/--spec-k")
-    return result
+OWNED: Final = frozenset({"spec_golden", "spec_thinking", "api_key_env", "mode"})
+"""The flags `ParsedFlags` reads besides the derived ones (`part__field`)."""
 
 
-def server_part(flags: Mapping[str, Any], url: str, models: tuple[str, ...], *, say: bool = True) -> Server:
-    """The `Server` part: the flags, the URL and served models as resolved, the key from `--api-key-env`."""
-    values = part_values("server", Server, flags, PARSERS)
-    values.update(url=url, model=models[0], models=models[1:])
-    values["api_key"] = api_key(flags["api_key_env"], values.get("headers", ()), given=values.get("api_key"), say=say)
-    result: Server = convert_part(Server, values, "--url/--header")
-    return result
+class ReplayParts(msgspec.Struct, frozen=True, kw_only=True):
+    """Every part of a replay's options but the server, checked: the server is known once a URL is (a simulator's
+    starts after the flags are checked)."""
+
+    load: Load
+    scenario: Scenario
+    connection: Connection
+    speculative: Speculative
+    runtime: Runtime
+
+    def options(self, server: Server, out_dir: Path, *, overwrite: bool) -> ReplayOptions:
+        return ReplayOptions(server=server, out_dir=out_dir, overwrite=overwrite, **msgspec.structs.asdict(self))
 
 
-def connection_part(flags: Mapping[str, Any]) -> Connection:
-    """The `Connection` part (timeouts, TLS) from the flags; click.BadParameter when it is not one."""
-    result: Connection = convert_part(Connection, part_values("connection", Connection, flags), "--ca-bundle/timeouts")
-    return result
+class ParsedFlags:
+    """The derived flags of `replay`, `sweep` or `decode` (and `--mode`, `--spec-golden`, `--api-key-env`), turned
+    into the options' parts on request; each part raises click.BadParameter naming the flags at fault."""
+
+    def __init__(self, values: Mapping[str, Any], ctx: click.Context) -> None:
+        self._values = dict(values)
+        self._ctx = ctx
+
+    @property
+    def url(self) -> str | None:
+        """`--url`, normalized (agentx.cli.parsed.server_url); None: the built-in simulator."""
+        url: str | None = self._values["server__url"]
+        return url
+
+    @property
+    def tokenizer(self) -> str | None:
+        tokenizer: str | None = self._values.get("server__tokenizer")
+        return tokenizer
+
+    @property
+    def api(self) -> str:
+        return str(self._values["server__api"])
+
+    def speculative(self) -> Speculative:
+        """The `Speculative` part (`--spec-golden` looked up)."""
+        values = golden_acceptance(
+            part_values("speculative", Speculative, self._values),
+            self._values["spec_golden"],
+            self._values["spec_thinking"],
+        )
+        result: Speculative = convert_part(Speculative, values, "--spec-al/--spec-k")
+        return result
+
+    def server(self, url: str, models: tuple[str, ...], *, say: bool = True) -> Server:
+        """The `Server` part: the flags, the URL and served models as resolved, the key from `--api-key-env`."""
+        values = part_values("server", Server, self._values, PARSERS)
+        values.update(url=url, model=models[0], models=models[1:])
+        given = values.get("api_key")
+        values["api_key"] = api_key(self._values["api_key_env"], values.get("headers", ()), given=given, say=say)
+        result: Server = convert_part(Server, values, "--url/--header")
+        return result
+
+    def connection(self) -> Connection:
+        """The `Connection` part (timeouts, TLS)."""
+        values = part_values("connection", Connection, self._values)
+        result: Connection = convert_part(Connection, values, "--ca-bundle/timeouts")
+        return result
+
+    def decode_values(self) -> dict[str, Any]:
+        """What `decode` measures (the `DecodeOptions` fields of its own flags)."""
+        from agentx.replayer.options.replay import DecodeOptions
+
+        return part_values("decode", DecodeOptions, self._values)
+
+    def _with_rules(self, part: str, values: dict[str, Any]) -> dict[str, Any]:
+        """`values` of part `part` with, in `--mode agentx`, the rule set's scenario defaults for the fields whose
+        flags the user did not give (agentx.replayer.options.rules; e.g. 3600 s and 10 cache-pressure requests per
+        lane under agentx-harness-1.0.12)."""
+        if self._values.get("mode") != "agentx":
+            return values
+        given = flags_set(self._ctx, part, self._values)
+        defaults = rule_set(self._values.get("scenario__rules")).defaults.get(part, {})
+        return values | {name: value for name, value in defaults.items() if name not in given}
+
+    def load(self, *, concurrency: int | None = None) -> Load:
+        """The load of `--mode`, from its flags; a flag of another mode is refused rather than ignored."""
+        kind = next(load for load in LOADS if load.mode == self._values["mode"])
+        values = self._with_rules("load", part_values("load", kind, self._values, PARSERS))
+        if concurrency is not None:
+            values["concurrency"] = concurrency
+        for name in sorted(flags_set(self._ctx, "load", self._values) - set(kind.__struct_fields__)):
+            users = [load.mode for load in LOADS if name in load.__struct_fields__]
+            flag = "--" + name.removesuffix("_s").replace("_", "-")
+            raise click.BadParameter(f"{flag} applies to --mode {' or '.join(users)}, not {kind.mode}")
+        result: Load = convert_part(kind, values, "--mode " + kind.mode)
+        return result
+
+    def replay_parts(self, *, concurrency: int | None = None) -> ReplayParts:
+        """Every part of `replay`'s (or a sweep level's) options but the server."""
+        scenario = self._with_rules("scenario", part_values("scenario", Scenario, self._values, PARSERS))
+        runtime = {**part_values("runtime", Runtime, self._values), **CLI_RUNTIME}
+        return ReplayParts(
+            load=self.load(concurrency=concurrency),
+            scenario=convert_part(Scenario, scenario, "scenario flags"),
+            connection=self.connection(),
+            speculative=self.speculative(),
+            runtime=convert_part(Runtime, runtime, "--grace"),
+        )
 
 
-def rules_defaults(flags: Mapping[str, Any], part: str, values: dict[str, Any]) -> dict[str, Any]:
-    """`values` of options part `part` with, in `--mode agentx`, the rule set's scenario defaults for the fields whose
-    flags the user did not give (agentx.replayer.options.rules; e.g. 3600 s and 10 cache-pressure requests per lane
-    under agentx-harness-1.0.12)."""
-    if flags.get("mode") != "agentx":
-        return values
-    given = flags_set(click.get_current_context(), part, flags)
-    defaults = rule_set(flags.get("scenario__rules")).defaults.get(part, {})
-    return values | {name: value for name, value in defaults.items() if name not in given}
+def parsed(command: Command) -> Command:
+    """`command` receiving its derived flags as one `ParsedFlags` (`flags=`), not as keyword arguments."""
 
+    @functools.wraps(command)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        derived = {key: kwargs.pop(key) for key in list(kwargs) if "__" in key or key in OWNED}
+        return command(*args, flags=ParsedFlags(derived, click.get_current_context()), **kwargs)
 
-def load_part(flags: Mapping[str, Any], *, concurrency: int | None = None) -> Load:
-    """The load of `--mode`, from its flags; a flag of another mode is refused rather than ignored."""
-    ctx = click.get_current_context()
-    kind = next(load for load in LOADS if load.mode == flags["mode"])
-    values = rules_defaults(flags, "load", part_values("load", kind, flags, PARSERS))
-    if concurrency is not None:
-        values["concurrency"] = concurrency
-    for name in sorted(flags_set(ctx, "load", flags) - set(kind.__struct_fields__)):
-        users = [load.mode for load in LOADS if name in load.__struct_fields__]
-        flag = "--" + name.removesuffix("_s").replace("_", "-")
-        raise click.BadParameter(f"{flag} applies to --mode {' or '.join(users)}, not {kind.mode}")
-    result: Load = convert_part(kind, values, "--mode " + kind.mode)
-    return result
-
-
-def replay_options(
-    flags: Mapping[str, Any],
-    *,
-    server: Server,
-    out_dir: Path,
-    overwrite: bool,
-    speculative: Speculative,
-    concurrency: int | None = None,
-) -> ReplayOptions:
-    """The ReplayOptions of `replay` and of every level of `sweep`, from the derived flags."""
-    return ReplayOptions(
-        server=server,
-        out_dir=out_dir,
-        overwrite=overwrite,
-        load=load_part(flags, concurrency=concurrency),
-        scenario=convert_part(
-            Scenario,
-            rules_defaults(flags, "scenario", part_values("scenario", Scenario, flags, PARSERS)),
-            "scenario flags",
-        ),
-        connection=connection_part(flags),
-        speculative=speculative,
-        runtime=convert_part(Runtime, {**part_values("runtime", Runtime, flags), **CLI_RUNTIME}, "--grace"),
-    )
+    return call
 
 
 CLI_RUNTIME: Final = {"quiet_gc": True, "fast_thread_switch": True}
@@ -351,7 +395,7 @@ CLI_RUNTIME: Final = {"quiet_gc": True, "fast_thread_switch": True}
 (README, "Embedding": a library caller opts in)."""
 
 
-def only_model(url: str, flags: Mapping[str, Any]) -> str:
+def only_model(url: str, flags: ParsedFlags) -> str:
     """The model `url` serves, asked with the run's own credentials, headers and TLS settings (`flags`); one line
     and exit 2 unless it serves exactly one."""
     from agentx.cli.common import fail
@@ -359,8 +403,8 @@ def only_model(url: str, flags: Mapping[str, Any]) -> str:
     from agentx.replayer.options.server_client import server_client
 
     try:
-        server = server_part(flags, url, ("",), say=False)  # the model is what is asked
-        connection = connection_part(flags)
+        server = flags.server(url, ("",), say=False)  # the model is what is asked
+        connection = flags.connection()
     except click.BadParameter as exc:
         fail(exc.format_message())
 
@@ -384,7 +428,7 @@ def server_and_model(
     url: str | None,
     model: str | None,
     doing: str,
-    flags: Mapping[str, Any],
+    flags: ParsedFlags,
     **sim_fields: Any,
 ) -> tuple[str, str]:
     """The server to drive, `url` or else the built-in simulator started on `stack` with `sim_fields` (said on

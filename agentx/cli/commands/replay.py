@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
@@ -29,18 +29,16 @@ from agentx.cli.common import (
     stderr,
     stdout,
 )
-from agentx.cli.flags import GroupedCommand, part_flags, part_values
+from agentx.cli.flags import GroupedCommand, part_flags
 from agentx.cli.parsed import (
     DECODE_SERVER_SKIP,
-    connection_part,
+    ParsedFlags,
+    parsed,
     replay_flags,
-    replay_options,
     server_and_model,
     server_flags,
-    server_part,
     sim_fields,
     speculative_flags,
-    speculative_part,
 )
 from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
@@ -57,6 +55,7 @@ from agentx.trace.io import Format
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @format_option
 @block_size_option
+@parsed
 def replay(
     trace: Path,
     served_models: tuple[str, ...],
@@ -67,7 +66,7 @@ def replay(
     as_json: bool,
     input_format: Format | None,
     block_size: int | None,
-    **flags: Any,
+    flags: ParsedFlags,
 ) -> None:
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
@@ -87,22 +86,15 @@ def replay(
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 
-    tokenizer = flags["server__tokenizer"]
-    if tokenizer is not None and flags["server__api"] != "chat":
+    tokenizer = flags.tokenizer
+    if tokenizer is not None and flags.api != "chat":
         fail("--tokenizer calibrates chat prompts; it needs --api chat (completions prompts are token ids already)")
     if tokenizer is not None and not Path(tokenizer).is_file():
         fail(f"--tokenizer {tokenizer}: no such file")
     try:
         loaded = load_to_replay(trace, format=input_format, block_size=block_size)
-        speculative = speculative_part(flags)
+        parts = flags.replay_parts()  # every flag checked before the simulator starts
         run_dir = out_dir or default_run_dir()
-        options = replay_options(  # every flag checked before the simulator starts
-            flags,
-            server=server_part(flags, "http://checking", served_models or ("checking",), say=False),
-            out_dir=run_dir,
-            overwrite=overwrite,
-            speculative=speculative,
-        )
     except click.BadParameter as exc:
         fail(exc.format_message())
     if not overwrite:
@@ -111,19 +103,18 @@ def replay(
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
             stack,
-            flags["server__url"],
+            flags.url,
             model,
             "replaying against",
             flags,
             time_scale=sim_time_scale,
             block_size=loaded.block_size,
-            **sim_fields(speculative),
+            **sim_fields(parts.speculative),
         )
         try:
-            server = server_part(flags, url, (model, *served_models[1:]))
+            options = parts.options(flags.server(url, (model, *served_models[1:])), run_dir, overwrite=overwrite)
         except click.BadParameter as exc:
             fail(exc.format_message())
-        options = msgspec.structs.replace(options, server=server)
         # Prepared once for the progress's count and the run: an agentx run's first trees are planned once.
         prepared = prepare_trace(loaded, options)
         workers = options.runtime.workers
@@ -237,7 +228,8 @@ def _coverage_failure(summary: Summary) -> str | None:
 @speculative_flags
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_json: bool, **flags: Any) -> None:
+@parsed
+def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_json: bool, flags: ParsedFlags) -> None:
     """Measure decode-only speed: tokens/s per user with prefill excluded, p50/p90, beside the realized AL.
 
     Each of --repetitions waves sends --concurrency streamed requests of --isl prompt tokens forcing --osl output
@@ -250,25 +242,26 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
     if len(served_models) > 1:
         fail("decode measures one model: pass --model once")
     try:
-        speculative = speculative_part(flags)
-        connection = connection_part(flags)
-        measure = part_values("decode", DecodeOptions, flags)
-        server_part(flags, "http://127.0.0.1", ("checking",), say=False)  # header and body flags, before a simulator
+        speculative = flags.speculative()
+        connection = flags.connection()
+        measure = flags.decode_values()
     except click.BadParameter as exc:
         fail(exc.format_message())
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
             stack,
-            flags["server__url"],
+            flags.url,
             next(iter(served_models), None),
             "measuring",
             flags,
             time_scale=sim_time_scale,
             **sim_fields(speculative),
         )
-        options = DecodeOptions(
-            server=server_part(flags, url, (model,)), connection=connection, speculative=speculative, **measure
-        )
+        try:
+            server = flags.server(url, (model,))
+        except click.BadParameter as exc:
+            fail(exc.format_message())
+        options = DecodeOptions(server=server, connection=connection, speculative=speculative, **measure)
         try:
             with failing_against(url, "measure"):
                 result = decode_sync(options)

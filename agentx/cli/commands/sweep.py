@@ -24,7 +24,7 @@ from agentx.cli.common import (
     stdout,
 )
 from agentx.cli.flags import GroupedCommand
-from agentx.cli.parsed import only_model, replay_flags, replay_options, server_part, sim_fields, speculative_part
+from agentx.cli.parsed import ParsedFlags, only_model, parsed, replay_flags, sim_fields
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
 @format_option
 @block_size_option
+@parsed
 def sweep_command(
     trace: Path,
     served_models: tuple[str, ...],
@@ -81,7 +82,7 @@ def sweep_command(
     as_json: bool,
     input_format: Format | None,
     block_size: int | None,
-    **flags: Any,
+    flags: ParsedFlags,
 ) -> None:
     """Replay TRACE once per concurrency level (same seed), each level into OUT/c{N}, the index into OUT/sweep.json.
 
@@ -115,17 +116,13 @@ def sweep_command(
                 f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
                 "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
             )
-        forced = speculative_part(flags)
-        # Parsed now, against a placeholder server, so that a bad flag fails before the simulator starts.
-        placeholder = server_part(flags, "http://127.0.0.1", served_models or ("model",), say=False)
-        base = replay_options(
-            flags, server=placeholder, out_dir=out_dir, overwrite=True, speculative=forced, concurrency=1
-        )
+        parts = flags.replay_parts(concurrency=1)  # every flag checked before the simulator starts
+        forced = parts.speculative
     except (click.BadParameter, msgspec.DecodeError) as exc:
         fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
-    if base.runtime.workers > 1 and base.runtime.ray is None:
+    if parts.runtime.workers > 1 and parts.runtime.ray is None:
         fail("a sweep shards its levels over Ray actors only: --workers needs --ray (on this host alone: --ray local)")
-    url = flags["server__url"]
+    url = flags.url
     model = served_models[0] if served_models else None
     level_server: Callable[[int, LevelSettings], str] | None = None
     with contextlib.ExitStack() as stack:
@@ -142,7 +139,7 @@ def sweep_command(
         if model is None:
             model = only_model(url, flags)
         try:
-            base = msgspec.structs.replace(base, server=server_part(flags, url, (model, *served_models[1:])))
+            base = parts.options(flags.server(url, (model, *served_models[1:])), out_dir, overwrite=True)
         except click.BadParameter as exc:
             fail(exc.format_message())
         options = SweepOptions(

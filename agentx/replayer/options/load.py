@@ -9,8 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from agentx.errors import ConfigError
-from agentx.replayer.options.fields import AGENTX, Fraction, Seconds
-from agentx.replayer.options.fields import field_help as _help
+from agentx.replayer.options.fields import Fraction, Seconds
 
 Mode = Literal["agentx", "closed", "trace", "rate"]
 DEFAULT_WINDOW: Final = (0.25, 0.75)
@@ -18,8 +17,7 @@ DEFAULT_WINDOW: Final = (0.25, 0.75)
 0.0–1.0); agentx.replayer.plan.tstar."""
 
 
-Concurrency = Annotated[int, Meta(ge=1), _help("Lanes (session trees).")]
-Ramp = Annotated[Seconds, _help("Spread the lanes' first trees over this many seconds.")]
+Concurrency = Annotated[int, Meta(ge=1)]
 
 
 class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_field="mode"):
@@ -28,29 +26,20 @@ class AgentxLoad(msgspec.Struct, frozen=True, kw_only=True, tag="agentx", tag_fi
 
     mode: ClassVar[Mode] = "agentx"
     concurrency: Concurrency = 1
-    ramp_s: Ramp = 0.0
-    tstar_window: Annotated[
-        tuple[Fraction, Fraction],
-        _help("agentx: where in each session's span a lane's t* falls.", metavar="LOW,HIGH", group=AGENTX),
-    ] = DEFAULT_WINDOW
+    """Lanes (session trees)."""
+    ramp_s: Seconds = 0.0
+    """Spread the lanes' first trees over this many seconds."""
+    tstar_window: tuple[Fraction, Fraction] = DEFAULT_WINDOW
     """InferenceX runs 0.25–0.75, the scenario file 0–1."""
-    warmup: Annotated[Literal["spread", "burst"], _help("agentx: primer timing.", group=AGENTX)] = "spread"
+    warmup: Literal["spread", "burst"] = "spread"
     """`spread`: each primer goes out so that every lane's t* coincides at the profiling start; `burst` (the
     reference's `--burst-phase-starts`): all primers at once."""
-    warmup_requests_per_lane: Annotated[
-        int,
-        Meta(ge=0),
-        _help("agentx: cache-pressure requests per lane after the primers (InferenceX: 10).", group=AGENTX),
-    ] = 0
-    warmup_max_tokens: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        _help("agentx: output tokens of a warmup primer.", none="recorded", metavar="N|recorded", group=AGENTX),
-    ] = 1
+    warmup_requests_per_lane: Annotated[int, Meta(ge=0)] = 0
+    """Cache-pressure requests per lane after the primers (InferenceX: 10)."""
+    warmup_max_tokens: Annotated[int, Meta(ge=1)] | None = 1
     """The reference's code sends 1; None: the recorded output."""
-    cache_bust: Annotated[
-        Literal["marker", "salt", "off"],
-        _help("agentx: a per-tree marker in every prompt, or as cache_salt, or none.", group=AGENTX),
-    ] = "marker"
+    cache_bust: Literal["marker", "salt", "off"] = "marker"
+    """A per-tree marker in every prompt, or as cache_salt, or none."""
     benchmark_id: str | None = None
     """The run-level key of the cache-bust markers (docs/agentx.md §2e); None: the run id, fresh every run."""
 
@@ -65,14 +54,16 @@ class ClosedLoad(msgspec.Struct, frozen=True, kw_only=True, tag="closed", tag_fi
 
     mode: ClassVar[Mode] = "closed"
     concurrency: Concurrency = 1
-    ramp_s: Ramp = 0.0
+    """Lanes (session trees)."""
+    ramp_s: Seconds = 0.0
+    """Spread the lanes' first trees over this many seconds."""
 
 
 class TraceLoad(msgspec.Struct, frozen=True, kw_only=True, tag="trace", tag_field="mode"):
     """Open loop: each session starts at its recorded start (÷ `speedup`); records have `lane = -1`."""
 
     mode: ClassVar[Mode] = "trace"
-    speedup: Annotated[float, Meta(gt=0), _help("trace: time ÷.")] = 1.0
+    speedup: Annotated[float, Meta(gt=0)] = 1.0
     """Divides the recorded arrival times and, with `delay_scale`, every delay within a tree."""
 
 
@@ -80,8 +71,10 @@ class RateLoad(msgspec.Struct, frozen=True, kw_only=True, tag="rate", tag_field=
     """Open loop: sessions arrive at `rate` per second (agentx.replayer.plan.arrivals)."""
 
     mode: ClassVar[Mode] = "rate"
-    rate: Annotated[float, Meta(gt=0), _help("rate: session arrivals per second.")]
-    burstiness: Annotated[float, Meta(gt=0), _help("rate: gamma shape of the gaps (1: Poisson).")] = 1.0
+    rate: Annotated[float, Meta(gt=0)]
+    """Session arrivals per second."""
+    burstiness: Annotated[float, Meta(gt=0)] = 1.0
+    """Gamma shape of the gaps (1: Poisson)."""
 
 
 Load = AgentxLoad | ClosedLoad | TraceLoad | RateLoad

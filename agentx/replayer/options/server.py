@@ -11,8 +11,7 @@ from msgspec import Meta
 
 from agentx.errors import ConfigError
 from agentx.replayer.http.url import base_url
-from agentx.replayer.options.fields import PROMPTS, PositiveSeconds
-from agentx.replayer.options.fields import field_help as _help
+from agentx.replayer.options.fields import PositiveSeconds
 from agentx.secrets import secret_free_repr
 
 if TYPE_CHECKING:
@@ -26,55 +25,27 @@ AffinityHeader = Literal["X-Session-ID", "X-SMG-Routing-Key", "X-Dynamo-Session-
 class Server(msgspec.Struct, frozen=True, kw_only=True):
     """Where requests go and what every request carries."""
 
-    url: Annotated[str, _help("Server base URL (host:port means http://host:port).", metavar="URL")]
+    url: str
     """Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000."""
-    model: Annotated[str, _help("Served model.")]
+    model: str
     """The served model requests name (a session's main model maps to it, docs/agentx.md §2f)."""
     models: tuple[str, ...] = ()
     """More served models: a session's i-th distinct recorded model (main model first) maps to
     `(model, *models)[i % n]`."""
-    api: Annotated[
-        Literal["completions", "chat"],
-        _help("completions: token-id prompts (exact); chat: messages of calibrated text.", group=PROMPTS),
-    ] = "completions"
-    api_key: Annotated[
-        str | None,
-        _help(
-            "The key sent as Authorization: Bearer KEY (default: from --api-key-env). Other users may see a "
-            "command line; the environment variable is safer.",
-            metavar="KEY",
-        ),
-    ] = None
+    api: Literal["completions", "chat"] = "completions"
+    """`completions`: token-id prompts (exact); `chat`: messages of calibrated text."""
+    api_key: str | None = None
     """Bearer token; never written to records, logs or reports."""
-    headers: Annotated[
-        tuple[tuple[str, str], ...],
-        _help("Extra request header NAME:VALUE (repeatable).", flag="--header", metavar="NAME:VALUE", repeat=True),
-    ] = ()
+    headers: tuple[tuple[str, str], ...] = ()
     """Extra request headers, sent with every call to the server."""
-    extra_body: Annotated[
-        dict[str, Any] | None, _help("JSON object merged into every request body.", metavar="JSON")
-    ] = None
-    stream_usage: Annotated[
-        Literal["auto", "continuous", "final", "none"],
-        _help("Usage to ask for in stream_options (auto: probe the server)."),
-    ] = "auto"
+    extra_body: dict[str, Any] | None = None
+    """JSON object merged into every request body."""
+    stream_usage: Literal["auto", "continuous", "final", "none"] = "auto"
     """`auto` probes the server once before the run (continuous usage if it takes it, else final usage only,
     else no stream_options); the others force one choice."""
-    tokenizer: Annotated[
-        str | None,
-        _help(
-            "With --api chat: a local tokenizer.json to calibrate with instead of the server's /tokenize.",
-            metavar="PATH",
-            group=PROMPTS,
-        ),
-    ] = None
-    affinity_headers: Annotated[
-        tuple[AffinityHeader, ...],
-        _help(
-            "Also send the play's correlation id in this header (repeatable), for router affinity.",
-            flag="--affinity-header",
-        ),
-    ] = ()
+    tokenizer: str | None = None
+    """With `api="chat"`: a local tokenizer.json to calibrate with instead of the server's /tokenize."""
+    affinity_headers: tuple[AffinityHeader, ...] = ()
     """Extra headers that carry the play's X-Correlation-ID value too, for routers that keep a session on one
     worker by another header."""
 
@@ -96,34 +67,14 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True):
     """Pool size (default: 2 × concurrency; unbounded in the open-loop modes)."""
     connect_timeout_s: PositiveSeconds = 10.0
     """Opening a connection that takes longer fails the request as a timeout of kind "connect"."""
-    idle_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)] | None,
-        _help(
-            "A request that receives no byte for S seconds fails as a timeout (kind: idle).",
-            none="off",
-            metavar="S|off",
-        ),
-    ] = 300.0
-    request_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)] | None,
-        _help(
-            "A request still running after S seconds fails as a timeout (kind: request).",
-            none="off",
-            metavar="S|off",
-            flag="--request-timeout",
-            alias="--request-timeout-seconds",
-        ),
-    ] = None
-    tls_verify: Annotated[
-        bool, _help("Check an https server's certificate and host name (off: encrypted, but unchecked).")
-    ] = True
-    ca_bundle: Annotated[
-        str | None,
-        _help(
-            "A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server).",
-            metavar="PATH",
-        ),
-    ] = None
+    idle_timeout_s: Annotated[float, Meta(gt=0)] | None = 300.0
+    """A request that receives no byte for this long fails as a timeout (kind: idle); None: no limit."""
+    request_timeout_s: Annotated[float, Meta(gt=0)] | None = None
+    """A request still running after this long fails as a timeout (kind: request); None: no limit."""
+    tls_verify: bool = True
+    """Check an https server's certificate and host name (False: encrypted, but unchecked)."""
+    ca_bundle: str | None = None
+    """A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server)."""
 
     def __post_init__(self) -> None:
         if self.ca_bundle is not None and not self.tls_verify:
