@@ -21,10 +21,26 @@ MS = 1_000_000
 
 
 class _Tree:
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.idle_since_ns: int | None = None
-        self.pending_due_ns: dict[int, int] = {}
+    """A play as the caps know it: a key of its state in the caps."""
+
+
+def test_an_ended_tree_is_forgotten() -> None:
+    async def go() -> tuple[int, int]:
+        caps = IdleCaps(system_cap_s=None, tree_cap_s=60.0)
+        tree = _Tree()
+        stop = asyncio.Event()
+        caps.started(tree)
+        waiting = asyncio.create_task(caps.wait(tree, time.perf_counter_ns() + 60_000 * MS, stop))
+        await asyncio.sleep(0)
+        caps.finished(tree)  # idle with a timer pending: the tree's watch is armed
+        tracked = caps.tracked
+        stop.set()
+        caps.wake_all()
+        await waiting
+        caps.forget(tree)  # its state, and the watch armed when it went idle with a timer, go
+        return tracked, caps.tracked
+
+    assert asyncio.run(go()) == (1, 0)
 
 
 def test_the_system_cap_moves_every_pending_timer_by_one_amount() -> None:
@@ -44,7 +60,7 @@ def test_the_system_cap_moves_every_pending_timer_by_one_amount() -> None:
         idle_ns = caps.idle_since_ns or 0
         first_stopped, first_due = await waits[0]
         assert not first_stopped
-        effective = [first_due, *b.pending_due_ns.values()]
+        effective = [first_due, *caps.state(b).pending_due_ns.values()]
         sent = [time.perf_counter_ns() - idle_ns]
         stop.set()
         caps.wake_all()
@@ -178,7 +194,7 @@ def test_the_tree_cap_moves_only_that_trees_timers() -> None:
         await asyncio.sleep(0.01)
         caps.finished(idle)
         _, idle_due = await waits[0]
-        busy_due = next(iter(busy.pending_due_ns.values()))
+        busy_due = next(iter(caps.state(busy).pending_due_ns.values()))
         stop.set()
         caps.wake_all()
         await waits[1]

@@ -69,6 +69,17 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     connection_retries: int = 0
     """Times the request was sent again because the server had closed its reused connection unanswered."""
 
+    def fail(self, kind: ErrorKind, message: str) -> None:
+        """End the request now, failed with `kind` and `message` (already scrubbed of secrets)."""
+        self.end_ns = time.perf_counter_ns()
+        self.error_kind = kind
+        self.error_message = message
+
+    def cancel(self, message: str) -> None:
+        """End the request now as cancelled (the run's grace period is over), keeping what had arrived."""
+        self.fail("cancelled", message)
+        self.timeout_kind = None
+
     @property
     def ok(self) -> bool:
         return self.error_kind is None
@@ -82,13 +93,6 @@ class ExchangeError(Exception):
         super().__init__(message)
         self.kind: ErrorKind = kind
         self.message = message
-
-
-def fail(exchange: Exchange, kind: ErrorKind, message: str) -> None:
-    """End `exchange` now, failed with `kind` and `message` (already scrubbed of secrets)."""
-    exchange.end_ns = time.perf_counter_ns()
-    exchange.error_kind = kind
-    exchange.error_message = message
 
 
 def overflows(text: str, substrings: Sequence[str]) -> bool:

@@ -28,7 +28,6 @@ from agentx.replayer.http.exchange import (
     ExchangeError,
     describe,
     error_message,
-    fail,
     overflows,
 )
 from agentx.replayer.http.http1 import HTTPProtocolError, encode_headers, encode_request
@@ -329,7 +328,7 @@ class Streams:
             kind = failure.kind
             if kind == "http" and overflows(failure.message, self.context_overflow_substrings):
                 kind = "context_overflow"
-            fail(exchange, kind, self.scrub(failure.message))
+            exchange.fail(kind, self.scrub(failure.message))
         except TimeoutError:  # the watchdog's, the total and the connect timeouts
             if flight.expired:
                 exchange.timeout_kind = "idle"
@@ -342,11 +341,11 @@ class Streams:
             else:
                 exchange.timeout_kind = "request"
                 message = f"request timeout: the request took longer than {total_s:g} s"
-            fail(exchange, "timeout", self.scrub(message))
+            exchange.fail("timeout", self.scrub(message))
         except HTTPProtocolError as exc:
-            fail(exchange, "protocol", self.scrub(describe(exc)))
+            exchange.fail("protocol", self.scrub(describe(exc)))
         except OSError as exc:  # refused, reset, closed mid-response
-            fail(exchange, "connection", self.scrub(describe(exc)))
+            exchange.fail("connection", self.scrub(describe(exc)))
         return exchange
 
     def _arm_watchdog(self) -> None:

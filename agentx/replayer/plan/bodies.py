@@ -17,7 +17,7 @@ from agentx.replayer.options.replay import AgentxLoad, ReplayOptions
 from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.prompts.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
-from agentx.replayer.prompts.conversation import ChatTurn, Conversation
+from agentx.replayer.prompts.conversation import ChatTurn
 from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.trace.model import Trace
 
@@ -112,22 +112,17 @@ class BodyBuilder:
     def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, bytes]:
         session_id = tree.prepared.plan.session_id
         agent = step.agent_id
-        conversation = tree.conversations.get(agent)
-        if conversation is None:
+        chat = tree.chat
+        turn = chat.latest(agent, step.turn)
+        if turn is None:  # else the same step's body again (its phase changed): the conversation has moved on
             prefix_blocks = -(-tree.prepared.prefix_tokens.get(agent, 0) // self.block_size)
-            conversation = tree.conversations[agent] = Conversation(
-                self.block_size, prefix_blocks=prefix_blocks, filler_key=agent
-            )
-        cached = tree.chat_turns.get(agent)
-        if cached is not None and cached[0] == step.turn:
-            turn = cached[1]  # the same step's body again (its phase changed): the conversation has moved on
-        else:
+            chat.conversation(agent, self.block_size, prefix_blocks)
             # A play resumed at t* starts mid-conversation: first replay the turns before it, unsent (§2c).
             steps = tree.prepared.plan.steps
-            for earlier in tree.prepared.agent_steps[agent][tree.conversation_turn.get(agent, -1) + 1 : step.turn]:
-                _advance(tree, conversation, steps[earlier])
-            turn = _advance(tree, conversation, step)
-            tree.chat_turns[agent] = (step.turn, turn)
+            for earlier in tree.prepared.agent_steps[agent][chat.advanced_through(agent) + 1 : step.turn]:
+                _advance(tree, steps[earlier])
+            turn = _advance(tree, step)
+            chat.keep(agent, step.turn, turn)
         marker = ("", 0)
         if tree.marker is not None and self.cache_bust == "marker":
             marker = renderer.marker_text(tree.marker)
@@ -146,11 +141,8 @@ class BodyBuilder:
         return sent_tokens, body
 
 
-def _advance(tree: Play, conversation: Conversation, step: Step) -> ChatTurn:
-    """The conversation's next turn for `step` (docs/agentx.md §2c: each turn adds what the agent saw since)."""
-    turn = conversation.next_turn(
-        tree.prepared.hash_ids[step.index], step.request.in_tokens, tree.last_out_tokens.get(step.agent_id)
-    )
-    tree.last_out_tokens[step.agent_id] = step.request.out_tokens
-    tree.conversation_turn[step.agent_id] = step.turn
-    return turn
+def _advance(tree: Play, step: Step) -> ChatTurn:
+    """The agent's conversation advanced through `step` (docs/agentx.md §2c: each turn adds what it saw since)."""
+    request = step.request
+    hash_ids = tree.prepared.hash_ids[step.index]
+    return tree.chat.advance(step.agent_id, step.turn, hash_ids, request.in_tokens, request.out_tokens)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ import numpy as np
 from agentx.replayer.plan.sessions import ReplaySessions
 from agentx.replayer.plan.steps import ChildOffset, SessionPlan, plan_session
 from agentx.replayer.plan.tstar import Snapshot
-from agentx.replayer.prompts.conversation import ChatTurn, Conversation
+from agentx.replayer.prompts.conversation import ChatState
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Session
 from agentx.trace.stats import StartOrderHits, prefix_cache_hits
@@ -168,7 +169,9 @@ class Play:
     """The state of one play of a session tree: completion events and times of its steps.
 
     `snapshot` (agentx mode, a lane's first tree) says which steps are settled at t* without a request and
-    when the first live ones are due; `marker` is the tree's cache-bust marker (None: no cache-bust).
+    when the first live ones are due; `marker` is the tree's cache-bust marker (None: no cache-bust). Its state
+    changes only through its methods (`begin`, `mark_sent`, `complete`, `settle`, `end_agent`, the prebuilt
+    bodies' and the chat's); other modules read it.
     """
 
     def __init__(
@@ -197,19 +200,10 @@ class Play:
         """Per step sent: its leading blocks the run had already sent (agentx.replayer.plan.sent_blocks)."""
         self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
-        self.conversations: dict[str, Conversation] = {}
+        self.chat = ChatState()
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
-        self.last_out_tokens: dict[str, int] = {}
-        self.conversation_turn: dict[str, int] = {}
-        self.chat_turns: dict[str, tuple[int, ChatTurn]] = {}
-        """`--api chat`: each agent's latest turn, kept so that a body built again reuses it."""
-        """`--api chat`: the last turn each agent's conversation has been advanced through."""
         self.snapshot = snapshot
         self.marker = marker
-        self.in_flight = 0
-        self.idle_since_ns: int | None = None
-        self.pending_due_ns: dict[int, int] = {}
-        """The idle caps' view of the play (agentx.replayer.schedule.idle)."""
         self.ended_agents: set[str] = set()
         """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
         self.affinity_headers = affinity_headers
@@ -217,6 +211,39 @@ class Play:
         """Per agent session of this play: its `X-Correlation-ID` (made when first asked for)."""
         self._headers: dict[str, dict[str, str]] = {}
         self.root_agent_id = next((step.agent_id for step in prepared.plan.steps if step.depth == 0), "")
+
+    def begin(self, start_ns: int) -> None:
+        """The play's clock starts at `start_ns` (its steps' offsets count from there)."""
+        self.start_ns = start_ns
+
+    def mark_sent(self, index: int, replayed_hit_blocks: int | None) -> None:
+        """Step `index`'s request goes out now; `replayed_hit_blocks`: its leading blocks the run had sent."""
+        self.sent_ns[index] = time.perf_counter_ns()
+        self.sent[index].set()
+        self.replayed_hit_blocks[index] = replayed_hit_blocks
+
+    def complete(self, index: int, end_ns: int) -> None:
+        """Step `index`'s request ended at `end_ns`."""
+        self.completed_ns[index] = end_ns
+
+    def settle(self, index: int) -> None:
+        """Step `index` is over, sent or not: its dependants may go (completed now unless it was already)."""
+        if not self.completed_ns[index]:
+            self.completed_ns[index] = time.perf_counter_ns()
+        self.sent[index].set()
+        self.done[index].set()
+
+    def end_agent(self, agent_id: str) -> None:
+        """`agent_id`'s context overflowed: its later turns are not sent (the root's: the whole tree's)."""
+        self.ended_agents.add(agent_id)
+
+    def keep_prebuilt(self, index: int, phase: str, sent_tokens: int, body: bytes) -> None:
+        """Step `index`'s body, built for `phase` before the play's clock started."""
+        self.prebuilt[index] = (phase, sent_tokens, body)
+
+    def take_prebuilt(self, index: int) -> tuple[str, int, bytes] | None:
+        """Step `index`'s prebuilt body (phase, prompt tokens, body), once; None if there is none."""
+        return self.prebuilt.pop(index, None)
 
     def correlation_id(self, agent_id: str) -> str:
         """The agent session's correlation id: one per agent of each play (each subagent its own), as the

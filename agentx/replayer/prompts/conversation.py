@@ -178,6 +178,45 @@ class Conversation:
         )
 
 
+class ChatState:
+    """One play's chat, per agent: its conversation, the turn it has been advanced through, its last output length
+    and its latest turn (kept so that a body built again reuses it). Changed only through its methods."""
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, Conversation] = {}
+        self._advanced: dict[str, int] = {}
+        self._last_out_tokens: dict[str, int] = {}
+        self._latest: dict[str, tuple[int, ChatTurn]] = {}
+
+    def conversation(self, agent_id: str, block_size: int, prefix_blocks: int) -> Conversation:
+        """`agent_id`'s conversation, begun on first use."""
+        found = self._conversations.get(agent_id)
+        if found is None:
+            found = Conversation(block_size, prefix_blocks=prefix_blocks, filler_key=agent_id)
+            self._conversations[agent_id] = found
+        return found
+
+    def advanced_through(self, agent_id: str) -> int:
+        """The last turn `agent_id`'s conversation has been advanced through (-1: none)."""
+        return self._advanced.get(agent_id, -1)
+
+    def advance(self, agent_id: str, turn: int, hash_ids: Sequence[int], in_tokens: int, out_tokens: int) -> ChatTurn:
+        """`agent_id`'s conversation through `turn` (docs/agentx.md §2c: each turn adds what the agent saw since)."""
+        next_turn = self._conversations[agent_id].next_turn(hash_ids, in_tokens, self._last_out_tokens.get(agent_id))
+        self._last_out_tokens[agent_id] = out_tokens
+        self._advanced[agent_id] = turn
+        return next_turn
+
+    def latest(self, agent_id: str, turn: int) -> ChatTurn | None:
+        """`agent_id`'s turn `turn` when it is the latest one made."""
+        found = self._latest.get(agent_id)
+        return found[1] if found is not None and found[0] == turn else None
+
+    def keep(self, agent_id: str, turn: int, chat_turn: ChatTurn) -> None:
+        """`chat_turn` is `agent_id`'s latest, turn `turn`."""
+        self._latest[agent_id] = (turn, chat_turn)
+
+
 def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     """Length of the longest common prefix of `a` and `b`."""
     n = min(len(a), len(b))

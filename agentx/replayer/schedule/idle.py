@@ -37,18 +37,24 @@ import asyncio
 import itertools
 import sys
 import time
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Hashable, Iterable
 
 from agentx.replayer.schedule.clock import DispatchClock
 
+Tree = Hashable
+"""A play, as the caps know it: a key of its own state here (`TreeState`)."""
 
-class Tree(Protocol):
-    """What the caps need of a play: its in-flight count, its idle start, its pending timers (token → due)."""
 
-    in_flight: int
-    idle_since_ns: int | None
-    pending_due_ns: dict[int, int]
+class TreeState:
+    """The caps' view of one tree, theirs alone: its requests in flight, its idle start, its pending timers."""
+
+    __slots__ = ("idle_since_ns", "in_flight", "pending_due_ns")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.idle_since_ns: int | None = None
+        self.pending_due_ns: dict[int, int] = {}
+        """Token → due time of each timer waiting."""
 
 
 class IdleCaps:
@@ -68,8 +74,9 @@ class IdleCaps:
         """Idle time the system cap removed, in all."""
         self.in_flight = 0
         self.idle_since_ns: int | None = time.perf_counter_ns()
-        self.trees: set[Tree] = set()
+        self.trees: set[TreeState] = set()
         """Trees with pending timers."""
+        self._states: dict[Tree, TreeState] = {}
         self.jumps: list[tuple[int, str, int]] = []
         """(when, "system" or "tree", shift in ns)."""
         self._clock = clock
@@ -78,15 +85,34 @@ class IdleCaps:
         self._set_ns: dict[int, int] = {}
         """When each pending timer was set (a shift never moves it before that)."""
         self._system_watch: asyncio.TimerHandle | None = None
-        self._tree_watch: dict[Tree, asyncio.TimerHandle] = {}
+        self._tree_watch: dict[TreeState, asyncio.TimerHandle] = {}
         self.at_return = at_return
         """The system cap as AIPerf 0.13.0's: at each return that leaves nothing in flight (module docstring)."""
         self._spells: list[Spell] = []
         """At-return shifts armed, the latest last; only the latest still takes timers (`Spell.open`)."""
 
-    async def wait(self, tree: Tree, due_ns: int, stop: asyncio.Event) -> tuple[bool, int]:
+    def state(self, tree: Tree) -> TreeState:
+        """`tree`'s state here, made when first asked for."""
+        found = self._states.get(tree)
+        if found is None:
+            found = self._states[tree] = TreeState()
+        return found
+
+    @property
+    def tracked(self) -> int:
+        """How many trees the caps hold state for (each until it is forgotten)."""
+        return len(self._states)
+
+    def forget(self, tree: Tree) -> None:
+        """`tree` has ended: its state goes (nothing of it is in flight or waiting)."""
+        state = self._states.pop(tree, None)
+        if state is not None and (handle := self._tree_watch.pop(state, None)) is not None:
+            handle.cancel()
+
+    async def wait(self, play: Tree, due_ns: int, stop: asyncio.Event) -> tuple[bool, int]:
         """Wait until `due_ns`, or the earlier time a cap moves it to; returns (stopped, the due time it
         fired at)."""
+        tree = self.state(play)
         token = next(self._tokens)
         pending = tree.pending_due_ns
         pending[token] = due_ns
@@ -143,14 +169,15 @@ class IdleCaps:
         """Switch the per-tree cap on from `since_ns` (the profiling start, under the harness's rules, §4c): each of
         `trees` with nothing in flight is idle from then, whatever it did before."""
         self.tree_cap_ns = int(cap_s * 1e9)
-        for tree in trees:
+        for tree in map(self.state, trees):
             if tree.in_flight == 0:
                 tree.idle_since_ns = since_ns
                 self._arm(tree)
 
-    def started(self, tree: Tree, outside_caps: bool = False) -> None:
-        """A request of `tree` went out; `outside_caps`: a first turn whose offset was slept outside the caps (it
+    def started(self, play: Tree, outside_caps: bool = False) -> None:
+        """A request of `play` went out; `outside_caps`: a first turn whose offset was slept outside the caps (it
         does not undo an at-return shift)."""
+        tree = self.state(play)
         self.in_flight += 1
         tree.in_flight += 1
         self.idle_since_ns = None
@@ -163,7 +190,9 @@ class IdleCaps:
         if (handle := self._tree_watch.pop(tree, None)) is not None:
             handle.cancel()
 
-    def finished(self, tree: Tree) -> None:
+    def finished(self, play: Tree) -> None:
+        """A request of `play` ended."""
+        tree = self.state(play)
         now = time.perf_counter_ns()
         self.in_flight -= 1
         tree.in_flight -= 1
@@ -177,7 +206,7 @@ class IdleCaps:
             self._arm_spell(now)
         self._arm(tree)
 
-    def _arm(self, tree: Tree) -> None:
+    def _arm(self, tree: TreeState) -> None:
         """Arm the watchdogs of an idle system and an idle tree that have timers pending (once per idle spell)."""
         loop = asyncio.get_running_loop()
         now = time.perf_counter_ns()
@@ -200,7 +229,7 @@ class IdleCaps:
             self.jumps.append((time.perf_counter_ns(), "system", shift))
             self.wake_all()
 
-    def _fire_tree(self, tree: Tree) -> None:
+    def _fire_tree(self, tree: TreeState) -> None:
         self._tree_watch.pop(tree, None)
         if self.tree_cap_ns is None or tree.in_flight or tree.idle_since_ns is None:
             return
@@ -234,7 +263,7 @@ class IdleCaps:
         self.jumps.append((time.perf_counter_ns(), "system", shift))
         self.wake_all()
 
-    def _shift(self, limit_ns: int, trees: Iterable[Tree]) -> int:
+    def _shift(self, limit_ns: int, trees: Iterable[TreeState]) -> int:
         """Move the pending timers of `trees` earlier by one amount so that the earliest is due at `limit_ns`,
         none before it was set; returns the amount (0: the earliest was due by then)."""
         trees = list(trees)
@@ -260,7 +289,7 @@ class Spell:
 
     def __init__(self, limit_ns: int) -> None:
         self.limit_ns = limit_ns
-        self.timers: dict[int, Tree] = {}
+        self.timers: dict[int, TreeState] = {}
         self.fired_due_ns = sys.maxsize
         self.open = True
         """Still taking the timers its return's own dispatch sets (until the next completion or send)."""

@@ -234,7 +234,7 @@ class Runner:
                     )
                     primed_ns = time.perf_counter_ns()
                     for play in self.firsts:
-                        play.start_ns = primed_ns
+                        play.begin(primed_ns)
                     self.gate.begin_pressure(
                         self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
                     )
@@ -425,7 +425,7 @@ class Runner:
         steps = tree.prepared.plan.steps
         for index in tree.prepared.plan.roots:
             if steps[index].delay_s == 0 and not self.stopped.is_set():
-                tree.prebuilt[index] = (phase, *await self._build_off_loop(tree, steps[index], phase))
+                tree.keep_prebuilt(index, phase, *await self._build_off_loop(tree, steps[index], phase))
 
     async def _arrivals(self, load: TraceLoad | RateLoad) -> None:
         """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
@@ -448,12 +448,12 @@ class Runner:
                     break
                 self.trees_started += 1
                 play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
-                play.start_ns = due_ns
+                play.begin(due_ns)
                 trees.create_task(self._run_play(play, started=True))
 
     async def _run_play(self, tree: Play, *, started: bool = False) -> None:
         if tree.snapshot is None and not started:
-            tree.start_ns = time.perf_counter_ns()
+            tree.begin(time.perf_counter_ns())
         self.live_plays.add(tree)
         try:
             async with asyncio.TaskGroup() as steps:
@@ -462,6 +462,7 @@ class Runner:
         finally:
             self.live_plays.discard(tree)
             self.sender.sent_blocks.forget(tree)
+            self.idle.forget(tree)
         self.trees_finished += 1
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
@@ -496,7 +497,7 @@ class Runner:
         state = tree.snapshot
         try:
             if state is not None and step.index in state.not_sent:
-                tree.completed_ns[step.index] = tree.start_ns  # happened before t*: settled, never sent
+                tree.complete(step.index, tree.start_ns)  # happened before t*: settled, never sent
                 return
             # Build the body while the anchor is in flight (it needs nothing from the server), so a
             # step due right at its anchor's completion does not pay for it then; waiting for the
@@ -507,7 +508,7 @@ class Runner:
                 self.skipped += 1
                 return
             phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
-            prebuilt = tree.prebuilt.pop(step.index, None)
+            prebuilt = tree.take_prebuilt(step.index)
             if prebuilt is not None and prebuilt[0] == phase:
                 _, sent_tokens, body = prebuilt
             else:
@@ -569,10 +570,7 @@ class Runner:
                 return
             await self.sender.send(tree, step, due_ns, sent_tokens, body, outside_caps=outside_caps)
         finally:
-            if not tree.completed_ns[step.index]:
-                tree.completed_ns[step.index] = time.perf_counter_ns()
-            tree.sent[step.index].set()
-            tree.done[step.index].set()
+            tree.settle(step.index)
 
     async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: bytes) -> RequestRecord:
         """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as

@@ -103,9 +103,7 @@ class Sender:
     ) -> RequestRecord:
         """Send `step`'s body, due at `scheduled_ns`, and return its record (written already); `outside_caps`: its
         wait was slept outside the idle caps (agentx.replayer.schedule.idle)."""
-        tree.sent_ns[step.index] = time.perf_counter_ns()
-        tree.sent[step.index].set()
-        tree.replayed_hit_blocks[step.index] = self.sent_blocks.hit(tree, step)
+        tree.mark_sent(step.index, self.sent_blocks.hit(tree, step))
         request_id = str(uuid.uuid4())
         headers = {**tree.headers(step.agent_id), "X-Request-ID": request_id}
         if self.on_sent is not None:
@@ -135,14 +133,11 @@ class Sender:
                 self.ended_ns = time.perf_counter_ns()
                 self.idle.finished(tree)
         end_ns = exchange.end_ns or time.perf_counter_ns()
-        tree.completed_ns[step.index] = end_ns
+        tree.complete(step.index, end_ns)
         if exchange.error_kind == "context_overflow" and phase == "profiling":
-            tree.ended_agents.add(step.agent_id)  # the root's ends the whole tree (the runner's `_ended`)
+            tree.end_agent(step.agent_id)  # the root's ends the whole tree (the runner's `_ended`)
         return self.recorder.record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase, request_id)
 
     def _cancelled(self, exchange: Exchange) -> None:
         """End `exchange` as cancelled after the grace period, keeping whatever of the response had arrived."""
-        exchange.end_ns = time.perf_counter_ns()
-        exchange.error_kind = "cancelled"
-        exchange.timeout_kind = None
-        exchange.error_message = self._cancel_message
+        exchange.cancel(self._cancel_message)
