@@ -266,8 +266,9 @@ def records_from_reference(directory: Path) -> tuple[Any, dict[str, Any], dict[s
 def _values(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from agentx.results.export.aiperf_metrics import equals, record_metrics, run_context
+    from agentx.results.export.aiperf_metrics import record_metrics, run_context
     from agentx.results.export.aiperf_summary import phase_metrics
+    from agentx.results.summary.columns import equals
 
     directory = Path(args.ref_dir)
     reference = msgspec.json.decode((directory / SUMMARY_FILE).read_bytes())

@@ -29,7 +29,7 @@ from agentx.replayer.schedule import collector
 from agentx.replayer.schedule.collector import collect_on_clock, quiet_gc
 from agentx.sim import protocol
 from agentx.sim.engine.kvcache import KVCache
-from agentx.sim.engine.loop import Engine, EngineConfig, FinishReason, GenerationRequest
+from agentx.sim.engine.loop import EngineConfig, FinishReason, GenerationRequest, SimEngine
 from agentx.sim.engine.sequence import EngineSequence
 from agentx.sim.tokenizer import get_tokenizer
 
@@ -176,7 +176,7 @@ def _ignore(token_ids: list[int], finish_reason: FinishReason | None) -> None:
 
 
 def test_a_compact_prompt_hashes_its_blocks_as_a_list_does() -> None:
-    engine = Engine(EngineConfig(block_size=16))
+    engine = SimEngine(EngineConfig(block_size=16))
     prompt = list(range(1000, 1040))  # two full blocks, and a third that its output completes
     sequences = [
         engine.submit(GenerationRequest(prompt_ids=ids, max_tokens=8), _ignore) for ids in (prompt, array("i", prompt))

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import sessions as session_strategy
 
+from agentx.replayer.options.replay import SessionOrder
 from agentx.replayer.plan.steps import (
     ChildOffset,
-    SessionOrder,
     SessionPlan,
     Step,
     join_due,

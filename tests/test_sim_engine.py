@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from agentx.sim.engine.kvcache import KVCache, block_hashes
 from agentx.sim.engine.loop import (
-    Engine,
     EngineConfig,
     FinishReason,
     GenerationRequest,
     SequenceHandle,
+    SimEngine,
 )
 from agentx.sim.engine.speculative import (
     acceptance_schedule,
@@ -224,7 +224,7 @@ FAST = EngineConfig(time_scale=0.0, num_gpu_blocks=4096, max_model_len=4096)
 class Recorder:
     """Submits requests and records every on_output call per sequence."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: SimEngine) -> None:
         self.engine = engine
         self.calls: list[list[Call]] = []
         self.handles: list[SequenceHandle] = []
@@ -265,11 +265,11 @@ def run_engine(
     config: EngineConfig,
     requests: Sequence[GenerationRequest],
     *,
-    during: Callable[[Engine, Recorder], None] | None = None,
+    during: Callable[[SimEngine, Recorder], None] | None = None,
     timeout_s: float = 10.0,
-) -> tuple[Engine, Recorder]:
+) -> tuple[SimEngine, Recorder]:
     """Submit `requests`, run the loop until every sequence finished; `during` runs after each step."""
-    engine = Engine(config)
+    engine = SimEngine(config)
     recorder = Recorder(engine)
     for request in requests:
         recorder.submit(request)
@@ -396,7 +396,7 @@ def test_prefix_hits_shared_prefixes_salts_and_the_last_token_rule() -> None:
 
 
 def test_decoded_blocks_become_cacheable_for_the_next_turn() -> None:
-    engine = Engine(EngineConfig(time_scale=0.0, num_gpu_blocks=256, max_model_len=256))
+    engine = SimEngine(EngineConfig(time_scale=0.0, num_gpu_blocks=256, max_model_len=256))
     recorder = Recorder(engine)
     recorder.stop_when_done = False
     recorder.submit(request(20, 30, ignore_eos=True))
@@ -418,7 +418,7 @@ def test_decoded_blocks_become_cacheable_for_the_next_turn() -> None:
 def test_abort_stops_outputs_and_frees_blocks() -> None:
     aborted: list[int] = []
 
-    def abort_after_three_outputs(engine: Engine, recorder: Recorder) -> None:
+    def abort_after_three_outputs(engine: SimEngine, recorder: Recorder) -> None:
         if not aborted and len(recorder.calls[0]) >= 3:
             engine.abort(recorder.handles[0])
             engine.abort(recorder.handles[0])  # twice is harmless
@@ -436,7 +436,7 @@ def test_abort_stops_outputs_and_frees_blocks() -> None:
 
 
 def test_abort_while_waiting_and_a_failing_consumer() -> None:
-    engine = Engine(EngineConfig(time_scale=0.0, num_gpu_blocks=256, max_model_len=256))
+    engine = SimEngine(EngineConfig(time_scale=0.0, num_gpu_blocks=256, max_model_len=256))
     recorder = Recorder(engine)
     waiting = recorder.submit(request(20, 5))
     engine.abort(waiting)
@@ -520,7 +520,7 @@ def test_elapsed_time_follows_the_step_model() -> None:
 
 
 def test_idle_loop_sleeps_and_stop_is_prompt() -> None:
-    engine = Engine(EngineConfig(step_overhead_s=30.0, num_gpu_blocks=64, max_model_len=256))
+    engine = SimEngine(EngineConfig(step_overhead_s=30.0, num_gpu_blocks=64, max_model_len=256))
     recorder = Recorder(engine)
 
     async def main() -> None:
@@ -552,11 +552,11 @@ def test_idle_loop_sleeps_and_stop_is_prompt() -> None:
 )
 def test_config_validation(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Engine(EngineConfig(**fields))  # type: ignore[arg-type]
+        SimEngine(EngineConfig(**fields))  # type: ignore[arg-type]
 
 
 def test_submit_validation() -> None:
-    engine = Engine(EngineConfig(num_gpu_blocks=64, max_model_len=100))
+    engine = SimEngine(EngineConfig(num_gpu_blocks=64, max_model_len=100))
 
     def ignore(tokens: list[int], reason: FinishReason | None) -> None:
         pass
@@ -616,7 +616,7 @@ def test_random_workloads_keep_every_invariant(
     config, requests, aborts = workload
     aborted: set[int] = set()
 
-    def abort_some(engine: Engine, recorder: Recorder) -> None:
+    def abort_some(engine: SimEngine, recorder: Recorder) -> None:
         for index, after_outputs in aborts.items():
             if index not in aborted and len(recorder.calls[index]) >= after_outputs:
                 engine.abort(recorder.handles[index])

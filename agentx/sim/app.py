@@ -18,7 +18,7 @@ from aiohttp import web
 
 from agentx.distribution import installed_version
 from agentx.sim import protocol
-from agentx.sim.engine.loop import Engine
+from agentx.sim.engine.loop import SimEngine
 from agentx.sim.engine.sequence import FinishReason, GenerationRequest, SequenceHandle
 from agentx.sim.faults import NO_FAULTS, FaultConfig, FaultInjector, FaultPlan, reset_connection
 from agentx.sim.http_log import OutcomeResponse, ended, log_cancelled, one_line, parse_error
@@ -53,7 +53,7 @@ async def _read(request: web.Request) -> bytes:
 class SimApp:
     """The application: routes, the engine, the tokenizer, the faults and the counters."""
 
-    def __init__(self, options: SimOptions, engine: Engine) -> None:
+    def __init__(self, options: SimOptions, engine: SimEngine) -> None:
         self.options = options
         self.config = options.engine
         self.engine = engine

@@ -19,7 +19,7 @@ import msgspec
 from aiohttp import web
 
 from agentx.sim.app import SimApp
-from agentx.sim.engine.loop import Engine
+from agentx.sim.engine.loop import SimEngine
 from agentx.sim.http_log import AccessLog, OneLineClientErrors
 from agentx.sim.options import SimOptions
 from agentx.sim.tokenizer import FIRST_WORD_ID
@@ -70,7 +70,7 @@ def _server_ssl(options: SimOptions) -> ssl.SSLContext | None:
     return context
 
 
-async def _serve(options: SimOptions, engine: Engine, on_ready: Ready) -> None:
+async def _serve(options: SimOptions, engine: SimEngine, on_ready: Ready) -> None:
     tls = _server_ssl(options)
     sock = _listen(options.host, options.port)
     sim = SimApp(options, engine)
@@ -123,7 +123,7 @@ def serve(options: SimOptions, on_ready: Ready) -> None:
         _access_log.setLevel(logging.INFO)
     _raise_fd_limit()
     # Generated text is ordinary words only: no role markers or single characters inside a reply.
-    engine = Engine(msgspec.structs.replace(options.engine, first_output_token_id=FIRST_WORD_ID))
+    engine = SimEngine(msgspec.structs.replace(options.engine, first_output_token_id=FIRST_WORD_ID))
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows

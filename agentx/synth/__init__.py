@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from agentx.synth.generation import generate as generate
     from agentx.synth.logs.from_logs import FromLogsOptions as FromLogsOptions
     from agentx.synth.logs.from_logs import from_logs as from_logs
-    from agentx.synth.model import AgentShape as AgentShape
-    from agentx.synth.model import ApiTime as ApiTime
-    from agentx.synth.model import Profile as Profile
-    from agentx.synth.model import SessionModel as SessionModel
     from agentx.synth.presets import preset as preset
+    from agentx.synth.session_model import AgentShape as AgentShape
+    from agentx.synth.session_model import ApiTime as ApiTime
+    from agentx.synth.session_model import Profile as Profile
+    from agentx.synth.session_model import SessionModel as SessionModel
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.synth.fidelity": ("Fidelity", "compare"),
@@ -27,7 +27,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.synth.generation": ("generate",),
     "agentx.synth.logs.from_logs": ("FromLogsOptions", "from_logs"),
     "agentx.synth.dist": ("Dist",),
-    "agentx.synth.model": ("AgentShape", "ApiTime", "Profile", "SessionModel"),
+    "agentx.synth.session_model": ("AgentShape", "ApiTime", "Profile", "SessionModel"),
     "agentx.synth.presets": ("preset",),
 }
 """Every public name, by the module it lives in: `__all__` and the lazy imports are made from it."""

@@ -69,7 +69,7 @@ class Dist(msgspec.Struct, frozen=True, kw_only=True):
         return float(np.interp(0.5, np.linspace(0, 1, len(self.quantiles)), self.quantiles))
 
 
-class Stream:
+class BatchedDraws:
     """Draws from one distribution in large batches: per-value cost stays near a list index."""
 
     def __init__(self, dist: Dist, rng: np.random.Generator, batch: int = 4096) -> None:

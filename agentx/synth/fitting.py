@@ -17,7 +17,7 @@ from itertools import pairwise
 import numpy as np
 
 from agentx.synth.dist import Dist
-from agentx.synth.model import AgentShape, ApiTime, Profile, SessionModel
+from agentx.synth.session_model import AgentShape, ApiTime, Profile, SessionModel
 from agentx.trace.model import Agent, Trace
 from agentx.trace.stats import join_index
 

@@ -1,4 +1,4 @@
-"""Sampling sessions from a `SessionModel` (see agentx.synth.model for the model itself).
+"""Sampling sessions from a `SessionModel` (see agentx.synth.session_model for the model itself).
 
 Hash ids follow the growing-context convention of agentx's sample corpus: a prompt of `in` tokens
 has ceil(in / block_size) ids; a continuing request keeps its predecessor's full blocks; a
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from agentx.errors import ConfigError
-from agentx.synth.dist import Dist, Stream
-from agentx.synth.model import AgentShape, ApiTime, Profile, SessionModel
+from agentx.synth.dist import BatchedDraws, Dist
+from agentx.synth.session_model import AgentShape, ApiTime, Profile, SessionModel
 from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace
 
 SPAWN_DELAY_S = 0.05
@@ -33,14 +33,14 @@ class _Draws:
 
     def __init__(self, shape: AgentShape, rng: np.random.Generator) -> None:
         streams = rng.spawn(8)
-        self.context = Stream(shape.context_tokens, streams[7]) if shape.context_tokens is not None else None
-        self.requests = Stream(shape.requests, streams[0], 1024)
-        self.first_user = Stream(shape.first_user_tokens, streams[1])
-        self.added = Stream(shape.added_tokens, streams[2])
-        self.out = Stream(shape.out_tokens, streams[3])
-        self.tool_gap = Stream(shape.tool_gap_s, streams[4])
-        self.human_gap = Stream(shape.human_gap_s, streams[5])
-        self.summary = Stream(shape.summary_tokens, streams[6], 256)
+        self.context = BatchedDraws(shape.context_tokens, streams[7]) if shape.context_tokens is not None else None
+        self.requests = BatchedDraws(shape.requests, streams[0], 1024)
+        self.first_user = BatchedDraws(shape.first_user_tokens, streams[1])
+        self.added = BatchedDraws(shape.added_tokens, streams[2])
+        self.out = BatchedDraws(shape.out_tokens, streams[3])
+        self.tool_gap = BatchedDraws(shape.tool_gap_s, streams[4])
+        self.human_gap = BatchedDraws(shape.human_gap_s, streams[5])
+        self.summary = BatchedDraws(shape.summary_tokens, streams[6], 256)
 
 
 class _Ids:
@@ -99,7 +99,7 @@ def _run(
     ids: _Ids,
     api: ApiTime,
     start_s: float,
-    chance: Stream,
+    chance: BatchedDraws,
     spawn: Spawn | None = None,
 ) -> list[_Row]:
     """One agent's requests from `start_s`."""
@@ -162,10 +162,10 @@ def _session(
     number: int,
     profile_index: int,
     profile: Profile,
-    draws: tuple[_Draws, _Draws | None, Stream],
+    draws: tuple[_Draws, _Draws | None, BatchedDraws],
     ids: _Ids,
     api: ApiTime,
-    chance: Stream,
+    chance: BatchedDraws,
     start_s: float,
 ) -> Session:
     subs: list[_Sub] = []
@@ -275,11 +275,11 @@ def _generate(model: SessionModel, sessions: int, seed: int, scope: HashScope) -
         (
             _Draws(p.root, rng.spawn(1)[0]),
             _Draws(p.sub, rng.spawn(1)[0]) if p.sub is not None else None,
-            Stream(p.fan_out, rng.spawn(1)[0], 256),
+            BatchedDraws(p.fan_out, rng.spawn(1)[0], 256),
         )
         for p in model.profiles
     ]
-    uniform = Stream(Dist(quantiles=(0.0, 1.0), log=False), rng.spawn(1)[0])
+    uniform = BatchedDraws(Dist(quantiles=(0.0, 1.0), log=False), rng.spawn(1)[0])
     shared = _Ids(model.block_size)
     out: list[Session] = []
     for number, (choice, start) in enumerate(zip(choices, starts, strict=True)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from agentx.synth.dist import Dist
-from agentx.synth.model import AgentShape, ApiTime, Profile, SessionModel
+from agentx.synth.session_model import AgentShape, ApiTime, Profile, SessionModel
 
 _WEKA = (
     "medians of the 7 public Claude Code traces of the Weka sample "

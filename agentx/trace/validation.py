@@ -21,7 +21,7 @@ MAX_AGENT_DEPTH = 100
 """Deeper subagent nesting is taken as corrupt data (the tree code recurses once per level)."""
 HASH_ID_MIN, HASH_ID_MAX = -(1 << 63), (1 << 63) - 1
 
-Report = Callable[[str, str], None]
+ReportFinding = Callable[[str, str], None]
 """Receives (severity, message) for one problem."""
 LineOf = Callable[[Agent, int], int | None]
 """Maps (agent, request index) to the 1-based line or row a request came from, if known."""
@@ -37,7 +37,7 @@ def _bad_time(value: float | None, *, optional: bool) -> str | None:
     return None
 
 
-def check_request(request: Request, previous_len: int, block_size: int, report: Report) -> None:
+def check_request(request: Request, previous_len: int, block_size: int, report: ReportFinding) -> None:
     """Check one request; `report(severity, message)` receives each problem."""
     for name, value, optional in (
         ("t", request.t, False),
@@ -111,7 +111,7 @@ def _plainly_fine(request: Request, previous_len: int, block_size: int) -> bool:
     return request.in_tokens // block_size <= have <= -(-request.in_tokens // block_size)
 
 
-def _reporter(findings: Findings, **where: object) -> Report:
+def _reporter(findings: Findings, **where: object) -> ReportFinding:
     def report(severity: str, message: str) -> None:
         add = findings.error if severity == "error" else findings.warning
         add(message, **where)

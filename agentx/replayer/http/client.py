@@ -23,14 +23,13 @@ from types import TracebackType
 from typing import Final
 
 from agentx.errors import ModelNotServed, ServerUnreachable
+from agentx.records.record import ErrorKind, TimeoutKind
 from agentx.replayer.http.calls import METRICS_TIMEOUT_S, Calls
 from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import (
     CONTEXT_OVERFLOW_SUBSTRINGS,
     MESSAGE_MAX_CHARS,
-    ErrorKind,
     Exchange,
-    TimeoutKind,
 )
 from agentx.replayer.http.http1 import Endpoint, encode_headers
 from agentx.replayer.http.pool import SPARE_CONNECTIONS, Pool

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
+from agentx.records.record import ErrorKind, TimeoutKind
 from agentx.replayer.http.tls import describe_tls_error
-
-ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
-TimeoutKind = Literal["connect", "idle", "request"]
-"""Which timeout ended a request: connecting, no bytes for the idle timeout, or the whole request's limit."""
 
 MESSAGE_MAX_CHARS: Final = 500
 CONTEXT_OVERFLOW_SUBSTRINGS: Final = (

@@ -20,10 +20,10 @@ from typing import Final
 
 import msgspec
 
+from agentx.records.record import ErrorKind
 from agentx.replayer.http.exchange import (
     MESSAGE_MAX_CHARS,
     ErrorBody,
-    ErrorKind,
     Exchange,
     ExchangeError,
     describe,

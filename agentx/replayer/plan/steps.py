@@ -44,11 +44,11 @@ import msgspec
 import numpy as np
 
 from agentx.errors import PlanError
+from agentx.replayer.options.replay import SessionOrder
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import join_index
 
-SessionOrder = Literal["sequential", "shuffle", "random"]
 ChildOffset = Literal["branch_start", "anchor_end"]
 """How a subagent's first turn is offset from its anchor's completion: from its branch's earliest spawn
 (the reference, §3a) or from the anchor request's recorded end (keeps the recorded spawn gap)."""

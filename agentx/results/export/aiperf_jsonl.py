@@ -61,14 +61,13 @@ import numpy as np
 import pyarrow as pa
 
 from agentx.results.export.aiperf_metrics import (
-    FloatArray,
-    IntArray,
     RunContext,
     column,
     record_metrics,
-    strings,
     top_level_chain,
 )
+from agentx.results.summary.columns import strings
+from agentx.results.summary.stats import FloatArray, IntArray
 from agentx.secrets import scrub
 
 NOT_EXPORTED: Final[dict[str, str]] = {

@@ -39,17 +39,14 @@ from typing import Any, Final
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentx.records.record import run_info
 from agentx.replayer.options.rules import RuleSet
+from agentx.results.summary.columns import equals, strings
+from agentx.results.summary.stats import BoolArray, FloatArray, IntArray
 from agentx.results.summary.validity import rules_of
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 NS_PER_MS: Final = 1e6
 NS_PER_S: Final = 1e9
@@ -168,20 +165,6 @@ def column(table: pa.Table, name: str) -> FloatArray:
     if name not in table.schema.names:
         return np.full(table.num_rows, np.nan)
     return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
-def strings(table: pa.Table, name: str, default: str = "") -> list[str]:
-    """A string column as Python strings, nulls (and a missing column) as `default`."""
-    if name not in table.schema.names:
-        return [default] * table.num_rows
-    return [default if value is None else str(value) for value in table.column(name).to_pylist()]
-
-
-def equals(table: pa.Table, name: str, value: str) -> BoolArray:
-    """Rows whose string column equals `value` (False where null or missing)."""
-    if name not in table.schema.names:
-        return np.zeros(table.num_rows, dtype=bool)
-    return np.asarray(pc.fill_null(pc.equal(table.column(name), value), False).to_numpy(zero_copy_only=False))
 
 
 def coalesce(first: FloatArray, second: FloatArray) -> FloatArray:

@@ -86,19 +86,17 @@ from agentx.results.export.aiperf_metrics import (
     LIST_TAGS,
     NS_PER_MS,
     NS_PER_S,
-    BoolArray,
-    FloatArray,
     RecordMetrics,
     RunContext,
     column,
-    equals,
     record_metrics,
     run_context,
-    strings,
 )
 from agentx.results.export.aiperf_server_metrics import server_metrics_export
 from agentx.results.export.time_weighted import sweep_metrics
+from agentx.results.summary.columns import equals, strings
 from agentx.results.summary.inferencex import inferencex_metrics
+from agentx.results.summary.stats import BoolArray, FloatArray
 from agentx.results.summary.validity import Validity, validity
 
 SCHEMA_VERSION: Final = "1.4"

@@ -50,10 +50,10 @@ NOT_EXPORTED: Final[dict[str, str]] = {**export_jsonl.NOT_EXPORTED, **export_sum
 """Every key the reference writes that agentx leaves out (`"jsonl.metrics.http_req_sending"`, ...) → why."""
 
 
-RunFile = Mapping[str, Any] | msgspec.Struct | None
+RunDocument = Mapping[str, Any] | msgspec.Struct | None
 
 
-def aiperf_jsonl_lines(table: pa.Table, run_file: RunFile = None) -> Iterator[bytes]:
+def aiperf_jsonl_lines(table: pa.Table, run_file: RunDocument = None) -> Iterator[bytes]:
     """The `profile_export.jsonl` lines (newline-terminated) of a records table, a record batch at a time.
 
     `run_file`: the run's run.json (its options); None reads them from the records' schema metadata.
@@ -61,17 +61,17 @@ def aiperf_jsonl_lines(table: pa.Table, run_file: RunFile = None) -> Iterator[by
     return export_jsonl.jsonl_lines(table, run_context(table, run_file))
 
 
-def write_aiperf_jsonl(table: pa.Table, path: str | os.PathLike[str], run_file: RunFile = None) -> int:
+def write_aiperf_jsonl(table: pa.Table, path: str | os.PathLike[str], run_file: RunDocument = None) -> int:
     """Write `profile_export.jsonl` for a records table; returns the lines written."""
     return export_jsonl.write_jsonl(table, run_context(table, run_file), path)
 
 
-def aiperf_summary(table: pa.Table, run_file: RunFile) -> dict[str, Any]:
+def aiperf_summary(table: pa.Table, run_file: RunDocument) -> dict[str, Any]:
     """The `profile_export_aiperf.json` document of a records table and its run file (None: no run.json)."""
     return export_summary.aiperf_summary(table, run_file)
 
 
-def write_aiperf_summary(table: pa.Table, run_file: RunFile, path: str | os.PathLike[str]) -> dict[str, Any]:
+def write_aiperf_summary(table: pa.Table, run_file: RunDocument, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Write `profile_export_aiperf.json`; returns the document written."""
     document = aiperf_summary(table, run_file)
     data = msgspec.json.format(msgspec.json.encode(document)) + b"\n"

@@ -27,10 +27,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+from agentx.results.summary.stats import FloatArray, IntArray
+
 Curve = tuple[FloatArray, FloatArray]
 
 NS_PER_S: Final = 1e9

@@ -20,11 +20,10 @@ from typing import Final, Literal
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
+from agentx.results.summary.stats import FloatArray
 from agentx.results.summary.summarize import Summary
 
-FloatArray = npt.NDArray[np.float64]
 Statistic = Literal["p50", "p75", "p90", "p95", "p99", "mean"]
 Basis = Literal["total", "output", "input"]
 BASES: Final = ("total", "output", "input")

@@ -9,13 +9,13 @@ first request (bench/startup.py), and only the summary at the end needs it.
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from agentx.results.summary.stats import FloatArray
-
-IntArray = npt.NDArray[np.int64]
+from agentx.results.summary.stats import FloatArray, IntArray
 
 
 def has(table: pa.Table, name: str) -> bool:
@@ -41,7 +41,7 @@ def ints_or(table: pa.Table, name: str, fallback: str) -> IntArray:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def equals(table: pa.Table, name: str, value: object, *, missing: bool) -> npt.NDArray[np.bool_]:
+def equals(table: pa.Table, name: str, value: object, *, missing: bool = False) -> npt.NDArray[np.bool_]:
     """Row mask: the column equals `value` (null → False); all `missing` when the column is absent."""
     import pyarrow.compute as pc
 
@@ -51,7 +51,11 @@ def equals(table: pa.Table, name: str, value: object, *, missing: bool) -> npt.N
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def strings(table: pa.Table, name: str, default: str | None) -> list[str | None]:
+@overload
+def strings(table: pa.Table, name: str, default: str = "") -> list[str]: ...
+@overload
+def strings(table: pa.Table, name: str, default: None) -> list[str | None]: ...
+def strings(table: pa.Table, name: str, default: str | None = "") -> list[str] | list[str | None]:
     """The column as text, nulls (or the whole column, when absent) as `default`."""
     if not has(table, name):
         return [default] * table.num_rows

@@ -74,7 +74,7 @@ class SeriesStats(msgspec.Struct, kw_only=True, omit_defaults=True):
     counter: CounterStats | None = None
 
 
-class Level(msgspec.Struct, kw_only=True):
+class MeanPeak(msgspec.Struct, kw_only=True):
     """A gauge over the window: its mean and its peak."""
 
     mean: float
@@ -94,9 +94,9 @@ class ServerTelemetry(msgspec.Struct, kw_only=True):
     window_start_s: float
     window_end_s: float
     """The window on the run's clock, s after the run start."""
-    requests_running: Level | None = None
-    requests_waiting: Level | None = None
-    kv_cache_usage_ratio: Level | None = None
+    requests_running: MeanPeak | None = None
+    requests_waiting: MeanPeak | None = None
+    kv_cache_usage_ratio: MeanPeak | None = None
     prefix_cache_hit_rate: float | None = None
     prefix_cache_hit_source: Literal["counters", "gauge"] | None = None
     series: dict[str, SeriesStats] = msgspec.field(default_factory=dict)
@@ -200,8 +200,8 @@ def counter_stats(
     return CounterStats(total=total, rate=total / duration_s if duration_s > 0 else 0.0)
 
 
-def _level(result: ServerTelemetry, name: str) -> Level | None:
+def _level(result: ServerTelemetry, name: str) -> MeanPeak | None:
     series = result.series.get(name)
     if series is None or series.gauge is None:
         return None
-    return Level(mean=series.gauge.avg, peak=series.gauge.max)
+    return MeanPeak(mean=series.gauge.avg, peak=series.gauge.max)

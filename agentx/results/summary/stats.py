@@ -15,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 PERCENTILES: Final = (50.0, 75.0, 90.0, 95.0, 99.0)
 """InferenceX reports p50…p95; p99 is ours. Others asked for (`--percentiles`) go in `Stats.more`."""

@@ -64,6 +64,7 @@ from agentx.records.record import run_info
 from agentx.replayer.options.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
 from agentx.results.summary.acceptance import Acceptance
 from agentx.results.summary.columns import equals, floats
+from agentx.results.summary.stats import FloatArray
 
 CONTEXT_OVERFLOW_MAX_RATE: Final = 0.01
 COVERAGE_MIN_PHASE_S: Final = 900.0
@@ -163,9 +164,6 @@ def _cancelled(document: Mapping[str, Any] | None, interrupted: bool, cancel_rea
     if interrupted or cancel_reason == "interrupted":
         return "the run was interrupted (Ctrl-C or SIGTERM) before its end"
     return f"the run was cancelled ({cancel_reason})"
-
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def covered_ns(starts_ns: FloatArray, ends_ns: FloatArray, lo_ns: float, hi_ns: float) -> float:

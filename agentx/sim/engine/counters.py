@@ -8,7 +8,7 @@ import msgspec
 class EngineCounters(msgspec.Struct, kw_only=True):
     """Monotonic counters and gauges, named after the vLLM metrics they feed.
 
-    `Engine.counters` refreshes the gauges and the spec-decode fields when it is read.
+    `SimEngine.counters` refreshes the gauges and the spec-decode fields when it is read.
     """
 
     prefix_cache_queries: int = 0

@@ -2,7 +2,7 @@
 
 - `EngineConfig` (`agentx.sim.engine.config`): every knob, immutable, and the step-time model.
 - `GenerationRequest` (`agentx.sim.engine.sequence`): what one HTTP request asks the engine for.
-- `Engine(config)`; `await engine.run()` runs the step loop until `engine.stop()`;
+- `SimEngine(config)`; `await engine.run()` runs the step loop until `engine.stop()`;
   `engine.submit(request, on_output) -> SequenceHandle` queues a sequence;
   `engine.abort(handle)` drops it (client went away); `engine.counters` are the metric values
   (`agentx.sim.engine.counters`).
@@ -47,13 +47,13 @@ from agentx.sim.engine.sequence import (
 )
 
 __all__ = [
-    "Engine",
     "EngineConfig",
     "EngineCounters",
     "FinishReason",
     "GenerationRequest",
     "OnOutput",
     "SequenceHandle",
+    "SimEngine",
 ]
 
 _log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class Engine:
+class SimEngine:
     """The step loop over the KV cache (see the module docstring). Call it from the event loop's thread
     only. It runs once: after `stop()`, `run()` returns at once. ValueError for an unusable config."""
 
