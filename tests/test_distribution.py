@@ -16,6 +16,18 @@ from agentx.distribution import DISTRIBUTION
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMPORTED = "import agentx, importlib.metadata as m; print(agentx.__file__, m.version('agentx-replay'))"
+EVERY_MODULE = (
+    "import importlib, pkgutil, agentx\n"
+    "skipped = ('__main__', '.cluster.', 'plots')  # the CLI's entry; Ray and matplotlib are optional extras\n"
+    "modules = pkgutil.walk_packages(agentx.__path__, 'agentx.')\n"
+    "names = [m.name for m in modules if not any(s in m.name for s in skipped)]\n"
+    "for name in names:\n"
+    "    importlib.import_module(name)\n"
+    "from agentx.results.report.cost import load_price_table\n"
+    "from agentx.spec.golden import load_golden_table\n"
+    "print(len(names), len(load_price_table().gpus) > 0, len(load_golden_table().curves) > 0)"
+)
+"""Every module of the installed wheel imports, and its package data (the price and golden tables) is there."""
 
 
 def _run(*command: str | Path, cwd: Path) -> str:
@@ -45,5 +57,7 @@ def test_a_built_wheel_installs_as_agentx_replay_with_the_agentx_command(tmp_pat
     assert _run(fresh / "bin" / "agentx", "--version", cwd=tmp_path).strip() == f"agentx ({DISTRIBUTION}) {VERSION}"
     where, version = _run(python, "-c", IMPORTED, cwd=tmp_path).split()
     assert Path(where).is_relative_to(site) and version == VERSION
+    modules, prices, goldens = _run(python, "-c", EVERY_MODULE, cwd=tmp_path).split()
+    assert int(modules) > 150 and prices == goldens == "True"
     listed = _run(python, "-m", "pip", "list", "--format=freeze", "--path", site, cwd=tmp_path)
     assert f"{DISTRIBUTION}=={VERSION}" in listed.splitlines()
