@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from agentx.errors import RecordsError
 from agentx.records.ipc_files import IpcReader
+from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
@@ -51,8 +52,6 @@ MAX_ERROR_MESSAGE: Final = 500
 
 Phase = Literal["warmup", "profiling"]
 Status = Literal["ok", "error"]
-ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow", "cancelled"]
-TimeoutKind = Literal["connect", "idle", "request"]
 
 
 class RequestRecord(msgspec.Struct, kw_only=True, gc=False):

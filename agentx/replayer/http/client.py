@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Final
 
 from agentx.errors import ModelNotServed, ServerUnreachable
-from agentx.records.record import ErrorKind, TimeoutKind
+from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.replayer.http.calls import METRICS_TIMEOUT_S, Calls
 from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import (

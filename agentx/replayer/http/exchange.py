@@ -16,7 +16,7 @@ from typing import Final
 
 import msgspec
 
-from agentx.records.record import ErrorKind, TimeoutKind
+from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.replayer.http.tls import describe_tls_error
 
 MESSAGE_MAX_CHARS: Final = 500

@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from agentx.records.record import ErrorKind
+from agentx.records.kinds import ErrorKind
 from agentx.replayer.http.exchange import (
     MESSAGE_MAX_CHARS,
     ErrorBody,
