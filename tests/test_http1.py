@@ -71,7 +71,7 @@ def feed(response: bytes, cuts: list[int], sink: Any = None) -> tuple[Any, HttpC
         transport = FakeTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         recorder = sink or Recorder()
-        done = connection.send(b"POST / HTTP/1.1\r\n\r\n", recorder)
+        done = connection.send((b"POST / HTTP/1.1\r\n\r\n", b""), recorder)
         bounds = [0, *sorted(set(cuts)), len(response)]
         for start, end in itertools.pairwise(bounds):
             if end > start and not done.done():
@@ -161,10 +161,10 @@ def test_a_whole_body_longer_than_its_limit_aborts_the_exchange() -> None:
 
 def test_a_request_has_a_content_length_only_with_a_body() -> None:
     head = b"Host: example.com\r\n"
-    assert encode_request("GET", "/v1/models", head) == b"GET /v1/models HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    assert encode_request("GET", "/v1/models", head) == (b"GET /v1/models HTTP/1.1\r\nHost: example.com\r\n\r\n", b"")
     post = encode_request("POST", "/p/tokenize", head, b'{"a":1}')
-    assert post == b'POST /p/tokenize HTTP/1.1\r\nHost: example.com\r\nContent-Length: 7\r\n\r\n{"a":1}'
-    assert encode_request("POST", "/x", head, b"").endswith(b"Content-Length: 0\r\n\r\n")
+    assert post == (b"POST /p/tokenize HTTP/1.1\r\nHost: example.com\r\nContent-Length: 7\r\n\r\n", b'{"a":1}')
+    assert encode_request("POST", "/x", head, b"")[0].endswith(b"Content-Length: 0\r\n\r\n")
 
 
 def test_interim_response_is_skipped() -> None:

@@ -99,11 +99,16 @@ def encode_headers(headers: dict[str, str] | None) -> bytes:
     return b"\r\n".join(lines) + b"\r\n"
 
 
-def encode_request(method: str, target: str, head: bytes, body: bytes | None = None) -> bytes:
-    """One request's bytes: the request line, `head` (encoded header lines, `Host` among them), `Content-Length`
-    when there is a body (a GET has none), the blank line, the body."""
+Payload = tuple[bytes, bytes]
+"""One request's bytes in two parts: its head and its body (written one after the other, so a large body, a long
+prompt, is never copied into a second buffer while it is in flight)."""
+
+
+def encode_request(method: str, target: str, head: bytes, body: bytes | None = None) -> Payload:
+    """One request: the request line, `head` (encoded header lines, `Host` among them), `Content-Length` when there
+    is a body (a GET has none) and the blank line; then the body."""
     length = b"Content-Length: %d\r\n" % len(body) if body is not None else b""
-    return b"".join((b"%s %s HTTP/1.1\r\n" % (method.encode(), target.encode()), head, length, b"\r\n", body or b""))
+    return b"".join((b"%s %s HTTP/1.1\r\n" % (method.encode(), target.encode()), head, length, b"\r\n")), body or b""
 
 
 class WholeBody:
@@ -174,7 +179,7 @@ class HttpConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # close our side too; `connection_lost` settles the response
 
-    def send(self, payload: bytes, sink: Sink) -> asyncio.Future[bool]:
+    def send(self, payload: Payload, sink: Sink) -> asyncio.Future[bool]:
         """Write one request; the future gives whether the connection may be reused once it completes."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if self.transport is None or self.closed:
@@ -183,7 +188,10 @@ class HttpConnection(asyncio.Protocol):
         self._sink, self._done = sink, done
         self._state, self._buffer, self._received, self._keep_alive = _HEAD, b"", 0, True
         self.requests += 1
-        self.transport.write(payload)
+        head, body = payload
+        self.transport.write(head)  # asyncio's TCP transports set TCP_NODELAY: no wait between the two
+        if body:
+            self.transport.write(body)
         return done
 
     def abort(self) -> None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from agentx.replayer.http.http1 import ConnectionClosedError, Endpoint, HttpConnection, Sink
+from agentx.replayer.http.http1 import ConnectionClosedError, Endpoint, HttpConnection, Payload, Sink
 
 SPARE_CONNECTIONS: Final = 16
 """Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
@@ -186,7 +186,7 @@ class Pool:
 
 async def send(
     pool: Pool,
-    payload: bytes,
+    payload: Payload,
     sink: Sink,
     *,
     sending: Callable[[], None] | None = None,

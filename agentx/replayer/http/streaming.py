@@ -30,7 +30,7 @@ from agentx.replayer.http.exchange import (
     error_message,
     overflows,
 )
-from agentx.replayer.http.http1 import HTTPProtocolError, encode_headers, encode_request
+from agentx.replayer.http.http1 import HTTPProtocolError, Payload, encode_headers, encode_request
 from agentx.replayer.http.pool import Pool, send
 from agentx.replayer.http.sse import DONE, ERROR_EVENT, SSEParser
 
@@ -295,7 +295,7 @@ class Streams:
             self._watchdog.cancel()
             self._watchdog = None
 
-    def request_bytes(self, path: str, body: bytes, extra_headers: Mapping[str, str] | None) -> bytes:
+    def request_parts(self, path: str, body: bytes, extra_headers: Mapping[str, str] | None) -> Payload:
         head = self.head + encode_headers(dict(extra_headers)) if extra_headers else self.head
         return encode_request("POST", self.pool.endpoint.prefix + path, head, body)
 
@@ -306,7 +306,7 @@ class Streams:
         cancellation (or an invalid extra header: ValueError)."""
         exchange = response.exchange
         exchange.queued_ns = time.perf_counter_ns()
-        payload = self.request_bytes(path, body, extra_headers)
+        payload = self.request_parts(path, body, extra_headers)
         watched = bool(self.idle_timeout_s)  # None or 0: no idle timeout
         flight = response.flight
         total_s = self.total_timeout_s
