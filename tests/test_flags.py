@@ -91,13 +91,15 @@ def test_a_flag_of_another_mode_is_refused(tmp_path: Path, args: list[str], mess
     assert result.exit_code == 2 and message in result.output, result.output
 
 
-def test_a_flag_of_another_mode_is_refused_before_the_simulator_starts(tmp_path: Path) -> None:
+def test_a_bad_flag_is_refused_before_the_simulator_starts(tmp_path: Path) -> None:
     """No --url: the check comes first, so no simulator is started for a run that cannot be made."""
     for args, message in [
         (["--mode", "rate"], "it needs --rate"),
         (["--speedup", "2"], "--speedup applies to --mode trace, not agentx"),
         (["--mode", "trace", "--rate", "3"], "--rate applies to --mode rate, not trace"),
         (["--mode", "closed", "--burstiness", "2"], "--burstiness applies to --mode rate, not closed"),
+        (["--header", "no colon"], "NAME:VALUE"),
+        (["--extra-body", "{not json"], "--extra-body"),
     ]:
         out = tmp_path / "run"
         result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--out", str(out), *args])

@@ -322,6 +322,11 @@ class ParsedFlags:
         result: Speculative = convert_part(Speculative, values, "--spec-al/--spec-k")
         return result
 
+    def check_server(self) -> None:
+        """Parse the server's flags (headers, the extra body) before any server is known, so that a bad one fails
+        before a simulator starts."""
+        part_values("server", Server, self._values, PARSERS)
+
     def server(self, url: str, models: tuple[str, ...], *, say: bool = True) -> Server:
         """The `Server` part: the flags, the URL and served models as resolved, the key from `--api-key-env`."""
         values = part_values("server", Server, self._values, PARSERS)
@@ -367,7 +372,8 @@ class ParsedFlags:
         return result
 
     def replay_parts(self, *, concurrency: int | None = None) -> ReplayParts:
-        """Every part of `replay`'s (or a sweep level's) options but the server."""
+        """Every part of `replay`'s (or a sweep level's) options but the server (whose flags are parsed too)."""
+        self.check_server()
         scenario = self._with_rules("scenario", part_values("scenario", Scenario, self._values, PARSERS))
         runtime = {**part_values("runtime", Runtime, self._values), **CLI_RUNTIME}
         return ReplayParts(

@@ -245,6 +245,7 @@ def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_jso
         speculative = flags.speculative()
         connection = flags.connection()
         measure = flags.decode_values()
+        flags.check_server()  # header and body flags, before a simulator starts
     except click.BadParameter as exc:
         fail(exc.format_message())
     with contextlib.ExitStack() as stack:
