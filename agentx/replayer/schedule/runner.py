@@ -455,6 +455,7 @@ class Runner:
         if tree.snapshot is None and not started:
             tree.begin(time.perf_counter_ns())
         self.live_plays.add(tree)
+        self.gate.release(tree.lane)  # a lane held for its next tree (`ProfilingGate.hold`) has it now
         try:
             async with asyncio.TaskGroup() as steps:
                 for step in tree.prepared.plan.steps:
@@ -577,6 +578,9 @@ class Runner:
         the references abort on any failed root request of their warmup (`aiperf/credit/callback_handler.py`,
         `_handle_warmup_failure`; docs/agentx.md §5)."""
         record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
+        others = (index for index in range(len(tree.done)) if index != step.index)
+        if self.gate.per_lane and all(tree.done[index].is_set() or tree.completed_ns[index] for index in others):
+            self.gate.hold(tree.lane)  # the tree ends here: its lane's next one is handed over too
         if record.status == "error" and step.depth == 0 and not self.gate.aborted and not self.stopped.is_set():
             self.gate.abort()
             self.warmup_failure = WarmupFailed(

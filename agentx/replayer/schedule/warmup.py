@@ -223,6 +223,8 @@ class ProfilingGate:
         (agentx.replayer.schedule.runner)."""
         self.pressure_in_flight = 0
         self.aborted = False
+        self.held: set[int] = set()
+        """Lanes whose tree ended with a cache-pressure request and that have not drawn their next tree yet."""
 
     def begin_pressure(self, lanes: Iterable[int], per_lane: int, *, pooled: bool) -> None:
         """Start the cache-pressure stage of `per_lane` requests for each of `lanes`; with none, profiling starts."""
@@ -251,7 +253,21 @@ class ProfilingGate:
 
     def lane_done(self, lane: int) -> None:
         """`lane` has nothing more to send: it no longer holds the profiling start back."""
-        if self.lane_left.pop(lane, None) is not None:
+        held = lane in self.held
+        self.held.discard(lane)
+        if self.lane_left.pop(lane, None) is not None or held:
+            self._maybe_open()
+
+    def hold(self, lane: int) -> None:
+        """`lane`'s tree ended with a cache-pressure request: profiling waits until the lane has drawn its next tree
+        (`release`) or has none (`lane_done`), so that the tree is handed over at its origin, as the harness hands a
+        fresh trajectory to a lane whose stream ended (`finalize_phase`, §4d), whichever request ends last."""
+        self.held.add(lane)
+
+    def release(self, lane: int) -> None:
+        """`lane`'s next tree is live."""
+        if lane in self.held:
+            self.held.discard(lane)
             self._maybe_open()
 
     def open(self) -> None:
@@ -264,7 +280,7 @@ class ProfilingGate:
                 self.on_start()
 
     def _maybe_open(self) -> None:
-        if not self.aborted and not self.pressing and self.pressure_in_flight == 0:
+        if not self.aborted and not self.pressing and self.pressure_in_flight == 0 and not self.held:
             self.open()
 
     async def wait(self, stopped: asyncio.Event) -> None:
