@@ -37,6 +37,7 @@ from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, rec
 from agentx.replayer.workers import run_workers
 from agentx.results.report.folders import RunFile
 from agentx.results.summary.acceptance import run_acceptance
+from agentx.results.summary.audit import audit
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import Summary, summarize
 from agentx.results.summary.validity import validity
@@ -185,6 +186,7 @@ def _finish(
     )
     summary.validity = validity(table, run_file, summary.acceptance)
     summary.shards = shards_summary(run.shards)
+    summary.audit = audit(table, summary)  # again: the acceptance is known now
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
     return result

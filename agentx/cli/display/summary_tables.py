@@ -3,8 +3,11 @@ decode`), laid out for its width (agentx.cli.display.layout)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agentx.cli.display.layout import Column, FittedTable, text_column
 from agentx.results.summary.acceptance import Acceptance
+from agentx.results.summary.audit import Audit, Figure
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Interactivity, Summary
 from agentx.results.summary.server_telemetry import ServerTelemetry
@@ -117,13 +120,18 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     lat = summary.latency
     shown = summary.percentiles
     latency_rows: list[list[str]] = []
-    for name, stats, unit in (
-        ("TTFT (ms)", lat.ttft_s, _ms),
-        ("TPOT (ms)", lat.tpot_s, _ms),
-        ("ITL (ms)", lat.itl_s, _ms),
-        ("E2EL (ms)", lat.e2el_s, _ms),
-        ("tokens/chunk", lat.chunk_tokens, lambda v: _s(v, 2)),
-    ):
+    audit = summary.audit or Audit()
+    rejected = "  [bold red]✗ audit[/]"
+    latency_figures: list[tuple[str, Stats | None, Callable[[float | None], str], Figure | None]] = [
+        ("TTFT (ms)", lat.ttft_s, _ms, "ttft"),
+        ("TPOT (ms)", lat.tpot_s, _ms, "tpot"),
+        ("ITL (ms)", lat.itl_s, _ms, "itl"),
+        ("E2EL (ms)", lat.e2el_s, _ms, "e2el"),
+        ("tokens/chunk", lat.chunk_tokens, lambda v: _s(v, 2), None),
+    ]
+    for name, stats, unit, figure in latency_figures:
+        if figure is not None and audit.rejects(figure):
+            name += rejected
         if stats is None:
             latency_rows.append([name, "0", *("–" for _ in range(len(shown) + 2))])
             continue
@@ -138,6 +146,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             ("E2E-normalized interactivity", inferencex.e2e_norm_interactivity_tps),
         ]
     for name, rate in extra:
+        if audit.rejects("interactivity"):
+            name += rejected
         if rate is not None:
             values = [rate.mean, *(_at(rate, p) for p in shown), rate.std]
             latency_rows.append([name, "", *(_s(v, 1) for v in values)])
@@ -160,6 +170,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     )
 
     tables: list[FittedTable] = [overview, latency]
+    if audit.findings:
+        tables.insert(1, audit_table(audit))
     if summary.acceptance is not None:
         tables.insert(1, acceptance_table(summary.acceptance))
     if summary.validity is not None and summary.validity.applies and not summary.validity.valid:
@@ -220,6 +232,24 @@ def telemetry_table(telemetry: ServerTelemetry) -> FittedTable:
     return FittedTable(
         f"server telemetry ({telemetry.engine}, {scrapes})",
         [text_column("series"), Column("mean"), Column("peak")],
+        rows,
+    )
+
+
+def audit_table(audit: Audit) -> FittedTable:
+    """The plausibility audit's findings: each one's severity and code, what is wrong, its evidence, what to do."""
+    rows = [
+        [
+            f"[bold red]{finding.code}[/]" if finding.severity == "error" else f"[yellow]{finding.code}[/]",
+            f"{finding.title}: {finding.evidence}. {finding.advice}",
+        ]
+        for finding in audit.findings
+    ]
+    errors = sum(finding.severity == "error" for finding in audit.findings)
+    return FittedTable(
+        f"plausibility audit: {len(rows)} finding{'s' * (len(rows) != 1)}, {errors} rejecting figures "
+        "(✗ audit; docs/results.md)",
+        [text_column("finding"), text_column("what, evidence, what to do")],
         rows,
     )
 

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 
 from agentx.results.summary.acceptance import Acceptance
+from agentx.results.summary.audit import Audit
 from agentx.results.summary.goodput import Goodput
 from agentx.results.summary.server_telemetry import ServerTelemetry
 from agentx.results.summary.shards import Shards
@@ -226,3 +227,5 @@ class Summary(msgspec.Struct, kw_only=True):
     """The metrics InferenceX's aggregation adds (agentx.results.summary.inferencex), None for an empty run."""
     rules: str | None = None
     """The AgentX rule set the run played (agentx.replayer.options.rules), when its options say."""
+    audit: Audit | None = None
+    """The plausibility audit (agentx.results.summary.audit): what in the run cannot be true; None before it ran."""

@@ -33,6 +33,7 @@ from agentx.replayer.telemetry.metrics import (
     PREFIX_CACHE_QUERIES,
     ServerMetrics,
 )
+from agentx.results.summary.audit import audit
 from agentx.results.summary.columns import equals, flat, floats, has, ints_or, strings
 from agentx.results.summary.goodput import goodput
 from agentx.results.summary.inferencex import inferencex_metrics
@@ -109,7 +110,7 @@ def summarize(
         chunk_tokens=stats(chunk_tokens, percentiles),
     )
     throughput = _throughput(table, num_gpus)
-    return Summary(
+    summary = Summary(
         run_id=_run_id(records),
         counts=counts,
         latency=latency,
@@ -125,6 +126,8 @@ def summarize(
         inferencex=inferencex_metrics(table, percentiles),
         rules=_rules(records),
     )
+    summary.audit = audit(records, summary)
+    return summary
 
 
 def _run_id(table: pa.Table) -> str | None:
