@@ -40,6 +40,7 @@ from agentx.results.summary.acceptance import run_acceptance
 from agentx.results.summary.audit import audit
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import Summary, summarize
+from agentx.results.summary.tasks import task_costs
 from agentx.results.summary.validity import validity
 from agentx.trace.io import Format, save_trace
 from agentx.trace.model import Trace
@@ -186,6 +187,9 @@ def _finish(
     )
     summary.validity = validity(table, run_file, summary.acceptance)
     summary.shards = shards_summary(run.shards)
+    if summary.tasks is not None:  # again: the run knows whether its end cut any tree
+        total_tps_per_gpu = summary.throughput.total_tps_per_gpu if summary.throughput is not None else None
+        summary.tasks = task_costs(table, total_tps_per_gpu, trees_cut=run.trees_finished < run.trees_started)
     summary.audit = audit(table, summary)  # again: the acceptance is known now
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)

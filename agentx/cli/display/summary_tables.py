@@ -104,6 +104,16 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
                 f"{len(r.plays):,} · {_s(r.play_makespan_s.p50, 1)} · {_s(r.play_makespan_s.max, 1)}",
             )
         )
+    tasks = summary.tasks
+    if tasks is not None:
+        rows.append(("tasks: completed · cut · failed", f"{tasks.completed:,} · {tasks.cut:,} · {tasks.failed:,}"))
+        if tasks.total_tokens is not None and tasks.uncached_tokens is not None and tasks.output_tokens is not None:
+            cached = tasks.cached_tokens.mean if tasks.cached_tokens is not None else None
+            tokens = f"{_s(cached, 0)} · {tasks.uncached_tokens.mean:,.0f} · {tasks.output_tokens.mean:,.0f}"
+            rows.append(("per task, mean tokens: cached · uncached · output", tokens))
+        if tasks.makespan_s is not None:
+            gpu_s = "" if tasks.gpu_s is None else f" · {tasks.gpu_s.mean:,.1f} GPU-s"
+            rows.append(("per task, mean: makespan (s) · GPU time", f"{tasks.makespan_s.mean:,.1f}{gpu_s}"))
     shards = summary.shards
     if shards is not None:
         lost = ", ".join(map(str, shards.lost)) or "none"

@@ -16,6 +16,7 @@ from agentx.results.summary.goodput import Goodput
 from agentx.results.summary.server_telemetry import ServerTelemetry
 from agentx.results.summary.shards import Shards
 from agentx.results.summary.stats import PERCENTILES, SHOWN_PERCENTILES, FloatArray, Stats, percentile_key
+from agentx.results.summary.tasks import TaskCosts
 from agentx.results.summary.validity import Validity
 
 
@@ -229,3 +230,5 @@ class Summary(msgspec.Struct, kw_only=True):
     """The AgentX rule set the run played (agentx.replayer.options.rules), when its options say."""
     audit: Audit | None = None
     """The plausibility audit (agentx.results.summary.audit): what in the run cannot be true; None before it ran."""
+    tasks: TaskCosts | None = None
+    """What one agent task (a root session's play, subagents included) costs (agentx.results.summary.tasks)."""

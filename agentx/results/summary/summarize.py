@@ -50,6 +50,7 @@ from agentx.results.summary.model import (
 from agentx.results.summary.plays import rollups, slowdown
 from agentx.results.summary.server_telemetry import summarize_telemetry
 from agentx.results.summary.stats import SHOWN_PERCENTILES, FloatArray, percentiles_sorted, positive, stats
+from agentx.results.summary.tasks import task_costs
 
 __all__ = ["ServerMetrics", "Summary", "summarize"]
 """What callers of `summarize` need; the structs are in agentx.results.summary.model."""
@@ -126,6 +127,7 @@ def summarize(
         inferencex=inferencex_metrics(table, percentiles),
         rules=_rules(records),
     )
+    summary.tasks = task_costs(records, throughput.total_tps_per_gpu if throughput is not None else None)
     summary.audit = audit(records, summary)
     return summary
 
