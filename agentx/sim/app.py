@@ -134,7 +134,7 @@ class SimApp:
                 if faults.status is not None:
                     return self._status_fault(faults)
             if not plan.stream:
-                return await self._complete(plan)
+                return await self._complete(plan, faults)
         except asyncio.CancelledError:
             log_cancelled(request, started)
             raise
@@ -151,12 +151,17 @@ class SimApp:
         return _error(500, "Internal server error (injected fault).")
 
     def _submit(
-        self, plan: protocol.Plan, on_output: Callable[[list[int], FinishReason | None], None]
+        self,
+        plan: protocol.Plan,
+        on_output: Callable[[list[int], FinishReason | None], None],
+        *,
+        tokens_sent_early: int = 0,
     ) -> SequenceHandle:
+        """Queue the request's sequence, which owes the client `tokens_sent_early` fewer tokens."""
         generation = GenerationRequest(
             prompt_ids=plan.prompt_ids,
-            max_tokens=plan.max_tokens,
-            min_tokens=plan.min_tokens,
+            max_tokens=plan.max_tokens - tokens_sent_early,
+            min_tokens=max(0, plan.min_tokens - tokens_sent_early),
             ignore_eos=plan.ignore_eos,
             cache_salt=plan.cache_salt,
         )
@@ -167,7 +172,7 @@ class SimApp:
             self.engine.abort(handle)
             self.counters.finished["abort"] += 1
 
-    async def _complete(self, plan: protocol.Plan) -> web.StreamResponse:
+    async def _complete(self, plan: protocol.Plan, faults: FaultPlan) -> web.StreamResponse:
         collector = Collector(asyncio.get_running_loop().create_future())
         handle: SequenceHandle | None = None
         try:
@@ -181,8 +186,9 @@ class SimApp:
         assert collector.finish_reason is not None and handle is not None
         self.counters.finished[collector.finish_reason] += 1
         text = self.tokenizer.decode(collector.token_ids)
+        cached = None if faults.drop_cached_tokens else handle.num_cached_tokens
         body = protocol.full_response(
-            plan, text, collector.token_ids, collector.finish_reason, handle.num_cached_tokens, self.config.model_name
+            plan, text, collector.token_ids, collector.finish_reason, cached, self.config.model_name
         )
         return web.Response(body=body, content_type=_JSON)
 
@@ -212,10 +218,12 @@ class SimApp:
             faults=faults,
             count_fault=self.faults.count,
         )
+        # A single-token request has nothing left for the engine after the early token: spared.
+        early = faults.early_first_token and plan.max_tokens > 1
         try:
-            stream.handle = self._submit(plan, stream.on_output)
-            if faults is not NO_FAULTS and next_fault(faults, -1) == 0:
-                stream.faults_due()
+            stream.handle = self._submit(plan, stream.on_output, tokens_sent_early=int(early))
+            if faults is not NO_FAULTS:
+                self._stream_faults_at_start(stream, faults, early=early)
             await stream.drive(writer.drain)
         except asyncio.CancelledError:
             if stream.reset:
@@ -237,6 +245,18 @@ class SimApp:
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
         return response
+
+    def _stream_faults_at_start(self, stream: Stream, faults: FaultPlan, *, early: bool) -> None:
+        """Apply what happens before the engine's first output: faults due after 0 chunks, then the early token
+        (written at once: its stream is submitted but not yet prefilled), then the bundling of the rest."""
+        if next_fault(faults, -1) == 0:
+            stream.faults_due()
+        if early and not stream.gone:
+            self.faults.count("early_first_token")
+            self.counters.early_tokens += 1
+            stream.on_output([self.engine.config.first_output_token_id], None)
+        if faults.bundle and not stream.gone:
+            stream.bundle()
 
     # Everything else.
 

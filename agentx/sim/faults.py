@@ -1,8 +1,10 @@
 """Injected faults: what to break, drawn per request from a seeded RNG so a run is reproducible.
 
 The server applies a plan; this module only decides. Every generation request (completions and chat)
-draws the same five uniforms in the same order whatever the settings, so request k meets the same luck
-in every run with the same seed and arrival order.
+draws the same seven uniforms in the same order whatever the settings, so request k meets the same luck
+in every run with the same seed and arrival order: five from the fault RNG (status, slow first byte,
+reset, stall, malformed), then two from a timing RNG of their own (bundle, early first token), which
+leaves the first five exactly the draws they were before the timing faults existed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ class FaultConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     slow_first_byte_rate: float = 0.0
     """Requests whose response headers are held back for `slow_first_byte_s`."""
     slow_first_byte_s: float = 1.0
+    bundle_rate: float = 0.0
+    """Streams whose chunks are all held back and written at once when the sequence finishes, as by a server
+    whose tool-call or reasoning parser buffers the output."""
+    early_first_token_rate: float = 0.0
+    """Streams that get their first token as a chunk at once, before the prompt's prefill; the engine then
+    generates one token fewer. Requests for a single token are spared."""
+    drop_cached_tokens: bool = False
+    """Usage objects without `prompt_tokens_details` (so without `cached_tokens`), as vLLM's without
+    `--enable-prompt-tokens-details`."""
     refuse_connections_s: float = 0.0
     """For this long from when the setting is applied, every request (except to /sim/faults) gets its
     connection reset instead of a response: the server looks down."""
@@ -71,6 +82,8 @@ _RATES = (
     "stall_rate",
     "malformed_rate",
     "slow_first_byte_rate",
+    "bundle_rate",
+    "early_first_token_rate",
 )
 
 
@@ -83,6 +96,9 @@ class FaultPlan(msgspec.Struct, frozen=True, kw_only=True):
     stall_after_chunks: int | None = None
     stall_s: float = 0.0
     malformed_after_chunks: int | None = None
+    bundle: bool = False
+    early_first_token: bool = False
+    drop_cached_tokens: bool = False
 
 
 NO_FAULTS = FaultPlan()
@@ -93,19 +109,33 @@ class FaultInjector:
 
     def __init__(self, config: FaultConfig, *, seed: int) -> None:
         self.counts: dict[str, int] = dict.fromkeys(
-            ("error_500", "error_429", "error_503", "reset", "stall", "malformed", "slow_first_byte", "refused"), 0
+            (
+                "error_500",
+                "error_429",
+                "error_503",
+                "reset",
+                "stall",
+                "malformed",
+                "slow_first_byte",
+                "bundle",
+                "early_first_token",
+                "refused",
+            ),
+            0,
         )
         self._refuse_until = 0.0
         self.config = config
         # A string seed hashes the same in every process (unlike hash()-salted objects).
-        self._rng = random.Random(f"agentx-sim-faults:{seed}")
+        self._rng = random.Random(_fault_seed(seed))
+        self._timing_rng = random.Random(_timing_seed(seed))
         self.apply(config)
 
     def apply(self, config: FaultConfig) -> None:
         """Replace the settings; a refusal window or a seed in them starts now."""
         self.config = config
         if config.seed is not None:
-            self._rng.seed(f"agentx-sim-faults:{config.seed}")
+            self._rng.seed(_fault_seed(config.seed))
+            self._timing_rng.seed(_timing_seed(config.seed))
         self._refuse_until = time.monotonic() + config.refuse_connections_s if config.refuse_connections_s else 0.0
 
     def current(self) -> FaultConfig:
@@ -120,6 +150,8 @@ class FaultInjector:
         """Draw one generation request's faults (stream faults only apply to streams)."""
         draw = self._rng.random
         u_status, u_slow, u_reset, u_stall, u_malformed = draw(), draw(), draw(), draw(), draw()
+        draw_timing = self._timing_rng.random
+        u_bundle, u_early = draw_timing(), draw_timing()
         c = self.config
         status: StatusFault | None = None
         if u_status < c.error_500_rate:
@@ -132,7 +164,9 @@ class FaultInjector:
         reset = stream and u_reset < c.reset_rate
         stall = stream and u_stall < c.stall_rate
         malformed = stream and u_malformed < c.malformed_rate
-        if status is None and not (slow or reset or stall or malformed):
+        bundle = stream and u_bundle < c.bundle_rate
+        early = stream and u_early < c.early_first_token_rate
+        if status is None and not (slow or reset or stall or malformed or bundle or early or c.drop_cached_tokens):
             return NO_FAULTS
         return FaultPlan(
             status=status,
@@ -141,10 +175,21 @@ class FaultInjector:
             stall_after_chunks=c.stall_after_chunks if stall else None,
             stall_s=c.stall_s,
             malformed_after_chunks=c.malformed_after_chunks if malformed else None,
+            bundle=bundle,
+            early_first_token=early,
+            drop_cached_tokens=c.drop_cached_tokens,
         )
 
     def count(self, fault: str) -> None:
         self.counts[fault] += 1
+
+
+def _fault_seed(seed: int) -> str:
+    return f"agentx-sim-faults:{seed}"
+
+
+def _timing_seed(seed: int) -> str:
+    return f"agentx-sim-faults-timing:{seed}"
 
 
 def reset_connection(transport: asyncio.Transport) -> None:

@@ -20,12 +20,14 @@ GENERATION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 class ServerCounters:
     """What the HTTP layer counts itself: generation requests received by endpoint, finished requests by
-    reason, injected faults by kind."""
+    reason, injected faults by kind, tokens it sent ahead of the engine."""
 
     def __init__(self) -> None:
         self.received: dict[str, int] = dict.fromkeys(GENERATION_ENDPOINTS, 0)
         self.finished: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
         self.faults: dict[str, int] = {}
+        self.early_tokens = 0
+        """Tokens an early-first-token fault sent before the engine ran: generated tokens all the same."""
 
 
 class _SimCollector:
@@ -53,7 +55,8 @@ class _SimCollector:
         yield self._counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", c.prefix_cache_queries)
         yield self._counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", c.prefix_cache_hits)
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
-        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
+        generated = c.generation_tokens + self._server.early_tokens
+        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.", generated)
         yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", c.num_running)
         yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", c.num_waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache_usage)

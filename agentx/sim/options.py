@@ -50,6 +50,7 @@ class _Flag(NamedTuple):
     section: Literal["engine", "faults"]
     field: str
     type: click.ParamType[Any, Any]
+    """`click.BOOL` makes an on/off flag that takes no value (its field defaults to off)."""
     help: str
 
 
@@ -88,6 +89,21 @@ _FLAGS = (
     _Flag("--fault-malformed-after-chunks", "faults", "malformed_after_chunks", _COUNT, "Chunks before the bad event."),
     _Flag("--fault-slow-first-byte-rate", "faults", "slow_first_byte_rate", _RATE, "Fraction with delayed headers."),
     _Flag("--fault-slow-first-byte-s", "faults", "slow_first_byte_s", _SECONDS, "Delay before headers, wall s."),
+    _Flag("--fault-bundle-rate", "faults", "bundle_rate", _RATE, "Fraction of streams whose chunks come in one write."),
+    _Flag(
+        "--fault-early-first-token-rate",
+        "faults",
+        "early_first_token_rate",
+        _RATE,
+        "Fraction of streams whose first token comes before the prefill.",
+    ),
+    _Flag(
+        "--fault-drop-cached-tokens",
+        "faults",
+        "drop_cached_tokens",
+        click.BOOL,
+        "Leave prompt_tokens_details (cached_tokens) out of usage.",
+    ),
 )
 _ACCEPTANCE_LENGTH = "--synthetic-acceptance-length"
 _ACCEPTANCE_RATES = "--synthetic-acceptance-rates"
@@ -103,7 +119,9 @@ def click_options(command: F) -> F:
     """Decorate a click command with every engine and fault flag (defaults from the config classes)."""
     engine, faults = EngineConfig(), FaultConfig()
     decorators = [
-        click.option(
+        click.option(flag.name, is_flag=True, help=flag.help)
+        if flag.type is click.BOOL
+        else click.option(
             flag.name,
             type=flag.type,
             default=getattr(engine if flag.section == "engine" else faults, flag.field),
@@ -193,7 +211,11 @@ def cli_args(options: SimOptions, *, acceptance_length: float | None = None) -> 
     for flag in _FLAGS:
         section = options.engine if flag.section == "engine" else options.faults
         value = getattr(section, flag.field)
-        if value != getattr(defaults[flag.section], flag.field):
+        if value == getattr(defaults[flag.section], flag.field):
+            continue
+        if flag.type is click.BOOL:
+            args.append(flag.name)
+        else:
             args += [flag.name, repr(value) if isinstance(value, float) else str(value)]
     if acceptance_length is not None:
         args += [_ACCEPTANCE_LENGTH, repr(acceptance_length)]

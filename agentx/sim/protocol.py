@@ -299,7 +299,8 @@ def envelope(plan: Plan, model_name: str) -> bytes:
 
 
 def usage_field(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
-    """`,"usage":{...}` in vLLM's field order; `prompt_tokens_details` on the final usage only."""
+    """`,"usage":{...}` in vLLM's field order; `prompt_tokens_details` only when `cached_tokens` is given (the final
+    usage, unless the server leaves it out)."""
     total = prompt_tokens + completion_tokens
     if cached_tokens is None:
         return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
@@ -340,19 +341,26 @@ def malformed_event(envelope_bytes: bytes) -> bytes:
 # Whole responses.
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage
 
 
 def full_response(
-    plan: Plan, text: str, token_ids: list[int], finish_reason: FinishReason, cached_tokens: int, model_name: str
+    plan: Plan,
+    text: str,
+    token_ids: list[int],
+    finish_reason: FinishReason,
+    cached_tokens: int | None,
+    model_name: str,
 ) -> bytes:
-    """The non-streaming response body."""
+    """The non-streaming response body; its usage has no `prompt_tokens_details` when `cached_tokens` is None."""
     ids = token_ids if plan.return_token_ids else None
     prompt_ids = plan.prompt_ids.tolist() if plan.return_token_ids else None
     usage = _usage(len(plan.prompt_ids), len(token_ids), cached_tokens)

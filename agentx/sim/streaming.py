@@ -1,6 +1,6 @@
 """How a generation's output reaches its client: `Stream` renders and writes each SSE chunk from the engine's
 synchronous `on_output` callback, straight to the socket, and holds it back when the socket pushes back or a
-fault stalls the stream; `Collector` gathers a response that is not streamed."""
+fault stalls or bundles the stream; `Collector` gathers a response that is not streamed."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ class Stream:
         "_tails",
         "_transport",
         "_waiter",
+        "bundling",
         "chunks",
         "finish_reason",
         "gone",
@@ -101,6 +102,8 @@ class Stream:
         self.held: list[bytes] | None = None
         """Framed output waiting for the socket to drain or a stall to end; None when writing through."""
         self.stalling = False
+        self.bundling = False
+        """A bundle fault holds every chunk until the last one."""
 
     # The engine's side: synchronous, at most one call per sequence per step.
 
@@ -122,6 +125,7 @@ class Stream:
             self.send(payload)
             if finish_reason is not None:
                 self.finish_reason = finish_reason
+                self.bundling = False
                 self._wake()
             elif self.chunks == self._fault_at:
                 self.faults_due()
@@ -163,7 +167,9 @@ class Stream:
         parts.append(b"}\n\n")
         if finish_reason is not None:
             if plan.include_usage:
-                cached = self.handle.num_cached_tokens if self.handle is not None else 0
+                cached: int | None = None
+                if not self._faults.drop_cached_tokens:
+                    cached = self.handle.num_cached_tokens if self.handle is not None else 0
                 parts += (self._envelope, b"]", protocol.usage_field(prompt_tokens, self.num_tokens, cached), b"}\n\n")
             parts.append(DONE)
         return b"".join(parts)
@@ -187,6 +193,13 @@ class Stream:
             self._wake()
         self._fault_at = next_fault(faults, sent)
 
+    def bundle(self) -> None:
+        """Hold every chunk from now on, to write them all at once with the last one."""
+        self._count_fault("bundle")
+        self.bundling = True
+        if self.held is None:
+            self.held = []
+
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -200,7 +213,7 @@ class Stream:
             if self.stalling:
                 await asyncio.sleep(self._faults.stall_s)
                 self.stalling = False
-            if self.held is not None:
+            if self.held is not None and not self.bundling:
                 if self._protocol.writing_paused:
                     try:
                         await drain()
