@@ -11,15 +11,18 @@ import msgspec
 import pyarrow as pa
 import pytest
 from flat import replay_options
+from rich.console import Console
 from strategies import record_identity
 
 from agentx import ReplayOptions, replay, replay_sync
+from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord
 from agentx.results.summary.acceptance import Acceptance
 from agentx.results.summary.audit import Audit, audit
 from agentx.results.summary.model import DispatchLag, LoopLag
 from agentx.results.summary.server_telemetry import CounterStats, MeanPeak, SeriesStats, ServerTelemetry
 from agentx.results.summary.summarize import summarize
+from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
@@ -161,9 +164,9 @@ def test_a_client_behind_its_schedule_is_client_bound(p99_s: float, severity: st
     assert codes(audit(records, summary)) == ["client_bound"]
 
 
-def demo_options(server: SimServer, out_dir: Path) -> ReplayOptions:
+def demo_options(server: SimServer, out_dir: Path, sessions: int = 8) -> ReplayOptions:
     """`make demo`'s run."""
-    return replay_options(url=server.url, model=server.model, out_dir=out_dir, sessions=8, concurrency=4,
+    return replay_options(url=server.url, model=server.model, out_dir=out_dir, sessions=sessions, concurrency=4,
                           delay_scale=0.05)  # fmt: skip
 
 
@@ -176,7 +179,35 @@ def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_clie
     with SimServer(time_scale=0.05) as server:
         clean = replay_sync(trace, demo_options(server, tmp_path / "demo"))
         assert codes(clean.summary.audit) == []
-        blocked = asyncio.run(replay(trace, demo_options(server, tmp_path / "blocked"), on_record=blocking))
+        telemetry = clean.summary.server_telemetry
+        assert telemetry is not None  # the simulator's own TTFT histogram, read as vLLM's
+        server_s, requests = (
+            telemetry.series["ttft_seconds_total"].counter,
+            telemetry.series["ttft_requests_total"].counter,
+        )
+        assert server_s is not None and requests is not None and requests.total > 50
+        assert clean.summary.latency.ttft_s is not None
+        assert 0 < server_s.total / requests.total <= clean.summary.latency.ttft_s.mean
+        blocked = asyncio.run(replay(trace, demo_options(server, tmp_path / "blocked", 4), on_record=blocking))
     result = blocked.summary.audit
     assert "client_bound" in codes(result)
     assert result is not None and any(f.code == "client_bound" and "lag p99" in f.evidence for f in result.findings)
+
+
+def test_a_server_that_bundles_drops_cached_tokens_or_answers_before_the_prefill_is_caught(tmp_path: Path) -> None:
+    trace = load_trace(SAMPLE)
+    with SimServer(time_scale=0.05, faults=FaultConfig(bundle_rate=1.0, drop_cached_tokens=True)) as server:
+        bundling = replay_sync(trace, demo_options(server, tmp_path / "bundling", sessions=4))
+    # A prefill of 100 µs a token (wall): the early token comes long before the engine's first.
+    early_faults = FaultConfig(early_first_token_rate=1.0)
+    with SimServer(time_scale=0.05, prefill_s_per_token=2e-3, faults=early_faults) as server:
+        early = replay_sync(trace, demo_options(server, tmp_path / "early", sessions=4))
+    assert codes(bundling.summary.audit) == ["bundled_output", "cached_tokens_absent"]
+    assert "ttft_before_server" in codes(early.summary.audit)
+    assert early.summary.audit is not None and early.summary.audit.rejects("ttft")
+    console = Console(width=200, record=True)
+    for table_ in summary_table(bundling.summary):
+        console.print(table_)
+    text = console.export_text()
+    assert "TPOT (ms)  ✗ audit" in text and "TTFT (ms)  ✗ audit" not in text
+    assert "plausibility audit: 2 findings, 1 rejecting figures" in text

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from agentx.sim.engine.counters import EngineCounters
+from agentx.sim.engine.counters import TTFT_BUCKETS_S, EngineCounters
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The classic text format, which every scraper (and vLLM's own /metrics) speaks."""
@@ -61,6 +61,17 @@ class _SimCollector:
         yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", c.num_waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache_usage)
         yield self._counter("vllm:num_preemptions", "Cumulative number of preemptions.", c.num_preemptions)
+        cache = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=["block_size", "num_gpu_blocks"]
+        )
+        cache.add_metric([str(c.block_size), str(c.num_gpu_blocks)], 1.0)
+        yield cache
+        ttft = HistogramMetricFamily(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels=self._labels
+        )
+        buckets = [(f"{bound:g}", count) for bound, count in zip(TTFT_BUCKETS_S, c.ttft_buckets, strict=True)]
+        ttft.add_metric(self._values, [*buckets, ("+Inf", c.ttft_count)], c.ttft_sum_s)
+        yield ttft
         if self._spec_k > 0:
             yield from self._spec_decode(c)
         success = CounterMetricFamily(

@@ -164,6 +164,26 @@ TELEMETRY: Final = (
         },
     ),
     TelemetrySeries(
+        name="ttft_seconds_total",
+        kind="counter",
+        unit="seconds",
+        meaning="the server's own time to first token, summed over its requests (its histogram's sum)",
+        sources={
+            "vllm": _one("vllm:time_to_first_token_seconds_sum"),
+            "sglang": _one("sglang:time_to_first_token_seconds_sum"),
+        },
+    ),
+    TelemetrySeries(
+        name="ttft_requests_total",
+        kind="counter",
+        unit="requests",
+        meaning="requests in the server's time-to-first-token histogram (its count)",
+        sources={
+            "vllm": _one("vllm:time_to_first_token_seconds_count"),
+            "sglang": _one("sglang:time_to_first_token_seconds_count"),
+        },
+    ),
+    TelemetrySeries(
         name="spec_drafts_total",
         kind="counter",
         unit="steps",

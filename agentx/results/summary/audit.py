@@ -16,6 +16,10 @@ The checks and their thresholds:
 - `ttft_faster_than_prefill` (error; TTFT): requests whose uncached prompt tokens (≥ `PREFILL_MIN_TOKENS`) over
   their TTFT exceed `PREFILL_MAX_TPS`, a prefill rate no server reaches for one request: the first chunk came before
   the prefill could have ended (or the clock or unit is wrong).
+- `ttft_before_server` (error; TTFT): the client's mean TTFT below the server's own (its time-to-first-token
+  histogram over the profiling phase, `ttft_seconds_total` / `ttft_requests_total` of the telemetry) by more than
+  `SERVER_TTFT_MARGIN` and 1 ms: first chunks reached the client before the engine produced a token, which only a
+  server or proxy sending something ahead of the engine does.
 - `prompt_tokens_differ` (warning; ISL, throughput, cache): the server's `usage.prompt_tokens` differs from what
   agentx sent by more than `ISL_TOLERANCE` (and 8 tokens) in ≥ 5 % of the requests reporting it.
 - `cached_tokens_absent` (warning; cache): no kept request reported `cached_tokens`.
@@ -54,6 +58,7 @@ PREFILL_MAX_TPS: Final = 5e6
 """Uncached prompt tokens per second of TTFT above which a first chunk cannot have followed the prefill: ten times
 the fastest single-request prefill of any deployment measured (a small model on a whole node)."""
 PREFILL_MIN_TOKENS: Final = 512
+SERVER_TTFT_MARGIN: Final = 0.1
 ISL_TOLERANCE: Final = 0.02
 ISL_MIN_SHARE: Final = 0.05
 KV_FULL_RATIO: Final = 0.99
@@ -100,6 +105,7 @@ def audit(records: pa.Table, summary: Summary) -> Audit:
         findings += _bundled_output(table, osl)
         findings += _chunk_bundling(table, summary, _stream_interval(records))
         findings += _ttft_faster_than_prefill(table)
+        findings += _ttft_before_server(table, summary)
         findings += _prompt_tokens_differ(table)
         findings += _cached_tokens_absent(table, summary)
     findings += _server_pressure(summary)
@@ -230,6 +236,42 @@ def _ttft_faster_than_prefill(table: pa.Table) -> list[Finding]:
             ),
             affects=("ttft",),
             requests=count,
+        )
+    ]
+
+
+def _ttft_before_server(table: pa.Table, summary: Summary) -> list[Finding]:
+    telemetry = summary.server_telemetry
+    if telemetry is None:
+        return []
+    seconds, requests = telemetry.series.get("ttft_seconds_total"), telemetry.series.get("ttft_requests_total")
+    if seconds is None or requests is None or seconds.counter is None or requests.counter is None:
+        return []
+    if requests.counter.total <= 0:
+        return []
+    server_mean_s = seconds.counter.total / requests.counter.total
+    ttft = floats(table, "ttft_s")
+    ttft = ttft[np.isfinite(ttft) & (ttft > 0)]
+    if ttft.size == 0:
+        return []
+    client_mean_s = float(ttft.mean())
+    if client_mean_s >= (1.0 - SERVER_TTFT_MARGIN) * server_mean_s - 1e-3:
+        return []
+    return [
+        Finding(
+            code="ttft_before_server",
+            severity="error",
+            title="first tokens reached the client before the server's engine produced them",
+            evidence=(
+                f"mean TTFT {client_mean_s * 1e3:,.2f} ms at the client over {ttft.size:,} requests, against "
+                f"{server_mean_s * 1e3:,.2f} ms by the server's own histogram over {requests.counter.total:,.0f}"
+            ),
+            advice=(
+                "Something answers ahead of the engine (a proxy or an API layer sending a first content chunk, a "
+                "placeholder token): TTFT measures that, not the prefill. Find what sends the first chunk; do not "
+                "compare these TTFTs."
+            ),
+            affects=("ttft",),
         )
     ]
 

@@ -71,7 +71,11 @@ class SimEngine:
     def __init__(self, config: EngineConfig) -> None:
         validate_config(config)
         self.config = config
-        self._counters = EngineCounters(spec_accepted_per_position=[0] * config.spec_k)
+        self._counters = EngineCounters(
+            spec_accepted_per_position=[0] * config.spec_k,
+            block_size=config.block_size,
+            num_gpu_blocks=config.num_gpu_blocks,
+        )
         self._scheduler = Scheduler(config, self._counters)
         self.kv_cache = self._scheduler.kv_cache
         self._num_submitted = 0
@@ -194,6 +198,8 @@ class SimEngine:
             if state == ABORTED:
                 continue
             tokens = sequence.pending
+            if tokens and len(sequence.output) == len(tokens):
+                self._counters.observe_ttft(time.perf_counter() - sequence.submitted_s)
             sequence.pending = []
             sequence.steps_since_output = 0
             finish_reason: FinishReason | None = None

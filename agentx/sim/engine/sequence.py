@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -64,6 +65,7 @@ class EngineSequence(SequenceHandle):
         "root_hash",
         "state",
         "steps_since_output",
+        "submitted_s",
         "target_output_tokens",
     )
 
@@ -77,6 +79,8 @@ class EngineSequence(SequenceHandle):
         finish_reason: FinishReason,
     ) -> None:
         self.request_id = f"sim-{number}"
+        self.submitted_s = time.perf_counter()
+        """When the engine got it: the zero of its time to first token (vllm:time_to_first_token_seconds)."""
         self.num_prompt_tokens = len(request.prompt_ids)
         self.num_cached_tokens = 0
         self.num_output_tokens = 0
