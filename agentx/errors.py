@@ -4,8 +4,8 @@
       TraceError            a trace that cannot be used (each problem a `Finding`)
       ConfigError           an option or an input file the user must change; a ValueError too
         BadURLError, SloError, RunExists, RecordsError (RecordsInUse), ServerMetricsError, NothingToReplay,
-        PlanError, ExportError (OutputExists, RunInProgress), ReportError, PriceError, PlotsUnavailableError,
-        SweepError, PromptError, ResponseError
+        PlanError, ExportError (OutputExists, RunInProgress), ArtifactError, ReportError, PriceError,
+        PlotsUnavailableError, SweepError, PromptError, ResponseError
       ServerError           the server cannot be used for a run
         ServerUnreachable, ModelNotServed, CalibrationError, WarmupFailed, SimServerError
       RunError              a run that started could not complete
@@ -134,6 +134,11 @@ class OutputExists(ExportError):  # noqa: N818 (reads as what is wrong, as RunEx
 
 class RunInProgress(ExportError):  # noqa: N818 (reads as what is wrong)
     """The run's records file is still being written by a replay: it cannot be finalized yet."""
+
+
+class ArtifactError(ConfigError):
+    """An AIPerf artifact folder that cannot be imported (no profile_export.jsonl, a line or a summary file that is
+    not AIPerf's); the message names the file and the line."""
 
 
 class ReportError(ConfigError):

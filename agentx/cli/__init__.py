@@ -18,6 +18,7 @@ COMMANDS = {
     "replay": "agentx.cli.commands.replay:replay",
     "decode": "agentx.cli.commands.replay:decode_command",
     "export": "agentx.cli.commands.export:export",
+    "import": "agentx.cli.commands.imports:import_group",
     "sweep": "agentx.cli.commands.sweep:sweep_command",
     "report": "agentx.cli.commands.report:report_command",
     "spec": "agentx.cli.commands.spec:spec",
