@@ -1,17 +1,28 @@
 """A report (agentx.results.report.build) as tables: for the terminal (laid out for its width,
 agentx.cli.display.layout) and Markdown for `agentx report --markdown`.
 
-Both come from one list of sections of text (`report_sections`), so they always agree; the notes that say why a
-figure is missing follow the tables in both.
+Both come from one list of sections of text (`report_sections`), so they always agree; the plausibility audit's
+findings (`audit_lines`) and the notes that say why a figure is missing follow the tables in both. A figure the audit
+rejects carries "✗" wherever it is shown.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import msgspec
 
 from agentx.cli.display.layout import Column, FittedTable, text_column
-from agentx.results.report.build import Report, SeriesReport, TargetRow
+from agentx.results.report.build import AuditMark, Best, Report, SeriesReport, SeriesTasks, TargetRow
 from agentx.results.report.cost import Cost
+from agentx.results.report.notes import (
+    REJECTED_MARK,
+    finding_heading,
+    levels_text,
+    rejected_text,
+    severity_mark,
+)
 
 MISSING = "—"
 """How a value that does not exist (outside the front, no price) is shown."""
@@ -37,7 +48,45 @@ def _at(between: tuple[str, str] | None) -> str:
     return between[0] if between[0] == between[1] else f"{between[0]}–{between[1]}"
 
 
-TEXT_HEADERS = frozenset({"at", "source", "series", "level", "status", "tier", "error", "front"})
+def _usd_per_task(value: float | None) -> str:
+    """Dollars with two significant digits at least: a task can cost a fraction of a cent."""
+    if value is None:
+        return MISSING
+    if value == 0 or value >= 0.01:
+        return _usd(value)
+    return f"${value:,.{1 - math.floor(math.log10(value))}f}"
+
+
+def _figures(value: float | None) -> str:
+    """Three significant digits, no exponent (seconds of GPU time span 0.01 to thousands)."""
+    if value is None:
+        return MISSING
+    if value == 0:
+        return "0"
+    return f"{value:,.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
+
+
+def _marked(text: str, codes: Sequence[str]) -> str:
+    """`text` with the mark of a figure the audit rejects, when `codes` reject it."""
+    return f"{text} {REJECTED_MARK}" if codes and text != MISSING else text
+
+
+def _best_cells(best: Best | None, show: str) -> list[str]:
+    """A best figure and where it is, the audit's rejection said beside the level."""
+    if best is None:
+        return [MISSING, MISSING]
+    if not best.rejected:
+        return [show, best.label]
+    return [_marked(show, best.rejected_by), f"{best.label} ({rejected_text(best.rejected_by)})"]
+
+
+def _audit_cell(marks: Sequence[AuditMark]) -> str:
+    """A level's findings, "✗bundled_output, !kv_cache_full": the mark joined to its code, so a narrow column wraps
+    between findings, never between a mark and its code."""
+    return ", ".join(f"{severity_mark(mark.severity)}{mark.code}" for mark in marks)
+
+
+TEXT_HEADERS = frozenset({"at", "source", "series", "level", "status", "tier", "error", "front", "audit"})
 """Columns of words (wrapped to fit), not numbers."""
 DROP_FIRST = {"input": 3, "output": 2, "source": 1}
 """Columns the terminal drops to fit its width, the highest first (the Markdown keeps every column)."""
@@ -81,7 +130,11 @@ def report_sections(report: Report) -> list[Section]:
         row = [_n(target.target_tps, 0)]
         for s in report.series:
             t = s.targets[i]
-            row += [_n(_basis(t, basis)), _usd(_basis_cost(t.cost, basis)), _at(t.between)]
+            row += [
+                _marked(_n(_basis(t, basis)), t.rejected_by),
+                _marked(_usd(_basis_cost(t.cost, basis)), t.rejected_by),
+                _at(t.between),
+            ]
         rows.append(row)
     sections.append(
         Section(
@@ -99,6 +152,8 @@ def report_sections(report: Report) -> list[Section]:
     for s in report.series:
         tiers += [c.tier for c in s.costs_at_target if c.tier not in tiers]
     rows = []
+    # The cost table's figures are the targets table's at --target: rejected where that row is.
+    rejected = [_target_rejected(s, report.target_tps) for s in report.series]
     for tier in tiers:
         found = [next((c for c in s.costs_at_target if c.tier == tier), None) for s in report.series]
         first = next((c for c in found if c is not None), None)
@@ -106,8 +161,11 @@ def report_sections(report: Report) -> list[Section]:
         source = ", ".join(part for part in (first.what, first.date) if part) if first else ""
         rows.append(
             [tier, _usd(price)]
-            + [_usd(c.total_usd_per_m if c else None) for c in found]
-            + [_usd(c.output_usd_per_m if c else None) for c in found]
+            + [_marked(_usd(c.total_usd_per_m if c else None), codes) for c, codes in zip(found, rejected, strict=True)]
+            + [
+                _marked(_usd(c.output_usd_per_m if c else None), codes)
+                for c, codes in zip(found, rejected, strict=True)
+            ]
             + [source]
         )
     sections.append(
@@ -130,14 +188,15 @@ def report_sections(report: Report) -> list[Section]:
         rows.append(
             [
                 _name(s) + ("" if s.gpus_known else " (GPUs unknown: per server)"),
-                _ms(s.best_ttft_s.value if s.best_ttft_s else None),
-                s.best_ttft_s.label if s.best_ttft_s else MISSING,
-                _ms(s.best_tpot_s.value if s.best_tpot_s else None),
-                s.best_tpot_s.label if s.best_tpot_s else MISSING,
-                _n(s.peak_total_tps_per_gpu.value if s.peak_total_tps_per_gpu else None),
-                s.peak_total_tps_per_gpu.label if s.peak_total_tps_per_gpu else MISSING,
-                _n(s.peak_output_tps_per_gpu.value if s.peak_output_tps_per_gpu else None),
-                s.peak_output_tps_per_gpu.label if s.peak_output_tps_per_gpu else MISSING,
+                *_best_cells(s.best_ttft_s, _ms(s.best_ttft_s.value if s.best_ttft_s else None)),
+                *_best_cells(s.best_tpot_s, _ms(s.best_tpot_s.value if s.best_tpot_s else None)),
+                *_best_cells(
+                    s.peak_total_tps_per_gpu, _n(s.peak_total_tps_per_gpu.value if s.peak_total_tps_per_gpu else None)
+                ),
+                *_best_cells(
+                    s.peak_output_tps_per_gpu,
+                    _n(s.peak_output_tps_per_gpu.value if s.peak_output_tps_per_gpu else None),
+                ),
             ]
         )
     sections.append(Section(title="best latency and peak throughput across levels", header=header, rows=rows))
@@ -155,22 +214,28 @@ def report_sections(report: Report) -> list[Section]:
             "TPOT p50 (ms)",
             "front",
         ]
+        # The audit column only where a level has a finding: a clean series' table is as it always was.
+        audited = any(r.audit for r in s.levels)
         rows = [
             [
                 r.label,
                 r.status,
                 f"{r.requests:,}",
-                _n(r.interactivity_tps),
-                _n(r.total_tps_per_gpu),
-                _n(r.output_tps_per_gpu),
-                _n(r.input_tps_per_gpu),
-                _ms(r.ttft_p50_s),
-                _ms(r.tpot_p50_s),
+                _marked(_n(r.interactivity_tps), r.rejecting("interactivity")),
+                _marked(_n(r.total_tps_per_gpu), r.rejecting("throughput")),
+                _marked(_n(r.output_tps_per_gpu), r.rejecting("throughput")),
+                _marked(_n(r.input_tps_per_gpu), r.rejecting("throughput")),
+                _marked(_ms(r.ttft_p50_s), r.rejecting("ttft")),
+                _marked(_ms(r.tpot_p50_s), r.rejecting("tpot")),
                 "✓" if r.on_front else "",
             ]
+            + ([_audit_cell(r.audit)] if audited else [])
             for r in s.levels
         ]
+        header += ["audit"] if audited else []
         sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
+        if s.tasks is not None:
+            sections += _task_sections(s, s.tasks)
         goodput = _goodput_section(s)
         if goodput is not None:
             sections.append(goodput)
@@ -216,6 +281,64 @@ def _goodput_section(s: SeriesReport) -> Section | None:
     return Section(title=f"goodput of {_name(s)} (SLO: {slos})", header=header, rows=rows)
 
 
+def _task_sections(s: SeriesReport, tasks: SeriesTasks) -> list[Section]:
+    """What one task costs: per level from its GPU time and per price tier; at each target from its tokens."""
+    tiers = [price.tier for price in tasks.levels[0].prices] if tasks.levels else []
+    header = ["level", "tasks", "tokens/task cached · uncached · output", "GPU-s/task"]
+    header += [f"$/task ({tier})" for tier in tiers]
+    rows = [
+        [
+            level.label,
+            f"{level.completed:,}",
+            " · ".join(_n(v, 0) for v in (level.cached_tokens, level.uncached_tokens, level.output_tokens)),
+            _marked(_figures(level.gpu_s), level.rejected_by),
+        ]
+        + [_marked(_usd_per_task(price.usd_per_task), level.rejected_by) for price in level.prices]
+        for level in tasks.levels
+    ]
+    sections = [
+        Section(
+            title=f"cost per task of {_name(s)} by level (mean per completed task; $ = GPU-s × $/GPU-hr / 3600)",
+            header=header,
+            rows=rows,
+        )
+    ]
+    if tiers and tasks.total_tokens is not None:
+        rows = [
+            [_n(target.target_tps, 0)]
+            + [_marked(_usd_per_task(price.usd_per_task), target.rejected_by) for price in target.prices]
+            for target in tasks.targets
+        ]
+        sections.append(
+            Section(
+                title=(
+                    f"cost per task of {_name(s)} at each interactivity target ({tasks.total_tokens:,.0f} tokens per "
+                    f"task, the mean of {tasks.tasks:,} tasks; $ = tokens × $/M total / 10⁶)"
+                ),
+                header=["tok/s/user"] + [f"$/task ({tier})" for tier in tiers],
+                rows=rows,
+            )
+        )
+    return sections
+
+
+def _target_rejected(s: SeriesReport, target_tps: float) -> list[str]:
+    return next((t.rejected_by for t in s.targets if t.target_tps == target_tps), [])
+
+
+def audit_lines(report: Report) -> list[str]:
+    """Each distinct finding of the levels' audits: its mark, code, what it rejects, the levels, its title; then per
+    level its evidence, and what to do. Empty when every run is clean."""
+    lines = []
+    for entry in report.audit:
+        where = levels_text((found.series, found.level) for found in entry.levels)
+        text = [f"{finding_heading(entry.code, entry.severity, entry.affects)} at {where}: {entry.title}"]
+        text += [f"  {found.series} {found.level}: {found.evidence}" for found in entry.levels]
+        text.append(f"  what to do: {entry.advice}")
+        lines.append("\n".join(text))
+    return lines
+
+
 def _basis(target: TargetRow, basis: str) -> float | None:
     if basis == "output":
         return target.output_tps_per_gpu
@@ -230,16 +353,21 @@ def _basis_cost(found: Cost | None, basis: str) -> float | None:
     return found.input_usd_per_m if basis == "input" else found.total_usd_per_m
 
 
+AUDIT_TITLE = "plausibility audit: what cannot be true in these runs (✗ error: the figure is rejected; ! warning)"
+
+
 def report_tables(report: Report) -> list[FittedTable | str]:
-    """The report for the terminal: its tables, then its notes."""
+    """The report for the terminal: its tables, the audit's findings, then its notes."""
     tables: list[FittedTable | str] = [
         FittedTable(section.title, section.columns(), section.rows) for section in report_sections(report)
     ]
-    return tables + [f"note: {note}" for note in report_notes(report)]
+    findings = audit_lines(report)
+    audit: list[FittedTable | str] = [AUDIT_TITLE, *findings] if findings else []
+    return tables + audit + [f"note: {note}" for note in report_notes(report)]
 
 
 def report_markdown(report: Report) -> str:
-    """The report as Markdown tables, then its notes."""
+    """The report as Markdown tables, the audit's findings, then its notes."""
     lines: list[str] = []
     for section in report_sections(report):
         lines += [
@@ -249,6 +377,16 @@ def report_markdown(report: Report) -> str:
             "|" + "---|" * len(section.header),
         ]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in section.rows]
+        lines.append("")
+    if report.audit:
+        lines += [f"### {AUDIT_TITLE}", ""]
+        for entry in report.audit:
+            where = levels_text((found.series, found.level) for found in entry.levels)
+            lines.append(
+                f"- **{finding_heading(entry.code, entry.severity, entry.affects)}** at {where}: {entry.title}"
+            )
+            lines += [f"  - {found.series} {found.level}: {found.evidence}" for found in entry.levels]
+            lines.append(f"  - what to do: {entry.advice}")
         lines.append("")
     lines += [f"> note: {note}" for note in report_notes(report)]
     return "\n".join(lines) + ("\n" if report_notes(report) else "")

@@ -4,15 +4,21 @@
 sweep directory (sweep.json and its level directories; or, without sweep.json, every subdirectory holding a
 run); `build_report` turns series into a `Report`: per series its levels, the throughput at every interactivity
 target with its $/M and operating point, what serving costs per price tier at one target, the best TTFT and
-TPOT, the peak throughput. `report_json` gives it as JSON; agentx.cli.display.report_tables renders it as rich and
-Markdown tables, agentx.results.report.plots as plots.
+TPOT, the peak throughput, what one agent task costs; and the findings of every level's plausibility audit.
+`report_json` gives it as JSON; agentx.cli.display.report_tables renders it as rich and Markdown tables,
+agentx.results.report.plots as plots.
+
+The audit (agentx.results.summary.audit) is carried, never applied silently: a level's row names its findings and
+marks each figure an error finding rejects; a best or peak figure comes from a level whose audit does not reject it
+when one exists, and otherwise says it is rejected (`Best.rejected_by`); a target interpolated from a rejected point
+says so too. A run.json written before the audit has none: its level is shown as clean.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -29,12 +35,17 @@ from agentx.results.report.cost import (
     energy,
     load_price_table,
     prices_for,
+    usd_per_million_tokens,
 )
 from agentx.results.report.folders import SWEEP_FILE, RunFile, read_index, read_run_file
 from agentx.results.report.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
-from agentx.results.report.notes import no_point, price_problem, target_note, with_target
+from agentx.results.report.notes import no_point, price_problem, rejected_point, target_note, with_target
+from agentx.results.summary.audit import Figure, Severity
 from agentx.results.summary.goodput import slo_text
+from agentx.results.summary.model import Throughput
+from agentx.results.summary.stats import Stats
 from agentx.results.summary.summarize import Summary, summarize
+from agentx.results.summary.tasks import TaskCosts
 from agentx.results.summary.validity import rules_of
 
 
@@ -81,6 +92,17 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
     kw_per_gpu: float | None = None
 
 
+POINT_FIGURES: Final[tuple[Figure, ...]] = ("interactivity", "throughput")
+"""The figures a frontier point is made of: a level whose audit rejects either has a rejected point."""
+
+
+class AuditMark(msgspec.Struct, frozen=True, kw_only=True):
+    """One finding of a level's audit as its row shows it; the finding in words is in `Report.audit`."""
+
+    code: str
+    severity: Severity
+
+
 class LevelRow(msgspec.Struct, kw_only=True):
     label: str
     concurrency: int | None
@@ -107,7 +129,16 @@ class LevelRow(msgspec.Struct, kw_only=True):
     goodput_output_tps_per_gpu: float | None = None
     """Output tokens/s of the requests meeting every SLO, per GPU (agentx.results.summary.goodput)."""
     note: str | None = None
-    """Why a level with a summary has no interactivity or throughput (`report_notes.no_point`); None when it has."""
+    """Why a level with a summary has no interactivity or throughput (`notes.no_point`), or that its point rests on
+    figures its audit rejects (`notes.rejected_point`); None otherwise."""
+    audit: list[AuditMark] = []
+    """The findings of the level's plausibility audit; empty when clean or written before the audit."""
+    rejected: dict[Figure, list[str]] = {}
+    """Per figure an error finding rejects, the codes of those findings."""
+
+    def rejecting(self, *figures: Figure) -> list[str]:
+        """The codes of the findings that reject any of `figures` at this level, each once."""
+        return list(dict.fromkeys(code for figure in figures for code in self.rejected.get(figure, [])))
 
 
 class TargetRow(msgspec.Struct, kw_only=True):
@@ -118,12 +149,101 @@ class TargetRow(msgspec.Struct, kw_only=True):
     between: tuple[str, str] | None
     cost: Cost | None
     """At the report's tier; None without a price for the series' SKU and tier."""
+    rejected_by: list[str] = []
+    """The codes of the audit findings that reject the interactivity or throughput of a level it lies between."""
 
 
 class Best(msgspec.Struct, kw_only=True):
+    """The best (lowest latency, highest throughput) of one figure across a series' levels, and where it is."""
+
     value: float
     label: str
     interactivity_tps: float | None = None
+    rejected: bool = False
+    """Whether the level's audit rejects the figure; only when every level's audit that has it does (a level whose
+    audit does not reject it is preferred, even when a rejected one looks better)."""
+    rejected_by: list[str] = []
+    """The codes of the findings that reject it."""
+
+
+class TaskPrice(msgspec.Struct, frozen=True, kw_only=True):
+    """$ per task at one price tier, from the task's GPU time: GPU-s × $/GPU-hour / 3600."""
+
+    tier: str
+    usd_per_gpu_hour: float | None
+    usd_per_task: float | None
+
+
+class TaskPriceAtTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """$ per task at one interactivity target and price tier: total tokens per task × total $/1M tokens / 10⁶."""
+
+    tier: str
+    total_usd_per_m: float | None
+    usd_per_task: float | None
+
+
+class LevelTasks(msgspec.Struct, kw_only=True):
+    """What one agent task cost at one level (agentx.results.summary.tasks): means over the tasks its run completed."""
+
+    label: str
+    completed: int
+    failed: int
+    cut: int
+    cached_tokens: float | None
+    """None when the server reported no cached tokens."""
+    uncached_tokens: float | None
+    output_tokens: float | None
+    total_tokens: float | None
+    gpu_s: float | None
+    """GPU-seconds per task at the report's GPU count (`--gpus` rescales the run's; a run without a count is one
+    GPU, as every per-GPU figure of the report)."""
+    prices: list[TaskPrice] = []
+    """Per price tier of the series' SKU (and a price given outright)."""
+    rejected_by: list[str] = []
+    """The codes of the audit findings that reject the level's throughput, which its GPU time is made of."""
+
+
+class TasksAtTarget(msgspec.Struct, kw_only=True):
+    target_tps: float
+    prices: list[TaskPriceAtTarget]
+    """Per price tier."""
+    rejected_by: list[str] = []
+    """As `TargetRow.rejected_by`."""
+
+
+class SeriesTasks(msgspec.Struct, kw_only=True):
+    """What one agent task costs in a series: per level from its GPU time, and at each interactivity target from its
+    tokens."""
+
+    tasks: int
+    """Tasks completed over every level."""
+    total_tokens: float | None
+    """Mean total (cached + uncached + output) tokens per task over every level's tasks: what a task is, whatever
+    the level; the targets price it."""
+    levels: list[LevelTasks]
+    targets: list[TasksAtTarget]
+    """Per row of the targets table (the report's target included)."""
+
+
+class AuditedLevel(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a finding was made, and what showed it there."""
+
+    series: str
+    level: str
+    evidence: str
+    requests: int = 0
+    """The requests it concerns (0: the run as a whole)."""
+
+
+class AuditEntry(msgspec.Struct, kw_only=True):
+    """One distinct finding (code and severity) of the report's levels, with each level it was made at."""
+
+    code: str
+    severity: Severity
+    title: str
+    advice: str
+    affects: tuple[Figure, ...]
+    levels: list[AuditedLevel]
 
 
 class SeriesReport(msgspec.Struct, kw_only=True):
@@ -148,6 +268,8 @@ class SeriesReport(msgspec.Struct, kw_only=True):
     """Why targets show no throughput (off the front), with targets that would, when some do not."""
     price_note: str | None = None
     """Why there is no $/M at the report's tier, and what to pass instead."""
+    tasks: SeriesTasks | None = None
+    """What one agent task costs; None when no level's summary has tasks (a run.json written before they were)."""
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -157,6 +279,8 @@ class Report(msgspec.Struct, kw_only=True):
     tier: str
     series: list[SeriesReport]
     prices_updated: str = ""
+    audit: list[AuditEntry] = []
+    """Each distinct finding of the levels' plausibility audits, errors first; empty when every run is clean."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +453,13 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         run_dir=level.run_dir,
         on_front=on_front,
     )
+    audit = level.summary.audit if level.summary is not None else None
+    if audit is not None:
+        row.audit = [AuditMark(code=f.code, severity=f.severity) for f in audit.findings]
+        for finding in audit.findings:
+            if finding.severity == "error":
+                for figure in finding.affects:
+                    row.rejected.setdefault(figure, []).append(finding.code)
     if found is None and level.summary is not None and level.status != "failed":
         row.note = no_point(level.summary)
     if found is not None:
@@ -336,6 +467,9 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         row.total_tps_per_gpu = found.total_tps_per_gpu
         row.output_tps_per_gpu = found.output_tps_per_gpu
         row.input_tps_per_gpu = found.input_tps_per_gpu
+        rejected = {figure: row.rejected[figure] for figure in POINT_FIGURES if figure in row.rejected}
+        if rejected:
+            row.note = rejected_point(rejected)
     if level.summary is not None:
         latency = level.summary.latency
         row.requests = level.summary.counts.kept
@@ -353,12 +487,126 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
     return row
 
 
-def _best(rows: Sequence[LevelRow], value: Callable[[LevelRow], float | None], *, lowest: bool) -> Best | None:
+def _best(
+    rows: Sequence[LevelRow], value: Callable[[LevelRow], float | None], figure: Figure, *, lowest: bool
+) -> Best | None:
+    """The best `value` over the levels whose audit does not reject `figure`; over every level, marked rejected, when
+    each one's does."""
     candidates = [(v, row) for row in rows if (v := value(row)) is not None]
+    trusted = [(v, row) for v, row in candidates if not row.rejecting(figure)]
     if not candidates:
         return None
-    v, row = (min if lowest else max)(candidates, key=lambda pair: pair[0])
-    return Best(value=v, label=row.label, interactivity_tps=row.interactivity_tps)
+    v, row = (min if lowest else max)(trusted or candidates, key=lambda pair: pair[0])
+    codes = row.rejecting(figure)
+    return Best(
+        value=v, label=row.label, interactivity_tps=row.interactivity_tps, rejected=bool(codes), rejected_by=codes
+    )
+
+
+def _between_rejected(between: tuple[str, str] | None, rows: Sequence[LevelRow]) -> list[str]:
+    """The codes rejecting the point of either level a target lies between."""
+    if between is None:
+        return []
+    by_label = {row.label: row for row in rows}
+    return list(
+        dict.fromkeys(
+            code for label in between if label in by_label for code in by_label[label].rejecting(*POINT_FIGURES)
+        )
+    )
+
+
+def _gpu_s_per_task(tasks: TaskCosts, throughput: Throughput | None, num_gpus: int | None) -> float | None:
+    """Mean GPU-seconds per task at the report's GPU count `num_gpus`: the run's figure (`tasks.gpu_s`) times the GPUs
+    the report counts over those the run recorded; for a run that recorded none, its tokens over its throughput per
+    `num_gpus` GPUs (per server when None, as the report's per-GPU figures)."""
+    divisor = num_gpus or 1
+    recorded = throughput.num_gpus if throughput is not None else None
+    if tasks.gpu_s is not None and recorded:
+        return tasks.gpu_s.mean * divisor / recorded
+    if tasks.total_tokens is None or throughput is None or throughput.total_tps <= 0:
+        return None
+    return tasks.total_tokens.mean * divisor / throughput.total_tps
+
+
+def _mean(found: Stats | None) -> float | None:
+    return found.mean if found is not None else None
+
+
+def _series_tasks(
+    series: Series,
+    rows: Sequence[LevelRow],
+    targets: Sequence[TargetRow],
+    tiers: Sequence[tuple[str, Price]],
+    num_gpus: int | None,
+) -> SeriesTasks | None:
+    """What one task costs in `series`: per level priced by its GPU time, at each target by its tokens."""
+    by_label = {row.label: row for row in rows}
+    levels: list[LevelTasks] = []
+    pooled_tasks, pooled_tokens = 0, 0.0
+    for level in series.levels:
+        summary = level.summary
+        if summary is None or summary.tasks is None or level.status == "failed":
+            continue
+        tasks = summary.tasks
+        gpu_s = _gpu_s_per_task(tasks, summary.throughput, num_gpus) if tasks.completed else None
+        row = by_label.get(level.label)
+        levels.append(
+            LevelTasks(
+                label=level.label,
+                completed=tasks.completed,
+                failed=tasks.failed,
+                cut=tasks.cut,
+                cached_tokens=_mean(tasks.cached_tokens),
+                uncached_tokens=_mean(tasks.uncached_tokens),
+                output_tokens=_mean(tasks.output_tokens),
+                total_tokens=_mean(tasks.total_tokens),
+                gpu_s=gpu_s,
+                prices=[
+                    TaskPrice(
+                        tier=name,
+                        usd_per_gpu_hour=price.usd_per_gpu_hour,
+                        usd_per_task=None
+                        if gpu_s is None or price.usd_per_gpu_hour is None
+                        else gpu_s * price.usd_per_gpu_hour / 3600.0,
+                    )
+                    for name, price in tiers
+                ],
+                rejected_by=row.rejecting("throughput") if row is not None else [],
+            )
+        )
+        if tasks.total_tokens is not None and tasks.completed:
+            pooled_tasks += tasks.completed
+            pooled_tokens += tasks.total_tokens.mean * tasks.completed
+    if not levels:
+        return None
+    tokens = pooled_tokens / pooled_tasks if pooled_tasks else None
+
+    def at_target(name: str, price: Price, target: TargetRow) -> TaskPriceAtTarget:
+        # The targets table's $/M at its tier; the same formula at every other tier.
+        usd_per_m = (
+            target.cost.total_usd_per_m
+            if target.cost is not None and target.cost.tier == name
+            else usd_per_million_tokens(price.usd_per_gpu_hour, target.total_tps_per_gpu)
+        )
+        return TaskPriceAtTarget(
+            tier=name,
+            total_usd_per_m=usd_per_m,
+            usd_per_task=None if tokens is None or usd_per_m is None else tokens * usd_per_m / 1e6,
+        )
+
+    return SeriesTasks(
+        tasks=pooled_tasks,
+        total_tokens=tokens,
+        levels=levels,
+        targets=[
+            TasksAtTarget(
+                target_tps=target.target_tps,
+                prices=[at_target(name, price, target) for name, price in tiers],
+                rejected_by=target.rejected_by,
+            )
+            for target in targets
+        ],
+    )
 
 
 def series_report(series: Series, options: ReportOptions, prices: PriceTable) -> SeriesReport:
@@ -384,6 +632,7 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
             cost=None
             if chosen is None
             else cost(chosen, tier, at.total_tps_per_gpu, at.output_tps_per_gpu, at.input_tps_per_gpu),
+            rejected_by=_between_rejected(at.between, rows),
         )
         for at in front.at_targets
     ]
@@ -410,15 +659,43 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
         energy_at_target=None
         if options.kw_per_gpu is None
         else energy(options.kw_per_gpu, at.total_tps_per_gpu, at.output_tps_per_gpu),
-        best_ttft_s=_best(rows, lambda r: r.ttft_p50_s, lowest=True),
-        best_tpot_s=_best(rows, lambda r: r.tpot_p50_s, lowest=True),
-        peak_total_tps_per_gpu=_best(rows, lambda r: r.total_tps_per_gpu, lowest=False),
-        peak_output_tps_per_gpu=_best(rows, lambda r: r.output_tps_per_gpu, lowest=False),
+        best_ttft_s=_best(rows, lambda r: r.ttft_p50_s, "ttft", lowest=True),
+        best_tpot_s=_best(rows, lambda r: r.tpot_p50_s, "tpot", lowest=True),
+        peak_total_tps_per_gpu=_best(rows, lambda r: r.total_tps_per_gpu, "throughput", lowest=False),
+        peak_output_tps_per_gpu=_best(rows, lambda r: r.output_tps_per_gpu, "throughput", lowest=False),
         target_note=target_note(
             series.label, [p.interactivity_tps for p in front.front], targets_tps, options.frontier.statistic
         ),
         price_note=price_problem(series.label, sku, tier, tiers, prices),
+        tasks=_series_tasks(series, rows, targets, tiers, num_gpus),
     )
+
+
+def audit_entries(series: Sequence[Series]) -> list[AuditEntry]:
+    """Each distinct finding (code and severity) of the levels' audits, with the levels it was made at: errors
+    first, then in the order first met."""
+    entries: dict[tuple[str, str], AuditEntry] = {}
+    for one in series:
+        for level in one.levels:
+            audit = level.summary.audit if level.summary is not None else None
+            for finding in audit.findings if audit is not None else []:
+                entry = entries.setdefault(
+                    (finding.code, finding.severity),
+                    AuditEntry(
+                        code=finding.code,
+                        severity=finding.severity,
+                        title=finding.title,
+                        advice=finding.advice,
+                        affects=finding.affects,
+                        levels=[],
+                    ),
+                )
+                entry.levels.append(
+                    AuditedLevel(
+                        series=one.label, level=level.label, evidence=finding.evidence, requests=finding.requests
+                    )
+                )
+    return sorted(entries.values(), key=lambda entry: entry.severity != "error")
 
 
 def build_report(
@@ -434,6 +711,7 @@ def build_report(
         tier=GIVEN_TIER if options.usd_per_gpu_hour is not None else options.tier,
         series=[series_report(s, options, table) for s in series],
         prices_updated=table.updated,
+        audit=audit_entries(series),
     )
 
 

@@ -3,7 +3,8 @@
 The page holds, with nothing fetched from elsewhere (inline CSS, inline SVG, no script): each series' identity (engine,
 model, GPUs, trace, server) and every level's validity with its reasons in words; the report's tables, from the same
 sections as the terminal and Markdown forms (agentx.cli.display.report_tables builds them; this module gets them as
-plain `Section`s so it stays below the CLI); the notes that say why a figure is missing; and the plots (`write_plots`,
+plain `Section`s so it stays below the CLI); the plausibility audit's findings, each once with the levels it was made
+at, its evidence and what to do; the notes that say why a figure is missing; and the plots (`write_plots`,
 inline SVG) when matplotlib is installed, else a line saying how to get them. Text from run folders is escaped, and
 credentials in a server URL are scrubbed (agentx.secrets).
 """
@@ -20,6 +21,7 @@ from typing import Any, Final, Protocol
 from agentx.distribution import installed_version
 from agentx.results.report.build import Report, Series, SeriesReport
 from agentx.results.report.folders import finished_run
+from agentx.results.report.notes import REJECTED_MARK, finding_heading, levels_text
 from agentx.secrets import scrub
 
 PLOT_TITLES: Final = {
@@ -40,6 +42,7 @@ th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; vertical-align: top; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th { background: #f3f3f3; text-align: left; }
 .note { color: #7a4a00; } .invalid { color: #a00000; } .valid { color: #006400; } .muted { color: #666; }
+.finding { margin: 0.5rem 0 1rem; } .finding.error > p:first-child, td.rejected { color: #a00000; }
 figure { margin: 1rem 0 2rem; } figure svg { width: 100%; height: auto; max-width: 64rem; }
 """
 
@@ -57,7 +60,12 @@ def _e(text: object) -> str:
 
 
 def _number(cell: str) -> bool:
-    return bool(cell) and (cell[0].isdigit() or cell[0] in "$—–-✓") and " " not in cell.strip("~")
+    figure = cell.removesuffix(f" {REJECTED_MARK}")  # a figure the audit rejects is still a figure
+    return bool(figure) and (figure[0].isdigit() or figure[0] in "$—–-✓") and " " not in figure.strip("~")
+
+
+def _cell_class(cell: str) -> str:
+    return "number rejected" if cell.endswith(f" {REJECTED_MARK}") else "number"
 
 
 def _table(section: TableSection) -> str:
@@ -65,7 +73,7 @@ def _table(section: TableSection) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="number">{_e(cell)}</td>' if i and _number(cell) else f"<td>{_e(cell)}</td>"
+            f'<td class="{_cell_class(cell)}">{_e(cell)}</td>' if i and _number(cell) else f"<td>{_e(cell)}</td>"
             for i, cell in enumerate(row)
         )
         + "</tr>"
@@ -106,6 +114,29 @@ def _identity(series: Series, shown: SeriesReport) -> str:
         f'<h2>{_e(series.label)}</h2>\n<p class="muted">{_e(series.path)}{" · " + _e(gpus) if gpus else ""}</p>\n'
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _audit(report: Report) -> str:
+    """Each distinct finding of the levels' audits: what it rejects or concerns, where, its evidence per level and
+    what to do; "" when every run is clean."""
+    if not report.audit:
+        return ""
+    parts = [
+        "<h2>Plausibility audit</h2>",
+        '<p class="muted">What cannot be true in these runs: ✗ an error, whose figures the tables mark and never show '
+        "as a best unmarked; ! a warning, to read the figures knowing it.</p>",
+    ]
+    for entry in report.audit:
+        where = levels_text((found.series, found.level) for found in entry.levels)
+        evidence = "".join(
+            f"<li>{_e(found.series)} {_e(found.level)}: {_e(found.evidence)}</li>" for found in entry.levels
+        )
+        parts.append(
+            f'<div class="finding {_e(entry.severity)}" id="audit-{_e(entry.code)}">'
+            f"<p><strong>{_e(finding_heading(entry.code, entry.severity, entry.affects))}</strong> at {_e(where)}: "
+            f"{_e(entry.title)}</p><ul>{evidence}</ul><p>What to do: {_e(entry.advice)}</p></div>"
+        )
+    return "\n".join(parts)
 
 
 def _plots(report: Report) -> str:
@@ -162,10 +193,27 @@ def html_report(
         *(_identity(s, shown) for s, shown in zip(series, report.series, strict=True)),
         "<h2>Tables</h2>",
         *(_table(section) for section in sections),
+        _audit(report),
     ]
     if notes:
         parts.append('<h2>Notes</h2><ul class="note">' + "".join(f"<li>{_e(note)}</li>" for note in notes) + "</ul>")
     if plots:
         parts += ["<h2>Plots</h2>", _plots(report)]
     parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def tables_page(title: str, sections: Sequence[TableSection]) -> str:
+    """A self-contained page of `sections`' tables under `title` (the report's style), e.g. `agentx compare --html`."""
+    made = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">agentx {_e(installed_version())} · {made}</p>',
+        *(_table(section) for section in sections),
+        "</body></html>",
+    ]
     return "\n".join(parts) + "\n"

@@ -1,15 +1,67 @@
 """The targets table's rows, and why the report shows "—": a level with no point on the frontier, interactivity
 targets off a series' front, or no price at the chosen tier, each said in one line with what to pass instead
-(`agentx report`, docs/results.md)."""
+(`agentx report`, docs/results.md); and the words and marks of the plausibility audit's findings, which the tables,
+the Markdown and the HTML page share."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from agentx.results.report.cost import Price, PriceTable
+from agentx.results.summary.audit import Figure, Severity
 from agentx.results.summary.model import Summary
+
+REJECTED_MARK: Final = "✗"
+"""Beside a figure an error finding of the audit rejects, and before the finding's code."""
+WARNING_MARK: Final = "!"
+"""Before the code of a warning finding."""
+FIGURE_NAMES: Final[Mapping[Figure, str]] = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2el": "E2EL",
+    "interactivity": "interactivity",
+    "throughput": "throughput",
+    "isl": "ISL",
+    "cache": "cache hits",
+}
+
+
+def severity_mark(severity: Severity) -> str:
+    """What precedes a finding's code: "✗" for an error, "!" for a warning."""
+    return REJECTED_MARK if severity == "error" else WARNING_MARK
+
+
+def rejected_text(codes: Sequence[str]) -> str:
+    """Why a figure is marked, in words."""
+    return f"rejected by the audit: {', '.join(codes)}"
+
+
+def rejected_point(rejected: Mapping[Figure, Sequence[str]]) -> str:
+    """Why a level's frontier point is marked: the figures it is made of that its audit rejects, and by which
+    findings."""
+    figures = " and ".join(FIGURE_NAMES[figure] for figure in rejected)
+    codes = ", ".join(dict.fromkeys(code for found in rejected.values() for code in found))
+    return (
+        f"its point on the frontier rests on {figures} that its plausibility audit rejects ({codes}): it and the "
+        f"targets next to it are marked {REJECTED_MARK}"
+    )
+
+
+def finding_heading(code: str, severity: Severity, affects: Iterable[Figure]) -> str:
+    """A finding's first words: its mark, code, severity and the figures it rejects (an error) or concerns."""
+    verb = "rejects" if severity == "error" else "concerns"
+    return f"{severity_mark(severity)} {code} ({severity}: {verb} {', '.join(FIGURE_NAMES[f] for f in affects)})"
+
+
+def levels_text(levels: Iterable[tuple[str, str]]) -> str:
+    """(series, level) pairs as words, a series named once: "sweep c1, c2; other c4"."""
+    by_series: dict[str, list[str]] = {}
+    for series, level in levels:
+        by_series.setdefault(series, []).append(level)
+    return "; ".join(f"{series} {', '.join(labels)}" for series, labels in by_series.items())
 
 
 def with_target(targets_tps: Sequence[float], target_tps: float) -> tuple[float, ...]:
