@@ -62,7 +62,9 @@ class _SimCollector:
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache_usage)
         yield self._counter("vllm:num_preemptions", "Cumulative number of preemptions.", c.num_preemptions)
         cache = GaugeMetricFamily(
-            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=["block_size", "num_gpu_blocks"]
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=["block_size", "num_gpu_blocks"],
         )
         cache.add_metric([str(c.block_size), str(c.num_gpu_blocks)], 1.0)
         yield cache
