@@ -21,6 +21,7 @@ COMMANDS = {
     "import": "agentx.cli.commands.imports:import_group",
     "sweep": "agentx.cli.commands.sweep:sweep_command",
     "report": "agentx.cli.commands.report:report_command",
+    "compare": "agentx.cli.commands.compare:compare_command",
     "spec": "agentx.cli.commands.spec:spec",
     "synth": "agentx.cli.commands.synth:synth",
 }

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import gc
 import importlib
+import math
 import os
 import secrets
 import signal
@@ -92,6 +93,17 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
     stderr.print(f"[bold red]error:[/] {escape(scrub(message))}", markup=True, highlight=False)
     sys.exit(code)
+
+
+def interactivity_targets(text: str) -> tuple[float, ...]:
+    """`--targets`: tokens/s per user, comma-separated, each positive; click.BadParameter otherwise."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"--targets wants tokens/s per user such as 30,50,75, got {text!r}") from None
+    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise click.BadParameter(f"--targets wants positive tokens/s per user such as 30,50,75, got {text!r}")
+    return values
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ OWN_OPTION_GROUPS: Final[Mapping[str, str]] = {
     "levels": "Load",
     "out_dir": "Output",
     "overwrite": "Output",
+    "repeat": "Output",
     "resume": "Output",
     "as_json": "Output",
     "gpus": "Output",

@@ -57,6 +57,7 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 
+from agentx.distribution import installed_version
 from agentx.records.record import RunInfo
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
@@ -82,6 +83,7 @@ from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import quiet_gc
 from agentx.replayer.schedule.recorder import OnRecord
 from agentx.replayer.schedule.runner import RunHooks, Runner
+from agentx.trace.digest import trace_digest
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)
@@ -248,4 +250,6 @@ async def run_replay(
         notices=runner.notices,
         request_cap_reached=runner.sender.cap_reached,
         profiling_start_ns=runner.gate.start_ns - start_ns if runner.gate.started.is_set() else None,
+        trace_digest=trace_digest(trace),
+        agentx_version=installed_version(),
     )

@@ -112,6 +112,10 @@ class RunResult(msgspec.Struct, kw_only=True):
     """The run stopped because it had sent `num_requests` profiling requests (`Scenario.num_requests`)."""
     trace_path: str | None = None
     """The trace file (or folder) replayed, as an absolute path; None for a trace made in memory."""
+    trace_digest: str | None = None
+    """The trace's content digest (agentx.trace.digest): equal for two runs of the same trace, whatever its file."""
+    agentx_version: str = ""
+    """The agentx that ran it (`installed_version`)."""
     profiling_start_ns: int | None = None
     """When profiling started, ns after the run start on the records' clock (None: it never did); the start of the
     window the harness's coverage rule measures (agentx.results.summary.validity)."""
@@ -154,4 +158,6 @@ def combined(results: list[RunResult], *, run_id: str, records_path: Path, inter
         profiling_start_ns=min(
             (r.profiling_start_ns for r in results if r.profiling_start_ns is not None), default=None
         ),
+        trace_digest=first.trace_digest,
+        agentx_version=first.agentx_version,
     )

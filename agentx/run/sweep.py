@@ -190,7 +190,7 @@ def existing_sweep(out_dir: Path) -> str | None:
 
 
 async def sweep(
-    trace: Trace,
+    trace: Trace | PreparedTrace,
     base: ReplayOptions,
     options: SweepOptions,
     *,
@@ -203,7 +203,8 @@ async def sweep(
 ) -> SweepResult:
     """Replay `trace` once per level of `options.concurrency` with `base`'s options (its concurrency, out_dir and
     forced acceptance replaced per level), writing each level into `out_dir/c{N}` and the index into sweep.json.
-    The trace is prepared once (`prepare_trace`): a session split or planned for one level is reused by the next.
+    The trace is prepared once (`prepare_trace`, unless it is prepared already): a session split or planned for one
+    level is reused by the next.
     `level_server`, when given, names each level's server (its URL replaces `base.url` for that level).
     `on_record`, `on_sent` and `on_profiling` go to every level's replay (`agentx.run.replay.replay`).
 
@@ -226,7 +227,7 @@ async def sweep(
         concurrency=list(options.concurrency),
     )
     # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
-    prepared = prepare_trace(trace, base)
+    prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
     results: list[LevelResult] = []
     interrupted = False
     for position, concurrency in enumerate(options.concurrency, start=1):

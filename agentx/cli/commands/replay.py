@@ -11,7 +11,11 @@ import click
 import msgspec
 
 if TYPE_CHECKING:
+    from agentx.records.record import RequestRecord
+    from agentx.replayer.options.replay import ReplayOptions
+    from agentx.replayer.plan.play import PreparedTrace
     from agentx.results.summary.summarize import Summary
+    from agentx.run.repeats import ReplayRepeats
     from agentx.run.replay import ReplayResult
 
 from agentx.cli.common import (
@@ -40,6 +44,7 @@ from agentx.cli.parsed import (
     sim_fields,
     speculative_flags,
 )
+from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
 from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
 
@@ -51,8 +56,22 @@ from agentx.trace.io import Format
     "--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>-<random>)."
 )
 @click.option("--overwrite", is_flag=True, help="Replace the run already in --out (refused otherwise).")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run it N times, one after another, into r1 ... rN of --out, indexed in its repeats.json for `agentx "
+    "compare` (the first keeps --seed, the others derive theirs from it).",
+)
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as JSON (with --repeat: the index and each repeat's summary).",
+)
 @format_option
 @block_size_option
 @parsed
@@ -61,6 +80,7 @@ def replay(
     served_models: tuple[str, ...],
     out_dir: Path | None,
     overwrite: bool,
+    repeat: int,
     gpus: int | None,
     sim_time_scale: float,
     as_json: bool,
@@ -73,7 +93,8 @@ def replay(
     Records stream to RUN_DIR/records.arrow as the run goes; RUN_DIR/run.json (options, run, summary) is
     written at the end. Progress shows on stderr: live on a terminal, else a line every 10 s. Ctrl-C (or SIGTERM)
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
-    (exit 130).
+    (exit 130). With --repeat N, RUN_DIR/rK is the K-th run; Ctrl-C ends the set after the current run's graceful
+    stop, and RUN_DIR/repeats.json indexes the runs that ran to their end.
     """
     import asyncio
 
@@ -98,7 +119,10 @@ def replay(
     except click.BadParameter as exc:
         fail(exc.format_message())
     if not overwrite:
-        refuse_existing_run(run_dir)
+        if repeat > 1:
+            refuse_existing_repeats(run_dir, flags="--overwrite to replace them")
+        else:
+            refuse_existing_run(run_dir)
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
@@ -125,9 +149,14 @@ def replay(
             planned=None if over_processes else planned_requests(prepared, options),
             grace_s=options.runtime.grace_s,
         )
+        repeated: ReplayRepeats | None = None
         try:
             with failing_against(url, "replay"):
-                if over_processes:
+                if repeat > 1:
+                    repeated = _replay_repeats(
+                        trace, prepared, options, repeat, gpus, input_format, block_size, over_processes
+                    )
+                elif over_processes:
                     result = replay_workers(
                         trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
                     )
@@ -153,6 +182,9 @@ def replay(
             # Ctrl-C outside the replay itself (probing, scraping metrics): nothing to summarize yet.
             stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)
+    if repeated is not None:
+        _end_repeats(repeated, as_json, options.scenario.failed_request_threshold)
+        return
     if as_json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
     else:
@@ -174,6 +206,126 @@ def replay(
     failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
+
+
+def _replay_repeats(
+    trace: Path,
+    prepared: PreparedTrace,
+    options: ReplayOptions,
+    repeats: int,
+    gpus: int | None,
+    input_format: Format | None,
+    block_size: int | None,
+    over_processes: bool,
+) -> ReplayRepeats:
+    """Run the repeats (`agentx.run.repeats`), each under its header line and with its own progress on stderr."""
+    import asyncio
+
+    from agentx.cli.display.planned import planned_requests
+    from agentx.cli.display.progress import ReplayProgress
+    from agentx.replayer.schedule.clock import loop_factory
+    from agentx.results.compare.repeats import repeat_seed
+    from agentx.run.repeats import replay_repeats, replay_workers_repeats
+
+    progress = ReplayProgress(console=None)
+
+    def start(number: int, count: int, seed: int) -> None:
+        nonlocal progress
+        stderr.print(repeat_header(number, count, seed), markup=False)
+        if over_processes:
+            return  # no live progress: records meet at each run's end
+        seeded = msgspec.structs.replace(options, scenario=msgspec.structs.replace(options.scenario, seed=seed))
+        progress = ReplayProgress(
+            console=stderr,
+            duration_s=options.scenario.duration_s,
+            planned=planned_requests(prepared, seeded),  # the seed draws the session order
+            grace_s=options.runtime.grace_s,
+        )
+        progress.start()
+
+    def done(number: int, result: ReplayResult) -> None:
+        progress.close()
+        failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
+        line = repeat_line(number, repeat_seed(options.scenario.seed, number), result, failed=failure is not None)
+        stderr.print(line, markup=False)
+
+    if over_processes:
+        return replay_workers_repeats(
+            trace,
+            options,
+            repeats,
+            options.runtime.workers,
+            num_gpus=gpus,
+            trace_format=input_format,
+            block_size=block_size,
+            on_repeat_start=start,
+            on_repeat_done=done,
+        )
+
+    def on_record(record: RequestRecord) -> None:
+        progress.on_record(record)
+
+    def on_sent() -> None:
+        progress.on_sent()
+
+    def on_profiling() -> None:
+        progress.on_profiling()
+
+    work = interruptible(
+        replay_repeats(
+            prepared,
+            options,
+            repeats,
+            num_gpus=gpus,
+            on_repeat_start=start,
+            on_repeat_done=done,
+            on_record=on_record,
+            on_sent=on_sent,
+            on_profiling=on_profiling,
+            trace_path=trace,
+        )
+    )
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(options):
+            return runner.run(work)
+    finally:
+        progress.close()
+
+
+def repeat_line(number: int, seed: int, result: ReplayResult, *, failed: bool = False) -> str:
+    """A finished repeat's headline numbers in one line (`failed`: the run does not stand), e.g.
+    `  r2 (seed 123): ok, 1,234 requests, 0 errors, 3,456 out tok/s, TTFT p50 123 ms`."""
+    from agentx.cli.commands.sweep import seconds_text
+
+    summary = result.summary
+    counts = summary.counts
+    status = "interrupted" if result.run.interrupted else "failed" if failed else "ok"
+    line = f"  r{number} (seed {seed}): {status}, {counts.profiling:,} requests, {counts.errors:,} errors"
+    if summary.throughput is not None:
+        line += f", {summary.throughput.output_tps:,.0f} out tok/s"
+    ttft = summary.latency.ttft_s
+    return line + f", TTFT p50 {seconds_text(None if ttft is None else ttft.p50)}"
+
+
+def _end_repeats(repeated: ReplayRepeats, as_json: bool, threshold: float | None) -> None:
+    """Print the set's outcome (each repeat's line is on stderr already); exit 130 when it was interrupted, 3 when a
+    repeat does not stand."""
+    if as_json:
+        document = {"repeats": repeated.index, "summaries": [result.summary for result in repeated.results]}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(document)).decode() + "\n")
+    else:
+        stdout.print(repeats_footer(repeated.out_dir, len(repeated.index.dirs)), markup=False)
+    if repeated.interrupted:
+        stderr.print(f"interrupted: {len(repeated.index.dirs)} repeat(s) ran to their end", markup=False)
+        sys.exit(EXIT_INTERRUPTED)
+    failures = [
+        f"r{number}: {failure}"
+        for number, result in enumerate(repeated.results, start=1)
+        if (failure := run_failure(result.summary, result.run.cancel_reason, threshold)) is not None
+    ]
+    if failures:
+        named = "; ".join(failures)
+        fail(f"{len(failures)} of {len(repeated.results)} repeats do not stand ({named})", EXIT_RUN_FAILED)
 
 
 def cap_line(cap: int, reached: bool, result: ReplayResult) -> str:

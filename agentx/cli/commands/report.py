@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,19 +13,10 @@ if TYPE_CHECKING:
 
 from agentx.cli.common import (
     fail,
+    interactivity_targets,
     stderr,
     stdout,
 )
-
-
-def _targets(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"--targets wants tokens/s per user such as 30,50,75, got {text!r}") from None
-    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
-        raise click.BadParameter(f"--targets wants positive tokens/s per user such as 30,50,75, got {text!r}")
-    return values
 
 
 @click.command("report")
@@ -145,7 +135,7 @@ def report_command(
                 "pass --price USD_PER_GPU_HOUR or a --prices file that has it"
             )
         options = ReportOptions(
-            frontier=FrontierOptions(statistic=statistic, basis=basis, targets_tps=_targets(targets)),  # type: ignore[arg-type]
+            frontier=FrontierOptions(statistic=statistic, basis=basis, targets_tps=interactivity_targets(targets)),  # type: ignore[arg-type]
             target_tps=target_tps,
             tier=tier,
             gpu_sku=gpu_sku,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +25,13 @@ from agentx.cli.common import (
 )
 from agentx.cli.flags import GroupedCommand
 from agentx.cli.parsed import ParsedFlags, only_model, parsed, replay_flags, sim_fields
+from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
     from agentx.replayer.options.replay import Speculative
-    from agentx.run.sweep import LevelResult, LevelSettings
+    from agentx.run.repeats import SweepRepeats
+    from agentx.run.sweep import LevelResult, LevelSettings, SweepResult
     from agentx.sim.process import SimServer
 
 
@@ -43,6 +45,15 @@ if TYPE_CHECKING:
 @click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
 @click.option(
     "--overwrite", is_flag=True, help="Replace a sweep already in --out (refused otherwise, unless --resume)."
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Sweep N times, one after another, into r1 ... rN of --out, indexed in its repeats.json for `agentx "
+    "compare` (the first keeps --seed, the others derive theirs from it).",
 )
 @click.option(
     "--before-level",
@@ -62,7 +73,12 @@ if TYPE_CHECKING:
     metavar="FILE",
     help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
 )
-@click.option("--json", "as_json", is_flag=True, help="Print sweep.json's index as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print sweep.json's index as JSON (with --repeat: repeats.json's and each repeat's sweep.json).",
+)
 @format_option
 @block_size_option
 @parsed
@@ -76,6 +92,7 @@ def sweep_command(
     gpu_sku: str | None,
     resume: bool,
     overwrite: bool,
+    repeat: int,
     before_level: str | None,
     before_level_timeout: float | None,
     level_settings: Path | None,
@@ -88,7 +105,8 @@ def sweep_command(
 
     A level that fails is recorded with its error and the sweep goes on (exit 3 when any failed). `agentx report
     OUT` turns the sweep into the frontier and cost tables. Ctrl-C stops the current level gracefully and ends the
-    sweep (exit 130); `--resume` picks it up.
+    sweep (exit 130); `--resume` picks it up. With --repeat N, OUT/rK is the K-th sweep (its levels in OUT/rK/c{N});
+    Ctrl-C ends the set, and OUT/repeats.json indexes the sweeps that ran to their end.
     """
     import asyncio
 
@@ -99,8 +117,13 @@ def sweep_command(
     from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.report.cost import load_price_table
     from agentx.results.report.folders import SWEEP_FILE
+    from agentx.run.repeats import SweepRepeats, sweep_repeats
     from agentx.run.sweep import SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
 
+    if repeat > 1 and not (resume or overwrite):
+        refuse_existing_repeats(
+            out_dir, flags="--resume to keep the finished levels of its repeats, or --overwrite to replace them"
+        )
     if not (resume or overwrite) and (held := existing_sweep(out_dir)) is not None:
         fail(
             f"{out_dir} already holds a sweep ({held}); pass --resume to keep its finished levels, "
@@ -156,12 +179,22 @@ def sweep_command(
         )
         # Each level's progress on stderr (live on a terminal, else a line every 10 s), then its headline numbers.
         progress = ReplayProgress(console=None)
+        seed = base.scenario.seed  # the current repeat's
+
+        def start_repeat(number: int, count: int, repeat_seed: int) -> None:
+            nonlocal seed
+            seed = repeat_seed
+            stderr.print(repeat_header(number, count, repeat_seed), markup=False)
 
         def start(position: int, count: int, level: int) -> None:
             nonlocal progress
             stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
             assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops before the first level
-            level_options = msgspec.structs.replace(base, load=msgspec.structs.replace(base.load, concurrency=level))
+            level_options = msgspec.structs.replace(
+                base,
+                load=msgspec.structs.replace(base.load, concurrency=level),
+                scenario=msgspec.structs.replace(base.scenario, seed=seed),  # the seed draws the session order
+            )
             progress = ReplayProgress(
                 console=stderr,
                 duration_s=base.scenario.duration_s,
@@ -184,8 +217,23 @@ def sweep_command(
         def on_profiling() -> None:
             progress.on_profiling()
 
-        work = interruptible(
-            sweep(
+        # One sweep, or a set of repeats of it (agentx.run.repeats).
+        runs: Coroutine[Any, Any, SweepResult | SweepRepeats] = (
+            sweep_repeats(
+                loaded,
+                base,
+                options,
+                repeat,
+                on_repeat_start=start_repeat,
+                on_level_start=start,
+                on_level_done=done,
+                on_record=on_record,
+                on_sent=on_sent,
+                on_profiling=on_profiling,
+                level_server=level_server,
+            )
+            if repeat > 1
+            else sweep(
                 loaded,
                 base,
                 options,
@@ -197,6 +245,7 @@ def sweep_command(
                 level_server=level_server,
             )
         )
+        work = interruptible(runs)
         try:
             with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(base):
                 result = runner.run(work)
@@ -207,6 +256,9 @@ def sweep_command(
             sys.exit(EXIT_INTERRUPTED)
         finally:
             progress.close()
+    if isinstance(result, SweepRepeats):
+        _end_repeats(result, as_json)
+        return
     index = (out_dir / SWEEP_FILE).read_text()
     if as_json:
         sys.stdout.write(index)
@@ -217,19 +269,48 @@ def sweep_command(
             f"`agentx report {out_dir}` for the frontier and costs",
             markup=False,
         )
-    if result.interrupted:
+    _exit_for(result.interrupted, [("", result)])
+
+
+def _end_repeats(repeated: SweepRepeats, as_json: bool) -> None:
+    """Print a set of sweeps' outcome, and exit as `_exit_for` says."""
+    from agentx.results.report.folders import SWEEP_FILE
+
+    sweeps = [(f"r{number}/", result) for number, result in enumerate(repeated.results, start=1)]
+    if as_json:
+        indexes = [msgspec.json.decode((result.out_dir / SWEEP_FILE).read_bytes()) for _, result in sweeps]
+        document = {"repeats": repeated.index, "sweeps": indexes}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(document)).decode() + "\n")
+    else:
+        failed = sum(level.entry.status == "failed" for _, result in sweeps for level in result.levels)
+        first = repeated.out_dir / "r1"
+        stdout.print(
+            f"sweeps: {len(sweeps)} in {repeated.out_dir}, {failed} level(s) failed; `agentx report {first}` for one "
+            "repeat's frontier and costs",
+            markup=False,
+        )
+        stdout.print(repeats_footer(repeated.out_dir, len(repeated.index.dirs)), markup=False)
+    _exit_for(repeated.interrupted, sweeps)
+
+
+def _exit_for(interrupted: bool, sweeps: list[tuple[str, SweepResult]]) -> None:
+    """Exit 130 when interrupted, 3 naming every failed level of `sweeps` (each with its folder's prefix) when any
+    failed."""
+    if interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    failed_levels = [level.entry for level in result.levels if level.entry.status == "failed"]
-    if failed_levels:
-        named = "; ".join(f"c{entry.concurrency}: {entry.error}" for entry in failed_levels)
-        fail(f"{len(failed_levels)} of {len(result.levels)} level(s) failed ({named})", EXIT_RUN_FAILED)
+    failed = [(prefix, level.entry) for prefix, result in sweeps for level in result.levels]
+    failed = [(prefix, entry) for prefix, entry in failed if entry.status == "failed"]
+    if failed:
+        count = sum(len(result.levels) for _, result in sweeps)
+        named = "; ".join(f"{prefix}c{entry.concurrency}: {entry.error}" for prefix, entry in failed)
+        fail(f"{len(failed)} of {count} level(s) failed ({named})", EXIT_RUN_FAILED)
 
 
 _STATUS = {"ok": "ok", "skipped": "kept", "failed": "failed", "interrupted": "interrupted"}
 """How a level's status reads in its line ("skipped": kept from an earlier run by --resume)."""
 
 
-def _seconds_text(seconds: float | None) -> str:
+def seconds_text(seconds: float | None) -> str:
     """A latency in 3 significant digits: `850 us`, `12.3 ms`, `1.23 s`, `123 s`; `n/a` when unknown."""
     if seconds is None:
         return "n/a"
@@ -262,13 +343,13 @@ def level_lines(result: LevelResult) -> list[str]:
         first += f", {summary.throughput.output_tps:,.0f} out tok/s"
     ttft = latency.ttft_s
     p50, p99 = (None, None) if ttft is None else (ttft.p50, ttft.p99)
-    second = f"    TTFT p50 {_seconds_text(p50)} p99 {_seconds_text(p99)}"
+    second = f"    TTFT p50 {seconds_text(p50)} p99 {seconds_text(p99)}"
     if latency.interactivity_tps is not None:  # at p90, the statistic `agentx report` plots by default
         user = latency.interactivity_tps.p90
         second += f", {user:,.0f}" if user >= 100 else f", {user:.3g}"
         second += " tok/s/user p90"
     lag = None if summary.dispatch_lag is None else summary.dispatch_lag.p99_s
-    second += f", dispatch lag p99 {_seconds_text(lag)}"
+    second += f", dispatch lag p99 {seconds_text(lag)}"
     return [first, second] + ([f"    {entry.error}"] if entry.error else [])
 
 

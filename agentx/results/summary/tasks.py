@@ -12,6 +12,8 @@ it served
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -40,12 +42,31 @@ class TaskCosts(msgspec.Struct, kw_only=True):
     """Total tokens / the run's total tokens/s per GPU; None without a GPU count."""
 
 
-def task_costs(records: pa.Table, total_tps_per_gpu: float | None, *, trees_cut: bool = True) -> TaskCosts | None:
-    """The tasks of a run from its records table (every row), None when it has no plays.
+class PlayTotals(NamedTuple):
+    """Per play of a run (in `ids` order), what the task figures are made of."""
 
-    `trees_cut`: whether the run ended with trees unfinished (`RunResult.trees_finished < trees_started`), which cuts
-    the last play of each lane; true when unknown, so no cut tree passes for a task.
-    """
+    ids: IntArray
+    """The play numbers."""
+    done: npt.NDArray[np.bool_]
+    """Tasks: run to their end in the profiling phase, every request answered."""
+    failed: npt.NDArray[np.bool_]
+    cut: npt.NDArray[np.bool_]
+    requests: FloatArray
+    cached_tokens: FloatArray
+    uncached_tokens: FloatArray
+    output_tokens: FloatArray
+    makespan_s: FloatArray
+    cached_reported: bool
+    """Whether a task's request reported cached tokens."""
+
+    @property
+    def total_tokens(self) -> FloatArray:
+        total: FloatArray = self.cached_tokens + self.uncached_tokens + self.output_tokens
+        return total
+
+
+def play_totals(records: pa.Table, *, trees_cut: bool = True) -> PlayTotals | None:
+    """Per play of a records table (every row), None when it has no plays; `trees_cut` as `task_costs`."""
     if records.num_rows == 0 or not has(records, "play"):
         return None
     plays = np.asarray(records.column("play").to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -58,34 +79,53 @@ def task_costs(records: pa.Table, total_tps_per_gpu: float | None, *, trees_cut:
 
     warmup = per_play(equals(records, "phase", "warmup", missing=False)) > 0
     cancelled = per_play(equals(records, "error_kind", "cancelled", missing=False)) > 0
-    failed_rows = ~equals(records, "status", "ok", missing=True)
-    failed = (per_play(failed_rows) > 0) & ~cancelled
-    isl = ints_or(records, "isl_server_tokens", "isl_sent_tokens")
+    failed = (per_play(~equals(records, "status", "ok", missing=True)) > 0) & ~cancelled
+    isl = per_play(ints_or(records, "isl_server_tokens", "isl_sent_tokens"))
     cached = floats(records, "cached_tokens")
     reported = np.isfinite(cached)
-    osl = ints_or(records, "osl_server_tokens", "osl_streamed_tokens")
     cached_sum = per_play(np.where(reported, cached, 0.0))
-    total = per_play(isl) + per_play(osl)
     sent = np.full(count, np.inf)
     np.minimum.at(sent, play_of_row, floats(records, "sent_ns"))
     end = np.full(count, -np.inf)
     np.maximum.at(end, play_of_row, floats(records, "end_ns"))
-    makespan_s = (end - sent) / 1e9
     cut = warmup | cancelled | (_last_of_lane(records, play_of_row, sent) if trees_cut else False)
     done = ~cut & ~failed
-    any_reported = bool(reported[np.isin(play_of_row, np.flatnonzero(done))].any()) if done.any() else False
-    gpu = total_tps_per_gpu is not None and total_tps_per_gpu > 0
+    return PlayTotals(
+        ids=ids,
+        done=done,
+        failed=failed & ~cut,
+        cut=cut,
+        requests=np.bincount(play_of_row, minlength=count).astype(np.float64),
+        cached_tokens=cached_sum,
+        uncached_tokens=isl - cached_sum,
+        output_tokens=per_play(ints_or(records, "osl_server_tokens", "osl_streamed_tokens")),
+        makespan_s=(end - sent) / 1e9,
+        cached_reported=bool((per_play(reported) > 0)[done].any()),
+    )
+
+
+def task_costs(records: pa.Table, total_tps_per_gpu: float | None, *, trees_cut: bool = True) -> TaskCosts | None:
+    """The tasks of a run from its records table (every row), None when it has no plays.
+
+    `trees_cut`: whether the run ended with trees unfinished (`RunResult.trees_finished < trees_started`), which cuts
+    the last play of each lane; true when unknown, so no cut tree passes for a task.
+    """
+    plays = play_totals(records, trees_cut=trees_cut)
+    if plays is None:
+        return None
+    done = plays.done
+    total = plays.total_tokens[done]
     return TaskCosts(
         completed=int(done.sum()),
-        failed=int((failed & ~cut).sum()),
-        cut=int(cut.sum()),
-        requests=stats(np.bincount(play_of_row, minlength=count)[done].astype(np.float64)),
-        cached_tokens=stats(cached_sum[done]) if any_reported else None,
-        uncached_tokens=stats((per_play(isl) - cached_sum)[done]),
-        output_tokens=stats(per_play(osl)[done]),
-        total_tokens=stats(total[done]),
-        makespan_s=stats(makespan_s[done]),
-        gpu_s=stats(total[done] / total_tps_per_gpu) if gpu and total_tps_per_gpu is not None else None,
+        failed=int(plays.failed.sum()),
+        cut=int(plays.cut.sum()),
+        requests=stats(plays.requests[done]),
+        cached_tokens=stats(plays.cached_tokens[done]) if plays.cached_reported else None,
+        uncached_tokens=stats(plays.uncached_tokens[done]),
+        output_tokens=stats(plays.output_tokens[done]),
+        total_tokens=stats(total),
+        makespan_s=stats(plays.makespan_s[done]),
+        gpu_s=stats(total / total_tps_per_gpu) if total_tps_per_gpu is not None and total_tps_per_gpu > 0 else None,
     )
 
 
@@ -102,4 +142,4 @@ def _last_of_lane(records: pa.Table, play_of_row: IntArray, first_sent_ns: Float
     return last
 
 
-__all__ = ["TaskCosts", "task_costs"]
+__all__ = ["PlayTotals", "TaskCosts", "play_totals", "task_costs"]

@@ -1,0 +1,63 @@
+"""A folder of repeats: N runs (or sweeps) of one configuration with derived seeds, and its index `repeats.json`.
+
+`agentx replay --repeat N` and `agentx sweep --repeat N` write `r1/` … `rN/` (each a run or sweep folder) and
+`repeats.json` (`RepeatIndex`); `agentx compare` pools a folder's repeats into one side and reports their spread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from agentx.errors import ReportError
+
+REPEATS_FILE: Final = "repeats.json"
+
+
+class RepeatIndex(msgspec.Struct, kw_only=True):
+    """The layout of repeats.json."""
+
+    version: int = 1
+    base_seed: int = 0
+    seeds: list[int] = []
+    """Each repeat's seed, in order (`repeat_seed`)."""
+    dirs: list[str] = []
+    """Each repeat's folder, relative to the repeats folder."""
+
+
+def repeat_dir_name(number: int) -> str:
+    """The folder of the `number`-th repeat (from 1)."""
+    return f"r{number}"
+
+
+def repeat_seed(base_seed: int, number: int) -> int:
+    """The seed of the `number`-th repeat (from 1): the first keeps `base_seed`, so a repeat set's first run is the
+    single run of the same options; the others are derived from it by hashing, so no two repeats share a seed."""
+    if number == 1:
+        return base_seed
+    digest = hashlib.sha256(f"agentx-repeat:{base_seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def write_repeats(folder: Path, index: RepeatIndex) -> None:
+    partial = folder / (REPEATS_FILE + ".partial")
+    partial.write_bytes(msgspec.json.format(msgspec.json.encode(index)) + b"\n")
+    partial.replace(folder / REPEATS_FILE)
+
+
+def read_repeats(folder: Path) -> list[Path] | None:
+    """The repeat folders of `folder` that exist, or None when it is not a folder of repeats."""
+    path = folder / REPEATS_FILE
+    if not path.is_file():
+        return None
+    try:
+        index = msgspec.json.decode(path.read_bytes(), type=RepeatIndex)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ReportError(f"{path}: not a repeats index ({exc})") from None
+    found = [folder / name for name in index.dirs if (folder / name).is_dir()]
+    if not found:
+        raise ReportError(f"{path}: none of its repeats ({', '.join(index.dirs) or 'none listed'}) is there")
+    return found
