@@ -6,12 +6,13 @@ trace, rules, mode and seed are *paired*: one set of weights per replicate draws
 interval is that of the difference on an identical session sample, and their requests are matched one to one by
 (session, agent, turn, occurrence). Otherwise each side is resampled on its own.
 
-Every interval is at least ±`min_effect` (1 %) around the difference (`floored`): near-deterministic figures give
-bootstrap intervals far tighter than the client's own timing can vouch for. Intervals are simultaneous: each row's
-is at 1 − (1 − level) / rows (Bonferroni), so that two runs of one deployment have every row unresolved with at least
-`level` chance, however many rows are shown. A row is *resolved* when its interval excludes 0: the difference is
-larger than the variation the session sample shows and than that floor. Its `resolvable` is half the interval's
-width: a true difference smaller than that would not have been resolved.
+Every interval is at least ±`min_effect` (1 %) around the difference (`floored`), and for TTFT, ITL and E2EL at
+least the client's event-loop lag p99 over the baseline's figure (a timestamp is late by up to that much):
+near-deterministic figures give bootstrap intervals far tighter than the client's own timing can vouch for.
+Intervals are simultaneous: each row's is at 1 − (1 − level) / rows (Bonferroni), so that two runs of one deployment
+have every row unresolved with at least `level` chance, however many rows are shown. A row is *resolved* when its
+interval excludes 0: the difference is larger than the variation the session sample shows and than that floor. Its
+`resolvable` is half the interval's width: a true difference smaller than that would not have been resolved.
 With repeats on both sides (a folder of `repeats.json`), the rows also give each side's spread over its repeats (the
 standard deviation of the figure over repeats) and a difference is resolved only when the repeats' own interval (a
 Welch interval on the per-repeat figures) excludes 0 too.
@@ -48,6 +49,8 @@ from agentx.results.report.folders import read_run_file
 from agentx.results.report.frontier import BASES, FrontierOptions, pareto_front, pchip
 from agentx.results.summary.audit import Audit, Finding
 
+TIMESTAMPED: Final = frozenset({"ttft", "itl", "e2el"})
+"""Figures read off one pair of client timestamps per value (TPOT divides its error by the output length)."""
 DEFAULT_REPLICATES: Final = 2000
 """Enough for a row's interval at 99.7 % (a family of 17 rows at 95 %) to have a few replicates in each tail."""
 
@@ -87,6 +90,8 @@ class Side(msgspec.Struct, kw_only=True):
     tasks: int
     """Completed tasks (agentx.results.summary.tasks) over the repeats."""
     gpu_s_per_task: float | None
+    loop_lag_p99_s: float | None = None
+    """The client's event-loop lag p99 (the largest over its repeats): the resolution of one timestamp."""
     usd_per_task: dict[str, float] = {}
     """$ per task by price tier, where the GPU has a price."""
 
@@ -327,6 +332,7 @@ def _side(item: _Loaded, sample: RunSample, prices: PriceTable, options: Compare
         path=item.path,
         kind=item.kind,
         repeats=len(item.repeats),
+        loop_lag_p99_s=_loop_lag_p99_s(item),
         requests=int(sample.values["ttft_s"].size),
         sessions=len(sample.clusters),
         gpus=item.identity.gpus,
@@ -336,6 +342,16 @@ def _side(item: _Loaded, sample: RunSample, prices: PriceTable, options: Compare
         gpu_s_per_task=gpu_s,
         usd_per_task=usd,
     )
+
+
+def _loop_lag_p99_s(item: _Loaded) -> float | None:
+    lags = [
+        level.summary.loop_lag.p99_s
+        for series in item.repeats
+        for level in series.levels
+        if level.summary is not None and level.summary.loop_lag is not None
+    ]
+    return max(lags) if lags else None
 
 
 def _findings(item: _Loaded) -> list[Finding]:
@@ -384,6 +400,7 @@ def _versus(
         if Audit(findings=side.findings).rejects(figure)
     }
     each_level = row_level(options.level, len(specs))
+    lag_s = max(sides[0].loop_lag_p99_s or 0.0, sides[index].loop_lag_p99_s or 0.0)
     ones_base = np.ones((1, len(base_p.clusters)), dtype=np.int64)
     ones_other = np.ones((1, len(other_p.clusters)), dtype=np.int64)
     rows: list[Row] = []
@@ -404,7 +421,11 @@ def _versus(
         if row.relative is not None:
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratios = estimate(other_p, other_w) / estimate(base_p, base_w) - 1.0
-            bounds = floored(interval(ratios, each_level), row.relative, options.min_effect)
+            floor = options.min_effect
+            if spec.figure in TIMESTAMPED and base_value:
+                # One timestamp's error is the client's loop lag: a difference below it is not the server's.
+                floor = max(floor, lag_s * spec.scale / abs(base_value))
+            bounds = floored(interval(ratios, each_level), row.relative, floor)
             if bounds is not None:
                 row.low, row.high = bounds
                 row.resolvable = (bounds[1] - bounds[0]) / 2.0
