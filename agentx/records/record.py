@@ -37,10 +37,11 @@ from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.10"
+FORMAT_VERSION: Final = "1.11"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
 `itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
-`worker` and `node`; 1.10 `replayed_hit_blocks`."""
+`worker` and `node`; 1.10 `replayed_hit_blocks`; 1.11 what released each request (`released_by_request_id`,
+`think_s`, `idle_cut_s`, `join_wait_s`) and two more cache counts (`seen_any_scope_blocks`, `lru_hit_blocks`)."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
@@ -130,6 +131,24 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     """The shard that sent it (`--workers`, `--ray`; 0 in a run of one process)."""
     node: str = ""
     """The host that sent it: its Ray node id in a `--ray` run, else its host name."""
+    released_by_request_id: str = ""
+    """The `X-Request-ID` of the request whose completion set its due time (its send, for a subagent's first turn
+    dispatched from its parent's send); "" when the play's start or the profiling start did, and for warmup requests.
+    `scheduled_ns` = the release + `think_s` − `idle_cut_s`."""
+    think_s: float | None = None
+    """The delay the schedule applied after the release, before the idle caps: the trace's recorded delay × the delay
+    scale (0 when a joined subagent or a barrier released it); None for warmup requests."""
+    idle_cut_s: float | None = None
+    """How much earlier the idle caps made it due (≥ 0); None for warmup requests."""
+    join_wait_s: float | None = None
+    """How long past its own agent's due (its anchor's release + think − cut) it waited for the subagents it joins or
+    the other streams it waits for (0: its own due came last); None for warmup requests."""
+    seen_any_scope_blocks: int | None = None
+    """Leading hash-id blocks whose ids the run had sent before in the same hash-id namespace under any cache-bust
+    marker (or none): at least `replayed_hit_blocks` (agentx.replayer.plan.sent_blocks)."""
+    lru_hit_blocks: int | None = None
+    """Leading hash-id blocks an LRU cache of the server's own capacity, fed the run's prompts in send order, held;
+    None when the server's `/metrics` did not give its capacity (agentx.replayer.plan.sent_blocks)."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -249,6 +268,32 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     ),
     (pa.field("worker", _INT32, nullable=False), "the shard that sent it (--workers, --ray); 0 in a one-process run"),
     (pa.field("node", _STR, nullable=False), "the host that sent it: its Ray node id in a --ray run, else its name"),
+    (
+        pa.field("released_by_request_id", _STR, nullable=False),
+        "X-Request-ID of the request whose completion (a subagent's first turn sent from its parent's send: whose "
+        'send) set its due time; "": the play\'s start or the profiling start did, or a warmup request',
+    ),
+    (
+        pa.field("think_s", _FLOAT),
+        "the delay applied after that release before the idle caps: the recorded delay × the delay scale (0 for a "
+        "release by a joined subagent or a barrier); scheduled = release + think − idle cut; null: warmup",
+    ),
+    (pa.field("idle_cut_s", _FLOAT), "how much earlier the idle caps made it due, seconds (≥ 0); null: warmup"),
+    (
+        pa.field("join_wait_s", _FLOAT),
+        "how long past its own agent's due (release + think − cut) it waited for joined subagents or barriers; "
+        "null: warmup",
+    ),
+    (
+        pa.field("seen_any_scope_blocks", _INT64),
+        "leading hash-id blocks whose ids the run had sent in the same hash-id namespace under any cache-bust marker "
+        "(≥ replayed_hit_blocks); null if unset",
+    ),
+    (
+        pa.field("lru_hit_blocks", _INT64),
+        "leading hash-id blocks an LRU cache of the server's capacity (vllm:cache_config_info), fed the prompts in "
+        "send order, held; null when the capacity was not known",
+    ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
 COLUMN_NAMES: Final = [field.name for field in SCHEMA]
@@ -372,7 +417,9 @@ def describe_layout() -> str:
         f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version |",
         f"| `{META_RUN_ID.decode()}` | the run id (also in every row) |",
         f"| `{META_EPOCH.decode()}` | wall clock (`time.time_ns()`) at the run start, decimal |",
-        f"| `{META_RUN.decode()}` | JSON object: the run's options, with credentials redacted |",
+        f"| `{META_RUN.decode()}` | JSON object: the run's options, with credentials redacted, and what it found: "
+        "`trace.block_size` (tokens per hash id), `detected.server_cache` (the server's KV-cache `block_size` and "
+        "`num_gpu_blocks`, from its `vllm:cache_config_info`; null when it does not say) |",
         "",
         "## Aggregating (InferenceX conventions)",
         "",
@@ -382,7 +429,11 @@ def describe_layout() -> str:
         "  with ISL = `isl_server_tokens` else `isl_sent_tokens` and OSL = `osl_server_tokens` else",
         "  `osl_streamed_tokens` (the OSL `tpot_s` uses).",
         "- Theoretical cache hit rate = Σ`theoretical_hit_blocks` / Σ`theoretical_total_blocks` (the trace's, per",
-        "  turn); replayed hit rate = Σ`replayed_hit_blocks` / Σ`theoretical_total_blocks` (the run's own bound).",
+        "  turn); replayed hit rate = Σ`replayed_hit_blocks` / Σ`theoretical_total_blocks` (the run's own bound);",
+        "  LRU hit rate = Σ`lru_hit_blocks` / Σ`theoretical_total_blocks` (a cache of the server's capacity).",
+        "- The request that released a row is the row whose `request_id` is its `released_by_request_id`; the",
+        "  release happened at `scheduled_ns` − `think_s` + `idle_cut_s` (docs/results.md, \"Where a session's time",
+        '  goes"). Files from before format 1.11 have none of these columns.',
         "- Goodput (with `--slo`) = the profiling rows with `slo_met` true, per second of that duration; the fraction",
         "  meeting the SLOs is over the profiling rows not cancelled (`error_kind` ≠ `cancelled`). Files from",
         "  before format 1.7 have no `slo_met`.",

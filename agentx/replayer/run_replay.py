@@ -16,9 +16,11 @@ schedule (agentx.replayer.schedule.runner).
 How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
 
 - `GET /v1/models` first; nothing is created on disk if it fails. Then the stream-usage probe
-  (agentx.replayer.http.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, and the trace as
-  replayed (`prepare_trace`, unless given one): over-long sessions dropped; flattened agents are split and
-  plans built per session when a tree first draws it (agentx.replayer.plan.sessions).
+  (agentx.replayer.http.probe) unless `stream_usage` is forced, for `api="chat"` the calibration, unless the telemetry
+  is off the server's KV-cache shape from `/metrics` (`vllm:cache_config_info`, kept in the records' metadata as
+  `detected.server_cache`), and the trace as replayed (`prepare_trace`, unless given one): over-long sessions
+  dropped; flattened agents are split and plans built per session when a tree first draws it
+  (agentx.replayer.plan.sessions).
 - agentx mode: each lane draws its first tree and its snapshot at t* (agentx.replayer.plan.tstar), the primers go
   out (spread so that every t* coincides), then the optional cache-pressure stage; the profiling start is
   when that ends. Open-loop modes (`trace`, `rate`) start trees at their arrival times instead of on lanes.
@@ -61,7 +63,7 @@ from agentx.distribution import installed_version
 from agentx.records.record import RunInfo
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
-from agentx.replayer.http.client import ModelNotServed
+from agentx.replayer.http.client import Client, ModelNotServed
 from agentx.replayer.http.identity import identify_server
 from agentx.replayer.http.probe import STREAM_OPTIONS
 from agentx.replayer.options.locks import locks_broken
@@ -83,6 +85,7 @@ from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import quiet_gc
 from agentx.replayer.schedule.recorder import OnRecord
 from agentx.replayer.schedule.runner import RunHooks, Runner
+from agentx.replayer.telemetry.metrics import ServerCache, parse_cache_config
 from agentx.trace.digest import trace_digest
 from agentx.trace.model import Trace
 
@@ -156,11 +159,12 @@ async def run_replay(
         calibration = (
             await chat_calibration(client, options, trace.block_size) if options.server.api == "chat" else None
         )
+        server_cache = await _server_cache(client) if options.runtime.metrics_interval_s is not None else None
         out_dir = Path(options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         run_id = options.runtime.run_id or uuid.uuid4().hex
         metadata = flat_options(options)
-        metadata["trace"] = {"dropped_sessions": sessions.dropped}
+        metadata["trace"] = {"dropped_sessions": sessions.dropped, "block_size": trace.block_size}
         broken = locks_broken(options)
         metadata["locks_broken"] = broken
         metadata["unsafe_override"] = bool(broken)
@@ -168,6 +172,7 @@ async def run_replay(
             "stream_usage": stream_usage,
             "stream_usage_assumed": probe.assumed,
             "calibration": calibration.summary() if calibration is not None else None,
+            "server_cache": msgspec.to_builtins(server_cache) if server_cache is not None else None,
         }
         records_path = out_dir / RECORDS_FILE
         with contextlib.ExitStack() as stack:
@@ -194,7 +199,20 @@ async def run_replay(
                 context_lengths={model: length for model, length in context_lengths.items() if length},
             )
             hooks = RunHooks(on_record=on_record, on_sent=on_sent, on_in_flight=on_in_flight, on_profiling=on_profiling)
-            runner = Runner(prepared, options, client, writer, bodies, run_id, start_ns, clock, hooks, notices)
+            capacity_tokens = server_cache.capacity_tokens if server_cache is not None else None
+            runner = Runner(
+                prepared,
+                options,
+                client,
+                writer,
+                bodies,
+                run_id,
+                start_ns,
+                clock,
+                hooks,
+                notices,
+                lru_blocks=None if capacity_tokens is None else capacity_tokens // trace.block_size,
+            )
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
             with quiet_gc(options.runtime.quiet_gc):
                 main = asyncio.create_task(runner.run())
@@ -253,3 +271,10 @@ async def run_replay(
         trace_digest=trace_digest(trace),
         agentx_version=installed_version(),
     )
+
+
+async def _server_cache(client: Client) -> ServerCache | None:
+    """The server's KV-cache block size and capacity from its `/metrics` (vLLM's `vllm:cache_config_info`), read once
+    before the run: the records' LRU bound and the summary's block grid need them; None when it does not say."""
+    text = await client.metrics_text()
+    return parse_cache_config(text) if text is not None else None

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from agentx.cli.display.layout import Column, FittedTable, text_column
 from agentx.results.summary.acceptance import Acceptance
 from agentx.results.summary.audit import Audit, Figure
+from agentx.results.summary.cache_misses import CacheMisses
+from agentx.results.summary.critical_path import CriticalPath
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Interactivity, Summary
 from agentx.results.summary.server_telemetry import ServerTelemetry
@@ -219,9 +221,60 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         ["theoretical: the trace's, per turn (AgentX)", _pct(summary.cache.theoretical_hit_rate)],
     ]
     tables.append(FittedTable("prefix-cache hit", [text_column("source"), Column("hit rate")], cache_rows))
+    if summary.cache_misses is not None:
+        tables.append(cache_misses_table(summary.cache_misses))
+    if summary.critical_path is not None:
+        tables.append(critical_path_table(summary.critical_path))
     if summary.server_telemetry is not None:
         tables.append(telemetry_table(summary.server_telemetry))
     return tables
+
+
+def cache_misses_table(misses: CacheMisses) -> FittedTable:
+    """The uncached prompt tokens by cause, and the hit beside the bounds on the server's grid (docs/results.md)."""
+    uncached = misses.uncached_tokens
+
+    def share(tokens: int) -> str:
+        return _pct(tokens / uncached if uncached else None)
+
+    rows = [
+        [name, f"{tokens:,}", share(tokens)]
+        for name, tokens in (
+            ("first seen", misses.first_seen_tokens),
+            ("cache-bust scope (sent under another marker)", misses.cache_bust_scope_tokens),
+            ("block-boundary remainder", misses.block_boundary_tokens),
+            ("seen before but not hit (evicted, elsewhere)", misses.seen_not_hit_tokens),
+            (f"uncached ({misses.requests:,} requests)", uncached),
+        )
+    ]
+    lru = "–" if misses.lru_hit_rate is None else _pct(misses.lru_hit_rate)
+    rows.append(
+        [
+            "hit: achieved · LRU of the server's size · bound",
+            f"{_pct(misses.achieved_hit_rate)} · {lru} · {_pct(misses.replayed_hit_rate)}",
+            "",
+        ]
+    )
+    return FittedTable("why the cache missed", [text_column("cause"), Column("tokens"), Column("share")], rows)
+
+
+def critical_path_table(path: CriticalPath) -> FittedTable:
+    """Where the plays' time went along their critical paths, summed over the plays (docs/results.md)."""
+    parts, shares = path.parts, path.shares
+    rows = [
+        [name, _s(seconds, 3), _pct(share)]
+        for name, seconds, share in (
+            ("server time", parts.server_s, shares.server_s),
+            ("think (recorded × delay scale)", parts.think_s, shares.think_s),
+            ("waiting on joins", parts.join_wait_s, shares.join_wait_s),
+            ("client lag", parts.client_lag_s, shares.client_lag_s),
+            ("idle caps' cut (subtracted)", -parts.idle_cut_s, -shares.idle_cut_s),
+            (f"makespan ({path.plays:,} plays)", path.makespan_s, 1.0),
+        )
+    ]
+    return FittedTable(
+        "where the plays' time went (critical path)", [text_column("part"), Column("s"), Column("share")], rows
+    )
 
 
 def telemetry_table(telemetry: ServerTelemetry) -> FittedTable:

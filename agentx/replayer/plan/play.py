@@ -196,8 +196,8 @@ class Play:
         self.completed_ns = [0] * n
         self.sent_ns = [0] * n
         """When each step's request went out (0: not sent)."""
-        self.replayed_hit_blocks: list[int | None] = [None] * n
-        """Per step sent: its leading blocks the run had already sent (agentx.replayer.plan.sent_blocks)."""
+        self.request_ids = [""] * n
+        """Per step sent: its request's `X-Request-ID` ("": not sent), which the requests it releases record."""
         self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
         self.chat = ChatState()
@@ -216,11 +216,11 @@ class Play:
         """The play's clock starts at `start_ns` (its steps' offsets count from there)."""
         self.start_ns = start_ns
 
-    def mark_sent(self, index: int, replayed_hit_blocks: int | None) -> None:
-        """Step `index`'s request goes out now; `replayed_hit_blocks`: its leading blocks the run had sent."""
+    def mark_sent(self, index: int, request_id: str) -> None:
+        """Step `index`'s request, `request_id`, goes out now."""
         self.sent_ns[index] = time.perf_counter_ns()
+        self.request_ids[index] = request_id
         self.sent[index].set()
-        self.replayed_hit_blocks[index] = replayed_hit_blocks
 
     def complete(self, index: int, end_ns: int) -> None:
         """Step `index`'s request ended at `end_ns`."""

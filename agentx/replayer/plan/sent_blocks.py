@@ -8,17 +8,35 @@ never sent the turns before it. `SentBlocks` counts, per request as it goes out,
 whose content the run had already sent: the same ids under the same cache-bust marker and hash-id scope give the same
 content (agentx.replayer.prompts.tokens, agentx.replayer.prompts.chat). No server that caches whole prompt blocks can
 hit more, short of blocks its own decoding filled, whose tokens agentx's next prompts never repeat.
+
+Two more counts say why a cache missed (docs/results.md, "Why the cache missed"): the leading blocks whose ids the run
+had sent in the same hash-id namespace under any marker (the blocks past `replayed` up to it differ on purpose, by
+their marker), and the leading blocks an LRU cache of the server's own capacity would still hold (`LruBlocks`), fed
+the same prompts in the same order: a finite cache's bound, where the infinite one's is `replayed`.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Final, NamedTuple
 
 from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.steps import Step
 
 DENSE_IDS: Final = 1 << 24
 """Ids below this are kept one byte each (traces number their blocks densely from 0 or 1); others in a set."""
+
+
+class BlockHits(NamedTuple):
+    """What the run's caches held of one prompt, in leading hash-id blocks."""
+
+    replayed: int
+    """Same ids under the same marker and hash-id scope (the infinite cache's bound)."""
+    seen_any_scope: int
+    """Same ids in the same hash-id namespace under any marker (≥ `replayed`)."""
+    lru: int | None
+    """Held by an LRU cache of the server's capacity; None when it is not known."""
 
 
 class Seen:
@@ -29,6 +47,13 @@ class Seen:
     def __init__(self) -> None:
         self._dense = bytearray()
         self._sparse: set[int] = set()
+
+    def copy(self) -> Seen:
+        """Another `Seen` holding the same ids, changed apart from this one from now on."""
+        twin = Seen()
+        twin._dense = bytearray(self._dense)
+        twin._sparse = set(self._sparse)
+        return twin
 
     def hit_then_add(self, ids: tuple[int, ...]) -> int:
         """How many of `ids`, from the first, were seen before; then every one of them is seen."""
@@ -41,7 +66,7 @@ class Seen:
             elif block not in sparse:
                 break
             hit += 1
-        for block in ids:
+        for block in ids[hit:] if hit else ids:  # the leading run is there already
             if 0 <= block < DENSE_IDS:
                 if block >= len(dense):
                     dense.extend(bytes(min(DENSE_IDS, max(block + 1, 2 * len(dense))) - len(dense)))
@@ -51,20 +76,82 @@ class Seen:
         return hit
 
 
+class LruBlocks:
+    """An LRU cache of `capacity` blocks over (content key, block id): a prompt hits its leading blocks still held,
+    then all its blocks are used, its first block last, so that an old prompt's tail goes before its prefix (as vLLM
+    frees a finished request's blocks, tail first)."""
+
+    __slots__ = ("_blocks", "_keys", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"an LRU capacity must be non-negative, got {capacity}")
+        self.capacity = capacity
+        self._blocks: OrderedDict[tuple[int, int], None] = OrderedDict()
+        """(content key's number, block id), least recently used first."""
+        self._keys: dict[Hashable, int] = {}
+        """Content key (a marker, or a scope name) → its number: a small int hashes faster than the key."""
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def hit_then_use(self, key: Hashable, ids: tuple[int, ...]) -> int:
+        """How many of `ids`, from the first, the cache holds under `key`; then every one of them is used."""
+        number = self._keys.get(key)
+        if number is None:
+            number = self._keys[key] = len(self._keys)
+        entries = [(number, block) for block in ids]
+        blocks = self._blocks
+        hit = 0
+        for entry in entries:
+            if entry not in blocks:
+                break
+            hit += 1
+        if self.capacity == 0:
+            return hit
+        for entry in reversed(entries):
+            if entry in blocks:
+                blocks.move_to_end(entry)
+            else:
+                blocks[entry] = None
+        while len(blocks) > self.capacity:
+            blocks.popitem(last=False)
+        return hit
+
+
 class SentBlocks:
     """Blocks sent so far, per content key: a play with a cache-bust marker is its own key (freed when the play
     ends); without one, the session's (session-scoped hash ids) or the whole run's (global ones), kept for the run
-    at about a byte per block id."""
+    at about a byte per block id. Beside them, per namespace, the ids sent under any marker, and with `lru_blocks`
+    an LRU cache of that many blocks (`LruBlocks`)."""
 
-    def __init__(self, session_scope: bool) -> None:
+    def __init__(self, session_scope: bool, lru_blocks: int | None = None) -> None:
         self.session_scope = session_scope
         self._unmarked: dict[str, Seen] = {}
         self._marked: dict[int, Seen] = {}
         """Per play with a marker (by `id(play)`), until the play ends (`forget`)."""
+        self._any: dict[str, Seen] = {}
+        """Per namespace, the ids sent under any marker, made when a marked play first sends in it (until then the
+        unmarked table is the same set)."""
+        self.lru = LruBlocks(lru_blocks) if lru_blocks is not None else None
 
-    def hit(self, play: Play, step: Step) -> int:
-        """The leading blocks of `step`'s prompt already sent, then its blocks counted as sent."""
-        return self._seen(play).hit_then_add(play.prepared.hash_ids[step.index])
+    def hit(self, play: Play, step: Step) -> BlockHits:
+        """What the caches held of `step`'s prompt, then its blocks counted as sent."""
+        ids = play.prepared.hash_ids[step.index]
+        name = play.prepared.plan.session_id if self.session_scope else ""
+        if play.marker is None:
+            replayed = self._seen(play).hit_then_add(ids)
+            seen_any = self._any.get(name)
+            any_scope = replayed if seen_any is None else seen_any.hit_then_add(ids)
+        else:
+            seen_any = self._any.get(name)
+            if seen_any is None:
+                unmarked = self._unmarked.get(name)
+                seen_any = self._any[name] = unmarked.copy() if unmarked is not None else Seen()
+            replayed = self._seen(play).hit_then_add(ids)
+            any_scope = seen_any.hit_then_add(ids)
+        lru = None if self.lru is None else self.lru.hit_then_use((play.marker is not None, play.marker or name), ids)
+        return BlockHits(replayed, any_scope, lru)
 
     def forget(self, play: Play) -> None:
         """`play` ended: its marker's blocks can never be sent again."""

@@ -16,7 +16,9 @@ from agentx.records.writer import RecordWriter
 from agentx.replayer.http.client import Exchange
 from agentx.replayer.options.slo import Slos
 from agentx.replayer.plan.play import Play
+from agentx.replayer.plan.sent_blocks import BlockHits
 from agentx.replayer.plan.steps import Step
+from agentx.replayer.schedule.release import Release
 
 OnRecord = Callable[[RequestRecord], None]
 FAILURE_THRESHOLD_MIN_REQUESTS: Final = 10
@@ -68,11 +70,31 @@ class Recorder:
         self.fell_behind = False
 
     def _identity(
-        self, tree: Play, step: Step, scheduled_ns: int, sent_tokens: int, phase: Phase, request_id: str
+        self,
+        tree: Play,
+        step: Step,
+        scheduled_ns: int,
+        sent_tokens: int,
+        phase: Phase,
+        request_id: str,
+        hits: BlockHits,
+        release: Release | None,
     ) -> dict[str, Any]:
-        """What a record of `step` says before any of its response: who sent what, when it was due."""
+        """What a record of `step` says before any of its response: who sent what, when it was due and why, what the
+        run's caches held of its prompt."""
         request = step.request
+        if release is None:
+            released: dict[str, Any] = {}
+        else:
+            by = release.released_by
+            released = {
+                "released_by_request_id": "" if by is None else tree.request_ids[by],
+                "think_s": release.think_ns / 1e9,
+                "idle_cut_s": release.idle_cut_ns / 1e9,
+                "join_wait_s": release.join_wait_ns / 1e9,
+            }
         return {
+            **released,
             "run_id": self.run_id,
             "worker": self.worker,
             "node": self.node,
@@ -95,19 +117,30 @@ class Recorder:
             "osl_recorded_tokens": request.out_tokens,
             "theoretical_hit_blocks": tree.prepared.hit_blocks[step.index],
             "theoretical_total_blocks": tree.prepared.total_blocks[step.index],
-            "replayed_hit_blocks": tree.replayed_hit_blocks[step.index],
+            "replayed_hit_blocks": hits.replayed,
+            "seen_any_scope_blocks": hits.seen_any_scope,
+            "lru_hit_blocks": hits.lru,
             "api_time_recorded_s": request.api_time,
             "ttft_recorded_s": request.ttft,
         }
 
     def stub(
-        self, tree: Play, step: Step, scheduled_ns: int, sent_ns: int, sent_tokens: int, phase: Phase, request_id: str
+        self,
+        tree: Play,
+        step: Step,
+        scheduled_ns: int,
+        sent_ns: int,
+        sent_tokens: int,
+        phase: Phase,
+        request_id: str,
+        hits: BlockHits,
+        release: Release | None = None,
     ) -> RequestRecord:
         """The record `step` is left with if its answer never arrives because its shard is lost (`--ray`): cancelled
         for `WORKER_LOST`, ending as it was sent (the driver sets the end); neither written nor counted."""
         sent = sent_ns - self.start_ns
         return RequestRecord(
-            **self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id),
+            **self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id, hits, release),
             sent_ns=sent,
             end_ns=sent,
             status="error",
@@ -126,6 +159,8 @@ class Recorder:
         exchange: Exchange,
         phase: Phase,
         request_id: str,
+        hits: BlockHits,
+        release: Release | None = None,
     ) -> RequestRecord:
         """The record of `step`'s exchange, written and counted; times are kept relative to the run's start."""
         origin = self.start_ns
@@ -133,7 +168,7 @@ class Recorder:
         def offset(ns: int) -> int | None:
             return ns - origin if ns else None
 
-        common = self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id)
+        common = self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id, hits, release)
         if exchange.error_kind == "cancelled":
             self.cancelled += 1
         record = RequestRecord(

@@ -35,6 +35,7 @@ from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, 
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
 from agentx.replayer.schedule.recorder import OnRecord, Recorder
+from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.warmup import (
     LaneStart,
@@ -92,7 +93,11 @@ class Runner:
         clock: DispatchClock,
         hooks: RunHooks | None = None,
         notices: Sequence[str] = (),
+        *,
+        lru_blocks: int | None = None,
     ) -> None:
+        """`lru_blocks`: the server's KV-cache capacity in trace blocks, for the records' `lru_hit_blocks` (None:
+        not known)."""
         hooks = hooks or RunHooks()
         self.prepared = prepared
         self.trace = trace = prepared.trace
@@ -170,7 +175,7 @@ class Runner:
             self.idle,
             self.recorder,
             options.runtime.grace_s,
-            SentBlocks(bodies.session_scope),
+            SentBlocks(bodies.session_scope, lru_blocks),
             request_cap=None if cap is None else shard_share(cap, options.runtime.shard),
             on_cap=self.halt,
             on_sent=hooks.on_sent,
@@ -546,20 +551,23 @@ class Runner:
                 return
             if phase != "profiling":
                 sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
-            due_ns = self._due_ns(tree, step, (id(tree), step.index) in self.handoff)
+            release = self._due(tree, step, (id(tree), step.index) in self.handoff)
             first_live = state is not None and step.index in state.first_live
             child_start = step.depth > 0 and step.turn == 0 and not first_live
             outside_caps = (child_start or joins_after) and not self.rules.child_timers_capped
             if outside_caps:
                 # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
                 # (`aiperf/timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
-                stopped = await self._sleep_until(due_ns)
+                stopped = await self._sleep_until(release.due_ns)
             else:
-                stopped, due_ns = await self.idle.wait(tree, due_ns, self.stopped)
+                stopped, fired_ns = await self.idle.wait(tree, release.due_ns, self.stopped)
+                release.cut_to(fired_ns)
             if joins_after and not stopped:
                 for dependency in step.joins:
                     await tree.done[dependency].wait()
-                due_ns = max([due_ns, *(tree.completed_ns[joined] for joined in step.joins)])
+                last = max(step.joins, key=tree.completed_ns.__getitem__)
+                if tree.completed_ns[last] > release.due_ns:
+                    release.hold(last, tree.completed_ns[last])
                 stopped = self.stopped.is_set()
             if stopped:
                 self.skipped += 1
@@ -569,7 +577,9 @@ class Runner:
             if not self.sender.admit():  # the request cap was reached
                 self.skipped += 1
                 return
-            await self.sender.send(tree, step, due_ns, sent_tokens, body, outside_caps=outside_caps)
+            await self.sender.send(
+                tree, step, release.due_ns, sent_tokens, body, outside_caps=outside_caps, release=release
+            )
         finally:
             tree.settle(step.index)
 
@@ -607,18 +617,19 @@ class Runner:
             started.cancel()
             joined.cancel()
 
-    def _due_ns(self, tree: Play, step: Step, held: bool) -> int:
-        """When `step` is due (agentx.replayer.schedule.due): a turn a per-lane cache-pressure stage handed over
-        (`held`) at its recorded offset from its tree's origin, any other by its anchor, offset and barriers."""
+    def _due(self, tree: Play, step: Step, held: bool) -> Release:
+        """When `step` is due, and what released it (agentx.replayer.schedule.due): a turn a per-lane cache-pressure
+        stage handed over (`held`) at its recorded offset from its tree's origin, any other by its anchor, offset and
+        barriers."""
         if held:
-            return due.handoff_due_ns(
+            return due.handoff_due(
                 tree,
                 step,
                 profiling_start_ns=self.gate.start_ns,
                 phase_cut_s=self._handoff_cut(tree),
                 delay_scale=self.delay_scale,
             )
-        return due.due_ns(
+        return due.due(
             tree,
             step,
             profiling_start_ns=self.gate.start_ns,

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from agentx.records.record import Phase, RequestRecord
 from agentx.replayer.http.client import Client, Exchange
 from agentx.replayer.plan.play import Play
-from agentx.replayer.plan.sent_blocks import SentBlocks
+from agentx.replayer.plan.sent_blocks import BlockHits, SentBlocks
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.recorder import Recorder
+from agentx.replayer.schedule.release import Release
 
 
 class Sender:
@@ -100,17 +101,33 @@ class Sender:
         phase: Phase = "profiling",
         *,
         outside_caps: bool = False,
+        release: Release | None = None,
     ) -> RequestRecord:
         """Send `step`'s body, due at `scheduled_ns`, and return its record (written already); `outside_caps`: its
-        wait was slept outside the idle caps (agentx.replayer.schedule.idle)."""
-        tree.mark_sent(step.index, self.sent_blocks.hit(tree, step))
+        wait was slept outside the idle caps (agentx.replayer.schedule.idle); `release`: what set its due time (None
+        for a warmup request, sent at once)."""
+        counted: list[BlockHits] = []
+
+        def count() -> None:
+            # After the request's bytes, off its dispatch lag: callbacks run in the order they were queued, the
+            # order the requests went out, so the caches see the prompts in send order all the same.
+            if not counted:
+                counted.append(self.sent_blocks.hit(tree, step))
+
         request_id = str(uuid.uuid4())
+        tree.mark_sent(step.index, request_id)
         headers = {**tree.headers(step.agent_id), "X-Request-ID": request_id}
         if self.on_sent is not None:
             self.on_sent()
         sent_ns = time.perf_counter_ns()
         if self.on_in_flight is not None:
-            self.on_in_flight(self.recorder.stub(tree, step, scheduled_ns, sent_ns, sent_tokens, phase, request_id))
+            count()  # the stub carries them from the start
+            stub = self.recorder.stub(
+                tree, step, scheduled_ns, sent_ns, sent_tokens, phase, request_id, counted[0], release
+            )
+            self.on_in_flight(stub)
+        else:
+            asyncio.get_running_loop().call_soon(count)
         # Filled by the client as the response arrives, so a request cancelled after the grace period keeps its
         # status, headers time and chunks.
         exchange = Exchange()
@@ -136,7 +153,10 @@ class Sender:
         tree.complete(step.index, end_ns)
         if exchange.error_kind == "context_overflow" and phase == "profiling":
             tree.end_agent(step.agent_id)  # the root's ends the whole tree (the runner's `_ended`)
-        return self.recorder.record(tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase, request_id)
+        count()  # done already, unless the request never left the loop (a hard stop)
+        return self.recorder.record(
+            tree, step, scheduled_ns, sent_ns, end_ns, sent_tokens, exchange, phase, request_id, counted[0], release
+        )
 
     def _cancelled(self, exchange: Exchange) -> None:
         """End `exchange` as cancelled after the grace period, keeping whatever of the response had arrived."""

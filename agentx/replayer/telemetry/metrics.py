@@ -2,7 +2,8 @@
 
 Prefix cache (agentx.results.summary.summarize): vLLM's `vllm:prefix_cache_hits_total` and `..._queries_total` (hits
 over queries), or llama.cpp's `llamacpp:prompt_tokens_cached_total` and `llamacpp:prompt_tokens_total`
-(computed prompt tokens, cached ones excluded: hits over their sum).
+(computed prompt tokens, cached ones excluded: hits over their sum). The KV cache's shape: vLLM's info gauge
+`vllm:cache_config_info`, whose labels carry the engine's `block_size` and `num_gpu_blocks` (`parse_cache_config`).
 
 Speculative decoding (agentx.results.summary.acceptance, which says how each set gives an acceptance length):
 
@@ -89,6 +90,23 @@ SCRAPED_METRICS: Final = (*CACHE_METRICS, *SPEC_METRICS)
 """Every metric a run reads: the prefix-cache counters and the speculative-decoding metrics."""
 
 
+CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
+"""vLLM's KV-cache configuration: a gauge of 1 per engine whose labels are the configuration's fields."""
+
+
+class ServerCache(msgspec.Struct, frozen=True, kw_only=True):
+    """The server's KV cache as its `/metrics` describes it (`CACHE_CONFIG_INFO`)."""
+
+    block_size: int
+    """Tokens per KV block: the grid its prefix cache hits on."""
+    num_gpu_blocks: int | None = None
+    """KV blocks on the GPUs, over every engine of a data-parallel server; None when not reported."""
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        return None if self.num_gpu_blocks is None else self.num_gpu_blocks * self.block_size
+
+
 def labelled(name: str, label: str, value: str) -> str:
     """The key under which `parse_counters` stores one label value of a per-label metric."""
     return f'{name}{{{label}="{value}"}}'
@@ -164,3 +182,35 @@ def parse_counters(
                 key = labelled(key, label, found)
             values[key] = values.get(key, 0.0) + value
     return values
+
+
+def parse_cache_config(text: str) -> ServerCache | None:
+    """The KV cache's block size and capacity from a Prometheus `/metrics` text (`CACHE_CONFIG_INFO`'s labels; the
+    blocks of a data-parallel server's engines are summed); None when the text has no such sample with a positive
+    integer `block_size`. A `num_gpu_blocks` that is absent or not a positive integer leaves the capacity unknown."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    block_size: int | None = None
+    blocks: list[int | None] = []
+    for line in _candidate_lines(text, {CACHE_CONFIG_INFO}):
+        try:
+            samples = [sample for family in text_string_to_metric_families(line) for sample in family.samples]
+        except ValueError:
+            continue
+        for sample in samples:
+            size = _positive_int(sample.labels.get("block_size"))
+            if size is None or (block_size is not None and size != block_size):
+                continue
+            block_size = size
+            blocks.append(_positive_int(sample.labels.get("num_gpu_blocks")))
+    if block_size is None:
+        return None
+    known = None if None in blocks else sum(count for count in blocks if count is not None)
+    return ServerCache(block_size=block_size, num_gpu_blocks=known)
+
+
+def _positive_int(text: str | None) -> int | None:
+    if text is None or not text.isdecimal():
+        return None
+    value = int(text)
+    return value if value > 0 else None

@@ -3,10 +3,10 @@
 `write_plots(report, out_dir)` writes, every series of the report on the same axes where that makes sense:
 `frontier` (throughput per GPU vs interactivity, the interpolated front and the targets marked), `cost` ($/M vs
 interactivity along the front at the report's tier), `latency` (TTFT and TPOT distributions per level),
-`swimlanes` (each series' highest level: a lane per row, a bar per request, the in-flight count beneath),
-`server_metrics` (the same level's server telemetry on the same time axis: running and waiting requests beside the
-client's in-flight count, KV-cache usage, prefix-cache hit rate) and `chunks` (tokens per streamed chunk). Records
-and server_metrics.arrow are read from the levels' directories.
+`swimlanes` (each series' highest level: a lane per row, a bar per request, each play's critical path marked, the
+in-flight count beneath), `server_metrics` (the same level's server telemetry on the same time axis: running and
+waiting requests beside the client's in-flight count, KV-cache usage, prefix-cache hit rate) and `chunks` (tokens per
+streamed chunk). Records and server_metrics.arrow are read from the levels' directories.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from agentx.replayer.telemetry.arrow_file import aligned_times_ns, load_server_m
 from agentx.results.report.build import LevelRow, Report, SeriesReport
 from agentx.results.report.cost import usd_per_million_tokens
 from agentx.results.report.frontier import Point, curve
+from agentx.results.summary.critical_path import play_paths
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -243,15 +244,22 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
         end = np.asarray(columns["end_ns"], dtype=np.float64) / 1e9
         # Open-loop modes have no lanes (lane −1): a row per play instead. Subagents sit a little above their
         # lane's root so that the requests running beside it stay visible.
-        rows = [
-            (lane if lane >= 0 else play) + min(depth, 3) * 0.2
-            for lane, play, depth in zip(columns["lane"], columns["play"], columns["depth"], strict=True)
-        ]
+        rows = np.asarray(
+            [
+                (lane if lane >= 0 else play) + min(depth, 3) * 0.2
+                for lane, play, depth in zip(columns["lane"], columns["play"], columns["depth"], strict=True)
+            ],
+            dtype=np.float64,
+        )
         colors = [f"C{play % 10}" for play in columns["play"]]
         lanes_ax.hlines(rows, sent, end, colors=colors, linewidth=4)
+        on_path = _on_critical_path(table)
+        if on_path is not None:
+            lanes_ax.hlines(rows[on_path], sent[on_path], end[on_path], colors="black", linewidth=1.5, zorder=3)
         lanes_ax.set_ylabel("lane (subagents above)")
         lanes_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        lanes_ax.set_title(f"{s.label} {level.label}: sessions over time (colour: play)")
+        marked = ", black line: the play's critical path" if on_path is not None else ""
+        lanes_ax.set_title(f"{s.label} {level.label}: sessions over time (colour: play{marked})")
         times = np.concatenate([sent, end])
         steps = np.concatenate([np.ones_like(sent), -np.ones_like(end)])
         order = np.lexsort((steps, times))  # at a tie an end comes before a start
@@ -261,6 +269,16 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
         flight_ax.sharex(lanes_ax)
         flight_ax.grid(alpha=0.3)
     return _save(figure, out_dir, "swimlanes")
+
+
+def _on_critical_path(table: pa.Table) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    """Which rows of a records table are on their play's critical path (agentx.results.summary.critical_path); None
+    for records that do not say what released each request (before format 1.11)."""
+    paths = play_paths(table)
+    if paths is None:
+        return None
+    on_path = pa.array([request_id for path in paths for request_id in path.request_ids], pa.string())
+    return np.asarray(pc.is_in(table.column("request_id"), value_set=on_path).to_numpy(zero_copy_only=False), bool)
 
 
 def plot_server_metrics(report: Report, out_dir: Path) -> list[Path]:

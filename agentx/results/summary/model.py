@@ -12,6 +12,8 @@ import numpy as np
 
 from agentx.results.summary.acceptance import Acceptance
 from agentx.results.summary.audit import Audit
+from agentx.results.summary.cache_misses import CacheMisses
+from agentx.results.summary.critical_path import CriticalPath
 from agentx.results.summary.goodput import Goodput
 from agentx.results.summary.server_telemetry import ServerTelemetry
 from agentx.results.summary.shards import Shards
@@ -232,3 +234,9 @@ class Summary(msgspec.Struct, kw_only=True):
     """The plausibility audit (agentx.results.summary.audit): what in the run cannot be true; None before it ran."""
     tasks: TaskCosts | None = None
     """What one agent task (a root session's play, subagents included) costs (agentx.results.summary.tasks)."""
+    critical_path: CriticalPath | None = None
+    """Where each play's time went along its critical path (agentx.results.summary.critical_path); None for records
+    before format 1.11."""
+    cache_misses: CacheMisses | None = None
+    """Why the prefix cache missed: the uncached prompt tokens by cause (agentx.results.summary.cache_misses); None
+    for records before format 1.11 or when no request reported cached tokens."""

@@ -34,7 +34,9 @@ from agentx.replayer.telemetry.metrics import (
     ServerMetrics,
 )
 from agentx.results.summary.audit import audit
+from agentx.results.summary.cache_misses import cache_misses
 from agentx.results.summary.columns import equals, flat, floats, has, ints_or, strings
+from agentx.results.summary.critical_path import critical_path
 from agentx.results.summary.goodput import goodput
 from agentx.results.summary.inferencex import inferencex_metrics
 from agentx.results.summary.model import (
@@ -128,6 +130,8 @@ def summarize(
         rules=_rules(records),
     )
     summary.tasks = task_costs(records, throughput.total_tps_per_gpu if throughput is not None else None)
+    summary.critical_path = critical_path(records)
+    summary.cache_misses = cache_misses(table, records)
     summary.audit = audit(records, summary)
     return summary
 
