@@ -299,6 +299,35 @@ def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> Non
     assert max(usage) > min(usage) and max(usage) > 0  # it rises under load
 
 
+def test_the_audit_and_the_runs_own_analyses_on_real_vllm(agentx_chat: Run, spec_a: VllmServer) -> None:
+    """On a sound vLLM run the audit rejects nothing; vLLM's own TTFT histogram is read and agrees with the client's;
+    the cache-miss split sums to the uncached tokens and the LRU of vLLM's own capacity (`vllm:cache_config_info`)
+    stays under the replay's bound; every play's critical-path parts sum to its makespan."""
+    summary = agentx_chat.run_file["summary"]
+    errors = [f["code"] for f in summary["audit"]["findings"] if f["severity"] == "error"]
+    assert errors == [], summary["audit"]
+    series = summary["server_telemetry"]["series"]
+    assert series["ttft_seconds_total"]["sources"] == ["vllm:time_to_first_token_seconds_sum"]
+    server_ttft_s = series["ttft_seconds_total"]["counter"]["total"] / series["ttft_requests_total"]["counter"]["total"]
+    client_ttft_s = summary["latency"]["ttft_s"]["mean"]
+    print(f"TTFT mean: vLLM's histogram {server_ttft_s * 1e3:.2f} ms, the client's {client_ttft_s * 1e3:.2f} ms")
+    # Each request's TTFT at the client is vLLM's plus the HTTP path; the means differ by more because vLLM's counts
+    # the requests the run's end cut, and the client's only those that ended well.
+    assert 0.8 * server_ttft_s <= client_ttft_s <= 2.0 * server_ttft_s
+    misses = summary["cache_misses"]
+    parts = ("seen_not_hit_tokens", "block_boundary_tokens", "cache_bust_scope_tokens", "first_seen_tokens")
+    assert sum(misses[part] for part in parts) == misses["uncached_tokens"] > 0
+    assert misses["server_block_size"] == vllm_block_size(spec_a) and misses["server_block_size_known"]
+    print({part: misses[part] for part in ("uncached_tokens", *parts, "lru_hit_rate", "replayed_hit_rate")})
+    assert misses["lru_hit_rate"] is not None and misses["lru_hit_rate"] <= misses["replayed_hit_rate"] + 1e-9
+    path = summary["critical_path"]
+    assert path["plays"] > 0
+    for play in path["per_play"]:
+        p = play["parts"]
+        total = p["server_s"] + p["think_s"] + p["join_wait_s"] + p["client_lag_s"] - p["idle_cut_s"]
+        assert total == pytest.approx(play["makespan_s"], abs=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # completions, client timing, acceptance at a second AL, a mismatch
 

@@ -183,6 +183,10 @@ def test_a_known_speed_ratio_is_found_inside_its_interval(runs: dict[str, Path])
         relative, low, high, verdict = _row(comparison, metric)
         assert low <= truth <= high, (metric, relative, low, high)
         assert verdict == "worse"
+    for side in comparison.sides:  # where the plays' time went, shares of their makespans
+        path = side.critical_path
+        assert path is not None and path.server_s > 0.3
+        assert path.server_s + path.think_s + path.join_wait_s + path.client_lag_s - path.idle_cut_s == pytest.approx(1)
     requests = comparison.versus[0].requests
     assert requests is not None and requests.matched == 40 and requests.e2el_faster_share is not None
     assert requests.e2el_faster_share < 0.2

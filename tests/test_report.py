@@ -315,3 +315,19 @@ def test_a_level_whose_tokens_arrived_at_one_instant_says_why_it_has_no_interact
     assert rows["c2"]["note"] is None and rows["c4"]["note"] is None
     result = CliRunner().invoke(main, ["report", str(copy)])
     assert result.exit_code == 0 and "note: sweep c1: no request has a TPOT above 0" in " ".join(result.stdout.split())
+
+
+def test_each_level_says_where_its_plays_time_went(sweep_dir: Path) -> None:
+    report = build_report([load_series(sweep_dir)], ReportOptions())
+    rows = report.series[0].levels
+    assert all(row.critical_path is not None and row.critical_path_plays > 0 for row in rows)
+    for row in rows:
+        p = row.critical_path
+        assert p is not None
+        assert p.server_s + p.think_s + p.join_wait_s + p.client_lag_s - p.idle_cut_s == pytest.approx(1.0)
+        assert p.server_s > 0
+    markdown = report_markdown(report)
+    assert "### where the plays' time went, along their critical paths, of sweep" in markdown
+    assert (
+        "| level | plays | makespan mean (s) | server | think | waiting on joins | client lag | idle cut |" in markdown
+    )

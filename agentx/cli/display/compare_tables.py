@@ -57,6 +57,15 @@ def _sides(sides: list[Side]) -> Section:
     for side in sides:
         usd = " · ".join(f"{tier} ${value:,.4f}" for tier, value in side.usd_per_task.items()) or MISSING
         audit = ", ".join(("✗ " if f.severity == "error" else "! ") + f.code for f in side.findings) or "clean"
+        path = side.critical_path
+        shares = (
+            MISSING
+            if path is None
+            else " · ".join(
+                f"{value * 100:.0f}%"
+                for value in (path.server_s, path.think_s, path.join_wait_s, path.client_lag_s, -path.idle_cut_s)
+            )
+        )
         rows.append(
             [
                 side.label,
@@ -67,11 +76,17 @@ def _sides(sides: list[Side]) -> Section:
                 f"{side.tasks:,}" if side.tasks else MISSING,
                 _n(side.gpu_s_per_task, 1),
                 usd,
+                shares,
                 audit,
             ]
         )
-    header = ["run", "kind", "requests", "sessions", "GPUs", "tasks", "GPU-s per task", "$ per task", "audit"]
-    return Section("compared", header, rows)
+    header = ["run", "kind", "requests", "sessions", "GPUs", "tasks", "GPU-s per task", "$ per task"]
+    header += ["critical path", "audit"]
+    note = (
+        "critical path: the plays' summed makespans split into server time · think · waiting on joins · client lag · "
+        "idle-cap cuts (docs/results.md)"
+    )
+    return Section("compared", header, rows, note)
 
 
 def _differences(comparison: Comparison) -> Section | None:

@@ -236,6 +236,9 @@ def report_sections(report: Report) -> list[Section]:
         sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
         if s.tasks is not None:
             sections += _task_sections(s, s.tasks)
+        paths = _critical_path_section(s)
+        if paths is not None:
+            sections.append(paths)
         goodput = _goodput_section(s)
         if goodput is not None:
             sections.append(goodput)
@@ -259,6 +262,27 @@ def report_sections(report: Report) -> list[Section]:
                 )
             )
     return sections
+
+
+def _critical_path_section(s: SeriesReport) -> Section | None:
+    """Where each level's plays spent their makespans, along their critical paths, when the runs recorded them."""
+    levels = [r for r in s.levels if r.critical_path is not None]
+    if not levels:
+        return None
+    header = ["level", "plays", "makespan mean (s)", "server", "think", "waiting on joins", "client lag", "idle cut"]
+    rows = [
+        [
+            r.label,
+            f"{r.critical_path_plays:,}",
+            _n(r.play_makespan_mean_s),
+            *(f"{100 * share:.1f}%" for share in (p.server_s, p.think_s, p.join_wait_s, p.client_lag_s)),
+            f"−{100 * p.idle_cut_s:.1f}%",
+        ]
+        for r in levels
+        if (p := r.critical_path) is not None
+    ]
+    title = f"where the plays' time went, along their critical paths, of {_name(s)} (shares of the summed makespans)"
+    return Section(title=title, header=header, rows=rows)
 
 
 def _goodput_section(s: SeriesReport) -> Section | None:

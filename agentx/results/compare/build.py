@@ -48,6 +48,7 @@ from agentx.results.report.cost import PriceTable, load_price_table, prices_for
 from agentx.results.report.folders import read_run_file
 from agentx.results.report.frontier import BASES, FrontierOptions, pareto_front, pchip
 from agentx.results.summary.audit import Audit, Finding
+from agentx.results.summary.critical_path import PathParts, pooled_shares
 
 TIMESTAMPED: Final = frozenset({"ttft", "itl", "e2el"})
 """Figures read off one pair of client timestamps per value (TPOT divides its error by the output length)."""
@@ -90,6 +91,9 @@ class Side(msgspec.Struct, kw_only=True):
     tasks: int
     """Completed tasks (agentx.results.summary.tasks) over the repeats."""
     gpu_s_per_task: float | None
+    critical_path: PathParts | None = None
+    """Where the plays' time went, as shares of their summed makespans over every repeat and level
+    (agentx.results.summary.critical_path)."""
     loop_lag_p99_s: float | None = None
     """The client's event-loop lag p99 (the largest over its repeats): the resolution of one timestamp."""
     usd_per_task: dict[str, float] = {}
@@ -333,6 +337,7 @@ def _side(item: _Loaded, sample: RunSample, prices: PriceTable, options: Compare
         kind=item.kind,
         repeats=len(item.repeats),
         loop_lag_p99_s=_loop_lag_p99_s(item),
+        critical_path=_critical_path(item),
         requests=int(sample.values["ttft_s"].size),
         sessions=len(sample.clusters),
         gpus=item.identity.gpus,
@@ -342,6 +347,16 @@ def _side(item: _Loaded, sample: RunSample, prices: PriceTable, options: Compare
         gpu_s_per_task=gpu_s,
         usd_per_task=usd,
     )
+
+
+def _critical_path(item: _Loaded) -> PathParts | None:
+    found = [
+        level.summary.critical_path
+        for series in item.repeats
+        for level in series.levels
+        if level.summary is not None and level.summary.critical_path is not None
+    ]
+    return pooled_shares(found) if found else None
 
 
 def _loop_lag_p99_s(item: _Loaded) -> float | None:
@@ -527,7 +542,7 @@ def _sweep_side(item: _Loaded, prices: PriceTable, options: CompareOptions) -> S
     return Side(
         label=item.label, path=item.path, kind=item.kind, repeats=len(item.repeats), requests=requests, sessions=0,
         gpus=item.identity.gpus, gpu_sku=options.gpu_sku or item.identity.gpu_sku, findings=findings, tasks=0,
-        gpu_s_per_task=None,
+        gpu_s_per_task=None, critical_path=_critical_path(item),
     )  # fmt: skip
 
 

@@ -41,6 +41,7 @@ from agentx.results.report.folders import SWEEP_FILE, RunFile, read_index, read_
 from agentx.results.report.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.report.notes import no_point, price_problem, rejected_point, target_note, with_target
 from agentx.results.summary.audit import Figure, Severity
+from agentx.results.summary.critical_path import PathParts
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Throughput
 from agentx.results.summary.stats import Stats
@@ -133,6 +134,11 @@ class LevelRow(msgspec.Struct, kw_only=True):
     figures its audit rejects (`notes.rejected_point`); None otherwise."""
     audit: list[AuditMark] = []
     """The findings of the level's plausibility audit; empty when clean or written before the audit."""
+    critical_path: PathParts | None = None
+    """Where the level's plays' time went, as shares of their summed makespans (agentx.results.summary.critical_path);
+    None for a run whose records do not say what released each request."""
+    critical_path_plays: int = 0
+    play_makespan_mean_s: float | None = None
     rejected: dict[Figure, list[str]] = {}
     """Per figure an error finding rejects, the codes of those findings."""
 
@@ -473,6 +479,10 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
     if level.summary is not None:
         latency = level.summary.latency
         row.requests = level.summary.counts.kept
+        path = level.summary.critical_path
+        if path is not None:
+            row.critical_path, row.critical_path_plays = path.shares, path.plays
+            row.play_makespan_mean_s = path.play_makespan_s.mean if path.play_makespan_s is not None else None
         if latency.ttft_s is not None:
             row.ttft_p50_s, row.ttft_p90_s = latency.ttft_s.p50, latency.ttft_s.p90
         if latency.tpot_s is not None:

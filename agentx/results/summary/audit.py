@@ -16,10 +16,10 @@ The checks and their thresholds:
 - `ttft_faster_than_prefill` (error; TTFT): requests whose uncached prompt tokens (≥ `PREFILL_MIN_TOKENS`) over
   their TTFT exceed `PREFILL_MAX_TPS`, a prefill rate no server reaches for one request: the first chunk came before
   the prefill could have ended (or the clock or unit is wrong).
-- `ttft_before_server` (error; TTFT): the client's mean TTFT below the server's own (its time-to-first-token
-  histogram over the profiling phase, `ttft_seconds_total` / `ttft_requests_total` of the telemetry) by more than
-  `SERVER_TTFT_MARGIN` and 1 ms: first chunks reached the client before the engine produced a token, which only a
-  server or proxy sending something ahead of the engine does.
+- `ttft_before_server` (error; TTFT): the client's mean TTFT below half the server's own (`SERVER_TTFT_MARGIN`; its
+  time-to-first-token histogram over the profiling phase, `ttft_seconds_total` / `ttft_requests_total` of the
+  telemetry), over ≥ `SERVER_TTFT_MIN_REQUESTS` requests on each side: first chunks reached the client before the
+  engine produced a token, which only a server or proxy sending something ahead of the engine does.
 - `prompt_tokens_differ` (warning; ISL, throughput, cache): the server's `usage.prompt_tokens` differs from what
   agentx sent by more than `ISL_TOLERANCE` (and 8 tokens) in ≥ 5 % of the requests reporting it.
 - `cached_tokens_absent` (warning; cache): no kept request reported `cached_tokens`.
@@ -58,7 +58,11 @@ PREFILL_MAX_TPS: Final = 5e6
 """Uncached prompt tokens per second of TTFT above which a first chunk cannot have followed the prefill: ten times
 the fastest single-request prefill of any deployment measured (a small model on a whole node)."""
 PREFILL_MIN_TOKENS: Final = 512
-SERVER_TTFT_MARGIN: Final = 0.1
+SERVER_TTFT_MARGIN: Final = 0.5
+"""The client's mean TTFT below this share of the server's own is flagged. Not nearer 1: the two means are over
+populations that differ at the window's edges (vLLM counts the requests cut by the run's end), by some 10 % on a real
+vLLM run of a few dozen requests."""
+SERVER_TTFT_MIN_REQUESTS: Final = 10
 ISL_TOLERANCE: Final = 0.02
 ISL_MIN_SHARE: Final = 0.05
 KV_FULL_RATIO: Final = 0.99
@@ -247,15 +251,15 @@ def _ttft_before_server(table: pa.Table, summary: Summary) -> list[Finding]:
     seconds, requests = telemetry.series.get("ttft_seconds_total"), telemetry.series.get("ttft_requests_total")
     if seconds is None or requests is None or seconds.counter is None or requests.counter is None:
         return []
-    if requests.counter.total <= 0:
+    if requests.counter.total < SERVER_TTFT_MIN_REQUESTS:
         return []
     server_mean_s = seconds.counter.total / requests.counter.total
     ttft = floats(table, "ttft_s")
     ttft = ttft[np.isfinite(ttft) & (ttft > 0)]
-    if ttft.size == 0:
+    if ttft.size < SERVER_TTFT_MIN_REQUESTS:
         return []
     client_mean_s = float(ttft.mean())
-    if client_mean_s >= (1.0 - SERVER_TTFT_MARGIN) * server_mean_s - 1e-3:
+    if client_mean_s >= SERVER_TTFT_MARGIN * server_mean_s:
         return []
     return [
         Finding(

@@ -22,6 +22,7 @@ Everything is read from the records' columns; a file without the release columns
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -300,4 +301,18 @@ def critical_path(records: pa.Table) -> CriticalPath | None:
             )
             for path in paths
         ],
+    )
+
+
+def pooled_shares(paths: Sequence[CriticalPath]) -> PathParts | None:
+    """The parts of several runs' critical paths summed, over their summed makespans (None when they sum to 0)."""
+    makespan_s = sum(path.makespan_s for path in paths)
+    if makespan_s <= 0:
+        return None
+    return PathParts(
+        server_s=sum(path.parts.server_s for path in paths) / makespan_s,
+        think_s=sum(path.parts.think_s for path in paths) / makespan_s,
+        join_wait_s=sum(path.parts.join_wait_s for path in paths) / makespan_s,
+        idle_cut_s=sum(path.parts.idle_cut_s for path in paths) / makespan_s,
+        client_lag_s=sum(path.parts.client_lag_s for path in paths) / makespan_s,
     )
