@@ -222,6 +222,30 @@ def test_different_gpu_counts_are_withheld_unless_allowed(runs: dict[str, Path],
     assert "| TPOT p50 | ms |" in markdown.output and "| gpus | 8 | 16 | allowed |" in markdown.output
     bad = CliRunner().invoke(main, ["compare", str(runs["fast"]), str(sixteen), "--allow", "gpu"])
     assert bad.exit_code == 2 and "--allow 'gpu' is not one of" in bad.output
+    page = tmp_path / "compare.html"
+    written = CliRunner().invoke(
+        main, ["compare", str(runs["fast"]), str(sixteen), "--allow", "gpus", "--html", str(page)]
+    )
+    assert written.exit_code == 0 and page.read_text().count("<table>") >= 3 and "TPOT p50" in page.read_text()
+    again = CliRunner().invoke(main, ["compare", str(runs["fast"]), str(sixteen), "--html", str(page)])
+    assert again.exit_code == 2 and "exists: pass --overwrite" in again.output
+
+
+def test_other_rules_are_named_and_withheld(runs: dict[str, Path], tmp_path: Path) -> None:
+    older = tmp_path / "older-rules"
+    shutil.copytree(runs["slow"], older)
+    run_json = older / "run.json"
+    document = msgspec.json.decode(run_json.read_bytes())
+    document["options"]["rules"] = "aiperf-0.13.0"
+    run_json.write_bytes(msgspec.json.encode(document))
+    comparison = compare([runs["fast"], older])
+    assert [(d.key, d.values) for d in comparison.withheld] == [("rules", [runs_rules(runs["fast"]), "aiperf-0.13.0"])]
+    assert {row.verdict for row in comparison.versus[0].rows} == {"withheld (rules differs)"}
+
+
+def runs_rules(run_dir: Path) -> str:
+    rules: str = msgspec.json.decode((run_dir / "run.json").read_bytes())["options"]["rules"]
+    return rules
 
 
 # ---------------------------------------------------------------------------------------------
