@@ -13,7 +13,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
@@ -35,6 +35,7 @@ EXIT_RUN_FAILED = 3
 realized speculative acceptance disagrees with the forced one, or it could not complete (a RunError)."""
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Piped output (CI logs, `| less`) gets room for the tables instead of rich's 80-column default, unless COLUMNS
 # says how wide the reader is.
@@ -247,3 +248,24 @@ def refuse_existing_run(run_dir: Path, *, flag: str = "--overwrite") -> None:
     held = [name for name in RUN_FILES if (run_dir / name).exists()]
     if held:
         fail(f"{run_dir} already holds a run ({', '.join(held)}); choose another --out, or pass {flag} to replace it")
+
+
+def frontier_flags(command: F) -> F:
+    """`--statistic`, `--basis` and `--targets`: how a frontier is read (`agentx report`, `agentx compare`)."""
+    command = click.option(
+        "--targets", default="30,50,75,100,150,200", show_default=True, help="Interactivity targets (tok/s/user)."
+    )(command)
+    command = click.option(
+        "--basis",
+        type=click.Choice(("total", "output", "input")),
+        default="total",
+        show_default=True,
+        help="Tokens the throughput counts.",
+    )(command)
+    return click.option(
+        "--statistic",
+        type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
+        default="p90",
+        show_default=True,
+        help="Interactivity = 1/TPOT at this statistic (p90: the rate 90% of requests reached at least).",
+    )(command)

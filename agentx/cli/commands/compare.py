@@ -11,7 +11,7 @@ import click
 if TYPE_CHECKING:
     from agentx.results.compare.build import Comparison
 
-from agentx.cli.common import fail, interactivity_targets, stderr, stdout
+from agentx.cli.common import fail, frontier_flags, interactivity_targets, stderr, stdout
 
 
 @click.command("compare")
@@ -61,23 +61,7 @@ from agentx.cli.common import fail, interactivity_targets, stderr, stdout
     metavar="USD_PER_GPU_HOUR",
     help="Price the GPU time at this $/GPU/hr (the tier 'given').",
 )
-@click.option(
-    "--statistic",
-    type=click.Choice(("p50", "p75", "p90", "p95", "p99")),
-    default="p90",
-    show_default=True,
-    help="Sweeps: interactivity = 1/TPOT at this statistic.",
-)
-@click.option(
-    "--basis",
-    type=click.Choice(("total", "output", "input")),
-    default="total",
-    show_default=True,
-    help="Sweeps: tokens the throughput counts.",
-)
-@click.option(
-    "--targets", default="30,50,75,100,150,200", show_default=True, help="Sweeps: interactivity targets (tok/s/user)."
-)
+@frontier_flags
 def compare_command(
     dirs: tuple[Path, ...],
     as_json: bool,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 from agentx.cli.common import (
     fail,
+    frontier_flags,
     interactivity_targets,
     stderr,
     stdout,
@@ -40,24 +41,8 @@ from agentx.cli.common import (
     type=click.FloatRange(min=0, min_open=True),
     help="Interactivity (tok/s/user) of the per-tier cost table.",
 )
-@click.option(
-    "--targets", default="30,50,75,100,150,200", show_default=True, help="Interactivity targets (tok/s/user)."
-)
+@frontier_flags
 @click.option("--tier", default="hyperscaler", show_default=True, help="Price tier of the targets table's $/M.")
-@click.option(
-    "--statistic",
-    type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
-    default="p90",
-    show_default=True,
-    help="Interactivity = 1/TPOT at this statistic (p90: the rate 90% of requests reached at least).",
-)
-@click.option(
-    "--basis",
-    type=click.Choice(("total", "output", "input")),
-    default="total",
-    show_default=True,
-    help="Tokens the throughput counts.",
-)
 @click.option("--gpu-sku", metavar="SKU", help="The GPUs, overriding what the sweep recorded (for prices).")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, overriding what was recorded.")
 @click.option(

@@ -3,7 +3,7 @@ Markdown for `agentx compare --markdown`, from the same sections so they always 
 
 from __future__ import annotations
 
-from agentx.cli.display.layout import Column, FittedTable, text_column
+from agentx.cli.display.layout import Column, FittedTable, markdown_table, text_column
 from agentx.results.compare.build import Comparison, Row, Side, SweepVersus, Versus
 from agentx.results.report.html import TableSection
 
@@ -176,16 +176,9 @@ def _plain(cell: str) -> str:
 def compare_markdown(comparison: Comparison) -> str:
     lines: list[str] = []
     for section in compare_sections(comparison):
-        lines += [
-            f"### {section.title}",
-            "",
-            "| " + " | ".join(section.header) + " |",
-            "|" + "---|" * len(section.header),
-        ]
-        lines += ["| " + " | ".join(_plain(cell).replace("|", "\\|") for cell in row) + " |" for row in section.rows]
+        lines += markdown_table(section.title, section.header, [[_plain(cell) for cell in row] for row in section.rows])
         if section.note:
-            lines += ["", f"> {section.note}"]
-        lines.append("")
+            lines += [f"> {section.note}", ""]
     return "\n".join(lines)
 
 

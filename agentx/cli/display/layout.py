@@ -128,3 +128,10 @@ class FittedTable:
             for i in rest:
                 table.add_row(self.columns[i].header, row[i])
             yield table
+
+
+def markdown_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A table as Markdown lines under a `###` heading, pipes in cells escaped, then a blank line."""
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return [*lines, ""]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from agentx.cli.display.layout import Column, FittedTable, text_column
+from agentx.cli.display.layout import Column, FittedTable, markdown_table, text_column
 from agentx.results.report.build import AuditMark, Best, Report, SeriesReport, SeriesTasks, TargetRow
 from agentx.results.report.cost import Cost
 from agentx.results.report.notes import (
@@ -394,14 +394,7 @@ def report_markdown(report: Report) -> str:
     """The report as Markdown tables, the audit's findings, then its notes."""
     lines: list[str] = []
     for section in report_sections(report):
-        lines += [
-            f"### {section.title}",
-            "",
-            "| " + " | ".join(section.header) + " |",
-            "|" + "---|" * len(section.header),
-        ]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in section.rows]
-        lines.append("")
+        lines += markdown_table(section.title, section.header, section.rows)
     if report.audit:
         lines += [f"### {AUDIT_TITLE}", ""]
         for entry in report.audit:

@@ -38,7 +38,15 @@ import numpy as np
 from agentx.errors import RecordsError, ReportError
 from agentx.records.record import read_records
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
-from agentx.results.compare.bootstrap import FloatArray, IntArray, draw_weights, interval
+from agentx.results.compare.bootstrap import (
+    FloatArray,
+    IntArray,
+    draw_weights,
+    interval,
+    weighted_means,
+    weighted_percentiles,
+    weighted_sums,
+)
 from agentx.results.compare.fairness import Difference, Identity, differences, identity, paired
 from agentx.results.compare.metrics import MetricSpec, metrics
 from agentx.results.compare.repeats import REPEATS_FILE, read_repeats
@@ -561,16 +569,16 @@ def _front_at(
     levels: list[RunSample], weights: list[IntArray], options: FrontierOptions, replicates: int
 ) -> FloatArray:
     """Throughput per GPU at each target, per replicate (replicates × targets); NaN outside the front."""
-    statistic = 50.0 if options.statistic == "mean" else float(options.statistic[1:])
+    statistic = None if options.statistic == "mean" else float(options.statistic[1:])
     basis_name = {"total": "total_tokens", "output": "output_tokens", "input": "total_tokens"}[options.basis]
     xs = np.full((replicates, len(levels)), np.nan)
     ys = np.full((replicates, len(levels)), np.nan)
-    from agentx.results.compare.bootstrap import weighted_percentiles, weighted_sums
-
     for column, (sample, w) in enumerate(zip(levels, weights, strict=True)):
-        tpot = sample.values["tpot_s"]
-        xs[:, column] = 1.0 / weighted_percentiles(np.where(tpot > 0, tpot, np.nan), sample.cluster["tpot_s"], w,
-                                                   statistic)  # fmt: skip
+        tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
+        clusters = sample.cluster["tpot_s"]
+        tpot_s = weighted_means(tpot, clusters, w) if statistic is None else weighted_percentiles(tpot, clusters, w,
+                                                                                                 statistic)  # fmt: skip
+        xs[:, column] = 1.0 / tpot_s
         tokens = weighted_sums(sample.values[basis_name], sample.cluster[basis_name], w)
         if options.basis == "input":
             tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], w)

@@ -35,9 +35,9 @@ from agentx.results.summary.server_telemetry import (
     AIPERF_PERCENTILES,
     CounterStats,
     GaugeStats,
-    MeanPeak,
     SeriesStats,
     ServerTelemetry,
+    with_headlines,
 )
 
 GAUGE_KEYS: Final = ("avg", "min", "max", "std", *(f"p{p}" for p in AIPERF_PERCENTILES))
@@ -172,27 +172,10 @@ def import_telemetry(
                 left_out.append(f"{alternative[0]} ({len(gauges)} series)")
         if stats.gauge is not None or stats.counter is not None:
             result.series[series.name] = stats
-    result.requests_running = _level(result, "requests_running")
-    result.requests_waiting = _level(result, "requests_waiting")
-    result.kv_cache_usage_ratio = _level(result, "kv_cache_usage_ratio")
-    hits, queries = result.series.get("prefix_cache_hits_total"), result.series.get("prefix_cache_queries_total")
-    if hits is not None and queries is not None and hits.counter and queries.counter and queries.counter.total > 0:
-        result.prefix_cache_hit_rate = hits.counter.total / queries.counter.total
-        result.prefix_cache_hit_source = "counters"
-    elif (ratio := result.series.get("prefix_cache_hit_ratio")) is not None and ratio.gauge is not None:
-        result.prefix_cache_hit_rate = ratio.gauge.avg
-        result.prefix_cache_hit_source = "gauge"
-    return ImportedTelemetry(telemetry=result, counters=_counters(counters), left_out=left_out)
+    return ImportedTelemetry(telemetry=with_headlines(result), counters=_counters(counters), left_out=left_out)
 
 
 def _counters(totals: Mapping[str, float]) -> ServerMetrics | None:
     if not totals:
         return None
     return ServerMetrics(before=dict.fromkeys(totals, 0.0), after=dict(totals))
-
-
-def _level(result: ServerTelemetry, name: str) -> MeanPeak | None:
-    series = result.series.get(name)
-    if series is None or series.gauge is None:
-        return None
-    return MeanPeak(mean=series.gauge.avg, peak=series.gauge.max)

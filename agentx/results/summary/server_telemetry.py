@@ -157,6 +157,12 @@ def summarize_telemetry(telemetry: pa.Table | None, records: pa.Table) -> Server
             stats.counter = counter_stats(times, values, inside, reference)
         if stats.gauge is not None or stats.counter is not None:
             result.series[series.name] = stats
+    return with_headlines(result)
+
+
+def with_headlines(result: ServerTelemetry) -> ServerTelemetry:
+    """`result` with its headline figures filled from its series: running and waiting requests, KV-cache usage and
+    the prefix-cache hit rate (the counters' ratio, else the engine's own gauge)."""
     result.requests_running = _level(result, "requests_running")
     result.requests_waiting = _level(result, "requests_waiting")
     result.kv_cache_usage_ratio = _level(result, "kv_cache_usage_ratio")
