@@ -12,15 +12,19 @@ from typing import IO
 from agentx.errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def open_bytes(path: Path) -> IO[bytes]:
-    """The file's bytes, decompressed when it is gzip (by content, not by name)."""
+    """The file's bytes, decompressed when it is gzip (by content, not by name), after a UTF-8 byte-order mark if it
+    starts with one (editors on Windows write it; JSON parsers refuse it)."""
     with open(path, "rb") as probe:
         magic = probe.read(2)
-    if magic == GZIP_MAGIC:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    # Returned open: the caller closes it (a `with` block).
+    stream: IO[bytes] = gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")  # type: ignore[assignment]  # noqa: SIM115
+    if stream.read(len(UTF8_BOM)) != UTF8_BOM:
+        stream.seek(0)
+    return stream
 
 
 @contextmanager
