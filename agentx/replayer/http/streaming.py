@@ -109,9 +109,11 @@ class StreamResponse:
     """
 
     __slots__ = (
+        "_content_type",
         "_done",
         "_error_body",
         "_feed",
+        "_foreign",
         "_parts",
         "_reason",
         "_running_tokens",
@@ -129,6 +131,8 @@ class StreamResponse:
         self._parts: list[bytes] = []
         self._error_body = b""
         self._reason = ""
+        self._content_type = ""
+        self._foreign = False  # a streamed request answered with something that says it is not an event stream
         self._usage: _Usage | None = None
         self._running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
         self._done = False
@@ -144,13 +148,18 @@ class StreamResponse:
         self.exchange.headers_ns = self.flight.last_ns = now_ns
         self.exchange.status = status
         self._reason = reason
+        self._content_type = headers.get("content-type", "")
+        kind = self._content_type.split(";", 1)[0].strip().lower()
+        self._foreign = self.streamed and bool(kind) and kind != "text/event-stream"
 
     def data(self, chunk: bytes, now_ns: int) -> None:
         self.flight.last_ns = now_ns
+        # Kept for the message: an error's body, or a page a proxy answered in place of the stream.
+        if (self.exchange.status != 200 or self._foreign) and len(self._error_body) < ERROR_BODY_MAX_BYTES:
+            self._error_body += chunk[: ERROR_BODY_MAX_BYTES - len(self._error_body)]
         if self.exchange.status != 200:
-            if len(self._error_body) < ERROR_BODY_MAX_BYTES:
-                self._error_body += chunk[: ERROR_BODY_MAX_BYTES - len(self._error_body)]
-        elif not self.streamed:
+            return
+        if not self.streamed:
             self._parts.append(chunk)
         elif not self._done:  # after [DONE], the rest is only drained so the connection can be reused
             self._events(chunk, now_ns)
@@ -229,6 +238,13 @@ class StreamResponse:
             if exchange.tokens_estimated and usage.completion_tokens == len(exchange.chunk_tokens):
                 exchange.tokens_estimated = False
         if not self._done:
+            if self._foreign:
+                start = self._error_body[:MESSAGE_MAX_CHARS].decode("utf-8", "replace").strip()
+                raise ExchangeError(
+                    "protocol",
+                    f"the server answered 200 with Content-Type {self._content_type!r}, not an event stream "
+                    f"(text/event-stream): {start!r}",
+                )
             raise ExchangeError("protocol", "the stream ended without data: [DONE]")
 
     def _whole(self, raw: bytes) -> None:
