@@ -168,6 +168,8 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     assert child.returncode == 130, stderr
     assert "Traceback" not in stderr
     summary = json.loads(stdout)
+    kept = f"{summary['counts']['rows']:,} requests"
+    assert f"interrupted: the run stopped early; its records and run.json keep the {kept}" in stderr
     assert summary["counts"]["profiling"] >= 1
     assert load_trace(sample).request_count > summary["counts"]["profiling"]  # it did stop early
     run_file = json.loads((out / "run.json").read_text())  # written for an interrupted run too

@@ -192,6 +192,7 @@ def replay(
 
         engine = result.run.server.label
         title = f"replay of {trace}" + (f" on {engine}" if engine else "")
+        title += " (interrupted)" if result.run.interrupted else ""
         for table in summary_table(result.summary, title=title):
             stdout.print(table)
         stdout.print(f"records: {result.run.records_path}", markup=False)
@@ -202,10 +203,19 @@ def replay(
         if options.scenario.num_requests is not None:
             stdout.print(cap_line(options.scenario.num_requests, result.run.request_cap_reached, result), markup=False)
     if result.run.interrupted:
+        stderr.print(interrupted_line(result), markup=False)
         sys.exit(EXIT_INTERRUPTED)
     failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
+
+
+def interrupted_line(result: ReplayResult) -> str:
+    """What an interrupted run says last: that it was, why, and what it kept."""
+    reason = result.run.cancel_reason
+    why = f" ({reason})" if reason and reason != "interrupted" else ""
+    kept = f"{result.summary.counts.rows:,} requests"
+    return f"interrupted: the run stopped early{why}; its records and run.json keep the {kept} it measured"
 
 
 def _replay_repeats(
