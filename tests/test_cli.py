@@ -146,9 +146,10 @@ def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp
         assert "pa55w0rd" not in result.output and "127.0.0.1" in result.output
 
 
-@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path, stop_signal: str) -> None:
-    """Ctrl-C, and SIGTERM as schedulers and `timeout` send it: a graceful stop, run.json and the summary."""
+    """Ctrl-C, SIGTERM as schedulers and `timeout` send it, and SIGHUP as a closed terminal or ssh session sends it:
+    a graceful stop, run.json and the summary."""
     import signal
     import time
 

@@ -206,12 +206,13 @@ def load_to_replay(path: Path, *, format: Format | None, block_size: int | None)
             gc.enable()
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-"""Ctrl-C, and what schedulers, `timeout` and `kill` send: both stop a run gracefully."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, what schedulers, `timeout` and `kill` send, and a closed terminal or ssh session: each stops a run
+gracefully."""
 
 
 async def interruptible(work: Coroutine[Any, Any, T]) -> T:
-    """Run `work`; Ctrl-C or SIGTERM cancels it, and the replay turns that into a graceful stop (grace, flush,
+    """Run `work`; Ctrl-C, SIGTERM or SIGHUP cancels it, and the replay turns that into a graceful stop (grace, flush,
     run.json, the partial summary, exit 130)."""
     import asyncio
 

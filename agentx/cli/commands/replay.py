@@ -91,7 +91,7 @@ def replay(
     """Replay TRACE's session trees against an OpenAI-compatible server and summarize the run.
 
     Records stream to RUN_DIR/records.arrow as the run goes; RUN_DIR/run.json (options, run, summary) is
-    written at the end. Progress shows on stderr: live on a terminal, else a line every 10 s. Ctrl-C (or SIGTERM)
+    written at the end. Progress shows on stderr: live on a terminal, else a line every 10 s. Ctrl-C (SIGTERM, SIGHUP)
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130). With --repeat N, RUN_DIR/rK is the K-th run; Ctrl-C ends the set after the current run's graceful
     stop, and RUN_DIR/repeats.json indexes the runs that ran to their end.
