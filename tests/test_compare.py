@@ -23,8 +23,9 @@ from agentx.results.compare.bootstrap import (
     weighted_percentiles,
     weighted_sums,
 )
-from agentx.results.compare.build import CompareOptions, Comparison, compare
+from agentx.results.compare.build import Comparison, compare
 from agentx.results.compare.fairness import Identity, differences, paired
+from agentx.results.compare.options import CompareOptions
 from agentx.results.report.frontier import FrontierOptions
 from agentx.run.repeats import replay_repeats_sync
 from agentx.run.sweep import SweepOptions, sweep_sync

@@ -270,3 +270,15 @@ def frontier_flags(command: F) -> F:
         show_default=True,
         help="Interactivity = 1/TPOT at this statistic (p90: the rate 90% of requests reached at least).",
     )(command)
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write an HTML page beside `path` and rename it over it, so a failure never leaves half a page."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(page, encoding="utf-8")
+        partial.replace(path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        fail(f"{exc.filename or path}: cannot write the page ({exc.strerror or exc})")
+    stderr.print(f"wrote {path}", markup=False)

@@ -11,7 +11,7 @@ import click
 if TYPE_CHECKING:
     from agentx.results.compare.build import Comparison
 
-from agentx.cli.common import fail, frontier_flags, interactivity_targets, stderr, stdout
+from agentx.cli.common import fail, frontier_flags, interactivity_targets, stderr, stdout, write_page
 
 
 @click.command("compare")
@@ -84,8 +84,9 @@ def compare_command(
     difference is resolved, and every way the runs differ that makes a verdict unfair (withheld unless --allow).
     Exit 3 when verdicts are withheld."""
     from agentx.cli.display.compare_tables import compare_markdown, compare_sections
-    from agentx.results.compare.build import CompareOptions, compare, comparison_json
+    from agentx.results.compare.build import compare, comparison_json
     from agentx.results.compare.fairness import KEYS
+    from agentx.results.compare.options import CompareOptions
     from agentx.results.report.frontier import FrontierOptions
 
     if as_json and markdown:
@@ -127,12 +128,4 @@ def _write_html(path: Path, comparison: Comparison) -> None:
     from agentx.cli.display.compare_tables import html_sections
     from agentx.results.report.html import tables_page
 
-    page = tables_page("agentx compare", html_sections(comparison))
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(page, encoding="utf-8")
-        partial.replace(path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        fail(f"{exc.filename or path}: cannot write the page ({exc.strerror or exc})")
-    stderr.print(f"wrote {path}", markup=False)
+    write_page(path, tables_page("agentx compare", html_sections(comparison)))

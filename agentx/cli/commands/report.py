@@ -17,6 +17,7 @@ from agentx.cli.common import (
     interactivity_targets,
     stderr,
     stdout,
+    write_page,
 )
 
 
@@ -170,16 +171,8 @@ def report_command(
 
 
 def _write_html(path: Path, report: Report, series: list[Series]) -> None:
-    """The page, written beside `path` and renamed over it, so a failure never leaves half a page."""
+    """The report as one HTML page at `path` (`write_page`)."""
     from agentx.cli.display.report_tables import report_notes, report_sections
     from agentx.results.report.html import html_report
 
-    page = html_report(report, series, report_sections(report), report_notes(report))
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(page, encoding="utf-8")
-        partial.replace(path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        fail(f"{exc.filename or path}: cannot write the page ({exc.strerror or exc})")
-    stderr.print(f"wrote {path}", markup=False)
+    write_page(path, html_report(report, series, report_sections(report), report_notes(report)))

@@ -4,7 +4,9 @@ Markdown for `agentx compare --markdown`, from the same sections so they always 
 from __future__ import annotations
 
 from agentx.cli.display.layout import Column, FittedTable, markdown_table, text_column
-from agentx.results.compare.build import Comparison, Row, Side, SweepVersus, Versus
+from agentx.results.compare.build import Comparison, Row, Versus
+from agentx.results.compare.sides import Side
+from agentx.results.compare.sweeps import SweepVersus
 from agentx.results.report.html import TableSection
 
 MISSING = "—"

@@ -178,18 +178,12 @@ def html_report(
     title: str = "agentx report",
 ) -> str:
     """The page of `report` (built from `series`), its tables `sections` and `notes`; plots when `plots`."""
-    agentx_version = installed_version()
-    made = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="muted">agentx {_e(agentx_version)} · {made} · interactivity at {_e(report.statistic)} TPOT · '
-        f"{_e(report.basis)} tokens · prices: {_e(report.tier)} tier"
-        + (f" (table of {_e(report.prices_updated)})" if report.prices_updated else "")
-        + "</p>",
+    parts = _head(
+        title,
+        f" · interactivity at {_e(report.statistic)} TPOT · {_e(report.basis)} tokens · prices: {_e(report.tier)} tier"
+        + (f" (table of {_e(report.prices_updated)})" if report.prices_updated else ""),
+    )
+    parts += [
         *(_identity(s, shown) for s, shown in zip(series, report.series, strict=True)),
         "<h2>Tables</h2>",
         *(_table(section) for section in sections),
@@ -205,15 +199,18 @@ def html_report(
 
 def tables_page(title: str, sections: Sequence[TableSection]) -> str:
     """A self-contained page of `sections`' tables under `title` (the report's style), e.g. `agentx compare --html`."""
+    parts = [*_head(title, ""), *(_table(section) for section in sections), "</body></html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _head(title: str, about: str) -> list[str]:
+    """A page's start: its title, the style, and a line of what made it (`about`: more of it, as HTML)."""
     made = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f'<p class="muted">agentx {_e(installed_version())} · {made}</p>',
-        *(_table(section) for section in sections),
-        "</body></html>",
+        f'<p class="muted">agentx {_e(installed_version())} · {made}{about}</p>',
     ]
-    return "\n".join(parts) + "\n"

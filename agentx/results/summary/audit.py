@@ -31,7 +31,6 @@ The checks and their thresholds:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
@@ -93,9 +92,6 @@ class Audit(msgspec.Struct, kw_only=True):
     def rejects(self, figure: Figure) -> bool:
         """Whether a finding of severity "error" says `figure` cannot be trusted."""
         return any(f.severity == "error" and figure in f.affects for f in self.findings)
-
-    def concerning(self, figure: Figure) -> list[Finding]:
-        return [f for f in self.findings if figure in f.affects]
 
 
 def audit(records: pa.Table, summary: Summary) -> Audit:
@@ -403,7 +399,3 @@ def _client_bound(summary: Summary) -> list[Finding]:
             affects=("ttft", "tpot", "itl", "e2el", "interactivity", "throughput"),
         )
     ]
-
-
-def codes(findings: Sequence[Finding]) -> list[str]:
-    return [finding.code for finding in findings]

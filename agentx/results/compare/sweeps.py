@@ -1,0 +1,137 @@
+"""Sweeps compared: throughput per GPU at each interactivity target, each level resampled over its sessions and the
+front rebuilt and interpolated per replicate (agentx.results.report.frontier)."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import numpy as np
+
+from agentx.errors import ReportError
+from agentx.results.compare.bootstrap import (
+    FloatArray,
+    IntArray,
+    draw_weights,
+    interval,
+    weighted_means,
+    weighted_percentiles,
+    weighted_sums,
+)
+from agentx.results.compare.fairness import (
+    Difference,
+)
+from agentx.results.compare.options import CompareOptions, floored, row_level
+from agentx.results.compare.sample import Repeat, RunSample
+from agentx.results.compare.sides import Loaded, level_repeat
+from agentx.results.report.frontier import BASES, FrontierOptions, pareto_front, pchip
+
+
+class TargetRow(msgspec.Struct, kw_only=True):
+    """Throughput per GPU at one interactivity target, on each sweep, with the difference's interval."""
+
+    target_tps: float
+    baseline: float | None
+    value: float | None
+    relative: float | None
+    low: float | None = None
+    high: float | None = None
+    resolvable: float | None = None
+    verdict: str = ""
+
+
+class SweepVersus(msgspec.Struct, kw_only=True):
+    baseline: str
+    other: str
+    basis: str
+    statistic: str
+    targets: list[TargetRow]
+
+
+def _levels(item: Loaded) -> list[RunSample]:
+    """One pooled sample per concurrency level (repeats of a level pooled)."""
+    by_label: dict[str, list[Repeat]] = {}
+    for series in item.repeats:
+        for level in series.levels:
+            repeat = level_repeat(level, series.num_gpus)
+            if repeat is not None:
+                by_label.setdefault(level.label, []).append(repeat)
+    return [RunSample(repeats) for repeats in by_label.values()]
+
+
+def _front_at(
+    levels: list[RunSample], weights: list[IntArray], options: FrontierOptions, replicates: int
+) -> FloatArray:
+    """Throughput per GPU at each target, per replicate (replicates × targets); NaN outside the front."""
+    statistic = None if options.statistic == "mean" else float(options.statistic[1:])
+    basis_name = {"total": "total_tokens", "output": "output_tokens", "input": "total_tokens"}[options.basis]
+    xs = np.full((replicates, len(levels)), np.nan)
+    ys = np.full((replicates, len(levels)), np.nan)
+    for column, (sample, w) in enumerate(zip(levels, weights, strict=True)):
+        tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
+        clusters = sample.cluster["tpot_s"]
+        tpot_s = weighted_means(tpot, clusters, w) if statistic is None else weighted_percentiles(tpot, clusters, w,
+                                                                                                 statistic)  # fmt: skip
+        xs[:, column] = 1.0 / tpot_s
+        tokens = weighted_sums(sample.values[basis_name], sample.cluster[basis_name], w)
+        if options.basis == "input":
+            tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], w)
+        ys[:, column] = tokens / sample.gpu_seconds
+    result = np.full((replicates, len(options.targets_tps)), np.nan)
+    for r in range(replicates):
+        ok = np.isfinite(xs[r]) & np.isfinite(ys[r]) & (xs[r] > 0)
+        if not ok.any():
+            continue
+        x, y = xs[r][ok], ys[r][ok]
+        front = pareto_front(x.tolist(), y.tolist())
+        order = sorted(front, key=lambda i: x[i])
+        values = pchip([float(x[i]) for i in order], [float(y[i]) for i in order], list(options.targets_tps))
+        result[r] = [math.nan if v is None else v for v in values]
+    return result
+
+
+def sweep_versus(
+    base: Loaded, other: Loaded, options: CompareOptions, withheld: list[Difference], rng: np.random.Generator
+) -> SweepVersus:
+    frontier = options.frontier
+    assert frontier.basis in BASES
+    sides = []
+    for item in (base, other):
+        levels = _levels(item)
+        if not levels:
+            raise ReportError(f"{item.path}: no level of the sweep has kept requests to compare")
+        point = _front_at(levels, [np.ones((1, len(s.clusters)), dtype=np.int64) for s in levels], frontier, 1)[0]
+        weights = [draw_weights(rng, len(s.clusters), options.replicates) for s in levels]
+        sides.append((point, _front_at(levels, weights, frontier, options.replicates)))
+    (base_point, base_reps), (point, reps) = sides
+    each_level = row_level(options.level, len(frontier.targets_tps))
+    rows: list[TargetRow] = []
+    for t, target in enumerate(frontier.targets_tps):
+        b, v = base_point[t], point[t]
+        row = TargetRow(
+            target_tps=target,
+            baseline=float(b) if math.isfinite(b) else None,
+            value=float(v) if math.isfinite(v) else None,
+            relative=float(v / b - 1.0) if math.isfinite(b) and math.isfinite(v) and b > 0 else None,
+        )
+        if row.relative is not None:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                bounds = floored(interval(reps[:, t] / base_reps[:, t] - 1.0, each_level), row.relative,
+                                 options.min_effect)  # fmt: skip
+            if bounds is not None:
+                row.low, row.high = bounds
+                row.resolvable = (bounds[1] - bounds[0]) / 2.0
+        if withheld:
+            row.verdict = "withheld (" + ", ".join(d.key for d in withheld) + " differs)"
+        elif row.relative is None:
+            row.verdict = "outside a front"
+        elif row.low is None or row.high is None:
+            row.verdict = "no interval (a replicate's front misses the target)"
+        elif row.low > 0 or row.high < 0:
+            row.verdict = "better" if row.relative > 0 else "worse"
+        else:
+            row.verdict = "no resolved difference"
+        rows.append(row)
+    return SweepVersus(
+        baseline=base.label, other=other.label, basis=frontier.basis, statistic=frontier.statistic, targets=rows
+    )
