@@ -14,10 +14,7 @@ import numpy as np
 from agentx.errors import RecordsError, ReportError
 from agentx.records.record import read_records, run_info
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
-from agentx.results.compare.fairness import (
-    Identity,
-    identity,
-)
+from agentx.results.compare.fairness import Identity, identity
 from agentx.results.compare.metrics import metrics
 from agentx.results.compare.options import CompareOptions
 from agentx.results.compare.repeats import REPEATS_FILE, read_repeats
@@ -67,6 +64,7 @@ class Loaded(msgspec.Struct, kw_only=True):
 
 
 def load_side(path: Path) -> Loaded:
+    """The run, sweep or folder of repeats in `path`; ReportError when it holds none with a summary."""
     repeat_dirs = read_repeats(path)
     folders = repeat_dirs if repeat_dirs is not None else [path]
     series = [load_series(folder) for folder in folders]
@@ -110,6 +108,8 @@ def _run_document(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def level_repeat(level: Level, num_gpus: int | None) -> Repeat | None:
+    """A run level read for resampling: its records, duration, GPUs and whether its end cut trees; None without a
+    throughput (no kept request)."""
     summary = level.summary
     if summary is None or summary.throughput is None:
         return None
@@ -125,6 +125,7 @@ def level_repeat(level: Level, num_gpus: int | None) -> Repeat | None:
 
 
 def side_repeats(item: Loaded) -> list[Repeat]:
+    """Every level of every repeat of a side of runs; ReportError when none has kept requests."""
     repeats = [r for series in item.repeats for level in series.levels if (r := level_repeat(level, series.num_gpus))]
     if not repeats:
         raise ReportError(f"{item.path}: no run in it has kept requests to compare")
@@ -132,6 +133,7 @@ def side_repeats(item: Loaded) -> list[Repeat]:
 
 
 def runs_side(item: Loaded, sample: RunSample, prices: PriceTable, options: CompareOptions) -> Side:
+    """A side of runs, its own figures taken from its pooled `sample`."""
     findings = side_findings(item)
     tasks = int(sample.values["task_tokens"].size) if "task_tokens" in sample.values else 0
     ones = np.ones((1, len(sample.clusters)), dtype=np.int64)
@@ -165,6 +167,7 @@ def runs_side(item: Loaded, sample: RunSample, prices: PriceTable, options: Comp
 
 
 def sweep_side(item: Loaded, prices: PriceTable, options: CompareOptions) -> Side:
+    """A side of sweeps (its levels' kept requests summed; no per-task figures: they are per level)."""
     findings = side_findings(item)
     requests = sum(
         level.summary.counts.kept for series in item.repeats for level in series.levels if level.summary is not None
@@ -177,6 +180,7 @@ def sweep_side(item: Loaded, prices: PriceTable, options: CompareOptions) -> Sid
 
 
 def critical_path_shares(item: Loaded) -> PathParts | None:
+    """Where the plays of every repeat and level spent their makespans, pooled (None: no records say)."""
     found = [
         level.summary.critical_path
         for series in item.repeats
@@ -187,6 +191,7 @@ def critical_path_shares(item: Loaded) -> PathParts | None:
 
 
 def loop_lag_p99_s(item: Loaded) -> float | None:
+    """The largest event-loop lag p99 of the side's runs (None: none recorded it)."""
     lags = [
         level.summary.loop_lag.p99_s
         for series in item.repeats
@@ -197,6 +202,7 @@ def loop_lag_p99_s(item: Loaded) -> float | None:
 
 
 def side_findings(item: Loaded) -> list[Finding]:
+    """Every distinct audit finding of the side's runs, the first of each code."""
     seen: dict[str, Finding] = {}
     for series in item.repeats:
         for level in series.levels:

@@ -93,6 +93,7 @@ def _front_at(
 def sweep_versus(
     base: Loaded, other: Loaded, options: CompareOptions, withheld: list[Difference], rng: np.random.Generator
 ) -> SweepVersus:
+    """Throughput per GPU at each target of `other` against `base`, with the relative difference's interval."""
     frontier = options.frontier
     assert frontier.basis in BASES
     sides = []
