@@ -40,7 +40,6 @@ from agentx.results.summary.acceptance import run_acceptance
 from agentx.results.summary.audit import audit
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import Summary, summarize
-from agentx.results.summary.tasks import task_costs
 from agentx.results.summary.validity import validity
 from agentx.trace.io import Format, save_trace
 from agentx.trace.model import Trace
@@ -171,6 +170,7 @@ def _finish(
         loop_lag_s=run.loop_lag_s,
         telemetry=load_server_metrics(Path(run.records_path).parent),
         percentiles=options.scenario.percentiles,
+        trees_cut=run.trees_finished < run.trees_started,
     )
     summary.stream_usage = run.stream_usage or None
     summary.rules = options.scenario.rules
@@ -187,9 +187,6 @@ def _finish(
     )
     summary.validity = validity(table, run_file, summary.acceptance)
     summary.shards = shards_summary(run.shards)
-    if summary.tasks is not None:  # again: the run knows whether its end cut any tree
-        total_tps_per_gpu = summary.throughput.total_tps_per_gpu if summary.throughput is not None else None
-        summary.tasks = task_costs(table, total_tps_per_gpu, trees_cut=run.trees_finished < run.trees_started)
     summary.audit = audit(table, summary)  # again: the acceptance is known now
     result = ReplayResult(run=run, summary=summary)
     write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)

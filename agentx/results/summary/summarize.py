@@ -66,8 +66,12 @@ def summarize(
     loop_lag_s: Sequence[float] | None = None,
     telemetry: pa.Table | None = None,
     percentiles: Sequence[float] = SHOWN_PERCENTILES,
+    trees_cut: bool = True,
 ) -> Summary:
     """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
+
+    `trees_cut`: whether the run ended with trees unfinished, which decides the tasks it counts
+    (agentx.results.summary.tasks); true when unknown.
 
     `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
     `telemetry`: its server_metrics.arrow (`load_server_metrics`), summarized over the profiling phase.
@@ -129,7 +133,8 @@ def summarize(
         inferencex=inferencex_metrics(table, percentiles),
         rules=_rules(records),
     )
-    summary.tasks = task_costs(records, throughput.total_tps_per_gpu if throughput is not None else None)
+    total_tps_per_gpu = throughput.total_tps_per_gpu if throughput is not None else None
+    summary.tasks = task_costs(records, total_tps_per_gpu, trees_cut=trees_cut)
     summary.critical_path = critical_path(records)
     summary.cache_misses = cache_misses(table, records)
     summary.audit = audit(records, summary)
