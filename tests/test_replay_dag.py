@@ -475,7 +475,7 @@ def test_a_stalled_server_stops_the_run(tmp_path: Path) -> None:
     records = to_records(table)
     assert len(records) == 2 and all(r.error_kind == "cancelled" for r in records)
     assert all("no progress for 1 s" in (r.error_message or "") for r in records)
-    message = run_failure(summarize(table), result.cancel_reason, None)
+    message = run_failure(summarize(table), result, None)
     assert message is not None and "stopped making progress" in message and "--stall-timeout" in message
 
     steady_result, _ = asyncio.run(go(steady, tmp_path / "steady"))

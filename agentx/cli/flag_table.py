@@ -158,6 +158,16 @@ FLAGS: Final[dict[str, Flag]] = {
         metavar="SECONDS|off",
         none="off",
     ),
+    "Runtime.on_server_loss": Flag(
+        "When the server stops answering (--server-loss-failures refusals or resets before any byte, in a row, over "
+        "at least --server-loss-window): stop the run as Ctrl-C does and exit 3, or go on against it."
+    ),
+    "Runtime.server_loss_failures": Flag(
+        "Requests (or probes) refused or reset before their first byte, in a row, that lose the server."
+    ),
+    "Runtime.server_loss_window_s": Flag(
+        "Least time, s, from the first of those failures to the server's loss; an answer within it resets the count."
+    ),
     # DecodeOptions
     "DecodeOptions.isl_tokens": Flag("Prompt tokens.", flag="--isl"),
     "DecodeOptions.osl_tokens": Flag("Output tokens, forced.", flag="--osl"),

@@ -255,6 +255,7 @@ async def run_replay(
         stream_usage=stream_usage,
         calibration=msgspec.convert(calibration.summary(), CalibrationSummary) if calibration is not None else None,
         cancel_reason=runner.recorder.cancel_reason,
+        server_lost_at_s=runner.server_lost_at_s,
         skipped_context_overflow=runner.skipped_context_overflow,
         warmup_requests=runner.recorder.warmup_requests,
         tstar=runner.tstar,

@@ -85,7 +85,11 @@ class RunResult(msgspec.Struct, kw_only=True):
     calibration: CalibrationSummary | None = None
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start."""
     cancel_reason: str | None = None
-    """Why the run stopped early: "interrupted" (Ctrl-C, cancellation) or "failure_threshold"; None otherwise."""
+    """Why the run stopped early: "interrupted" (Ctrl-C, cancellation), "failure_threshold", "stalled",
+    "server_lost" or "worker_lost"; None otherwise."""
+    server_lost_at_s: float | None = None
+    """With `cancel_reason` "server_lost": when the server stopped answering (the first of the refusals in a row that
+    lost it), s after the run's start (agentx.replayer.schedule.server_loss)."""
     skipped_context_overflow: int = 0
     """Steps not sent because their session had ended on a context overflow (docs/agentx.md §5)."""
     warmup_requests: int = 0
@@ -143,6 +147,7 @@ def combined(results: list[RunResult], *, run_id: str, records_path: Path, inter
         stream_usage=first.stream_usage,
         calibration=first.calibration,
         cancel_reason=next((r.cancel_reason for r in results if r.cancel_reason), None),
+        server_lost_at_s=min((r.server_lost_at_s for r in results if r.server_lost_at_s is not None), default=None),
         skipped_context_overflow=sum(r.skipped_context_overflow for r in results),
         warmup_requests=sum(r.warmup_requests for r in results),
         tstar=sorted((entry for r in results for entry in r.tstar), key=lambda entry: entry.lane),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from agentx.records.record import RequestRecord
     from agentx.replayer.options.replay import ReplayOptions
     from agentx.replayer.plan.play import PreparedTrace
+    from agentx.replayer.run_result import RunResult
     from agentx.results.summary.summarize import Summary
     from agentx.run.repeats import ReplayRepeats
     from agentx.run.replay import ReplayResult
@@ -205,7 +206,7 @@ def replay(
     if result.run.interrupted:
         stderr.print(interrupted_line(result), markup=False)
         sys.exit(EXIT_INTERRUPTED)
-    failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
+    failure = run_failure(result.summary, result.run, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
 
@@ -255,7 +256,7 @@ def _replay_repeats(
 
     def done(number: int, result: ReplayResult) -> None:
         progress.close()
-        failure = run_failure(result.summary, result.run.cancel_reason, options.scenario.failed_request_threshold)
+        failure = run_failure(result.summary, result.run, options.scenario.failed_request_threshold)
         line = repeat_line(number, repeat_seed(options.scenario.seed, number), result, failed=failure is not None)
         stderr.print(line, markup=False)
 
@@ -331,7 +332,7 @@ def _end_repeats(repeated: ReplayRepeats, as_json: bool, threshold: float | None
     failures = [
         f"r{number}: {failure}"
         for number, result in enumerate(repeated.results, start=1)
-        if (failure := run_failure(result.summary, result.run.cancel_reason, threshold)) is not None
+        if (failure := run_failure(result.summary, result.run, threshold)) is not None
     ]
     if failures:
         named = "; ".join(failures)
@@ -346,8 +347,9 @@ def cap_line(cap: int, reached: bool, result: ReplayResult) -> str:
     return f"--num-requests {cap} not reached: the run ended by itself after {sent:,} profiling requests"
 
 
-def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | None) -> str | None:
+def run_failure(summary: Summary, run: RunResult, threshold: float | None) -> str | None:
     """Why a run that ended by itself does not stand (exit 3), in one line; None when it does."""
+    cancel_reason = run.cancel_reason
     counts = summary.counts
     kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(counts.errors_by_kind.items()))
     failed = f"{counts.errors:,} of {counts.profiling:,} profiling requests failed" + (f" ({kinds})" if kinds else "")
@@ -355,6 +357,12 @@ def run_failure(summary: Summary, cancel_reason: str | None, threshold: float | 
         return (
             f"a Ray worker was lost and the others were stopped (--on-worker-loss abort): {failed}; the shard and its "
             "node are in the warning above and in run.json (run.shards)"
+        )
+    if cancel_reason == "server_lost":
+        at = "" if run.server_lost_at_s is None else f" {run.server_lost_at_s:,.1f} s into the run"
+        return (
+            f"the server stopped answering{at}: every request and probe was refused or reset before its first byte "
+            f"(--on-server-loss stop); {failed}"
         )
     if cancel_reason == "stalled":
         return f"the server stopped making progress with requests in flight (--stall-timeout): {failed}"

@@ -197,6 +197,14 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
     """The run's stall watchdog (agentx.replayer.schedule.runner); 900 s is the harness's bound on a dead
     connection (its `agentx` scenario's `HTTP.TCP_USER_TIMEOUT`), longer than any healthy gap between two bytes of an
     answer."""
+    on_server_loss: Literal["stop", "continue"] = "stop"
+    """When the server stops answering (agentx.replayer.schedule.server_loss): stop the run as an interrupt does
+    (grace, records, run.json), or go on against it (its requests then fail with connection errors)."""
+    server_loss_failures: Annotated[int, Meta(ge=1)] = 5
+    """Requests (or the watch's own probes) refused or reset before their first byte, in a row, that lose the
+    server, if they also span `server_loss_window_s`."""
+    server_loss_window_s: PositiveSeconds = 10.0
+    """How long the server must go unanswering before it is lost: longer than a restart the run should ride out."""
     run_id: str | None = None
     """The run's id (default: a fresh UUID); the workers of one `--workers` run share theirs."""
     node: str = ""

@@ -19,6 +19,7 @@ from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.sent_blocks import BlockHits
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.schedule.release import Release
+from agentx.replayer.schedule.server_loss import ServerLossWatch
 
 OnRecord = Callable[[RequestRecord], None]
 FAILURE_THRESHOLD_MIN_REQUESTS: Final = 10
@@ -30,7 +31,7 @@ LATE_NOTICE_S: Final = 1.0
 
 class Recorder:
     """Records of one run, and its counters. `notice(text)` announces; `fail_run()` stops the run when the failure
-    threshold is crossed (`cancel_reason` says why)."""
+    threshold is crossed (`cancel_reason` says why); `server_loss` is shown every record."""
 
     def __init__(
         self,
@@ -44,6 +45,7 @@ class Recorder:
         on_record: OnRecord | None,
         notice: Callable[[str], None],
         fail_run: Callable[[], None],
+        server_loss: ServerLossWatch | None = None,
         slo: Slos | None = None,
         worker: int = 0,
         node: str = "",
@@ -60,6 +62,7 @@ class Recorder:
         self.on_record = on_record
         self.notice = notice
         self.fail_run = fail_run
+        self.server_loss = server_loss
         self.requests = 0
         self.errors = 0
         self.cancelled = 0
@@ -208,6 +211,8 @@ class Recorder:
                     f"turn {record.turn} went out {record.dispatch_lag_s:.3f} s after it was due (the client, not "
                     "the server, set the pace; see the summary's dispatch lag)"
                 )
+        if self.server_loss is not None:
+            self.server_loss.observe(record)
         self.writer.append(record)
         if self.on_record is not None:
             self.on_record(record)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import itertools
 import logging
 import socket
@@ -37,6 +38,7 @@ from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS,
 from agentx.replayer.schedule.recorder import OnRecord, Recorder
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sending import Sender
+from agentx.replayer.schedule.server_loss import ServerLossWatch
 from agentx.replayer.schedule.warmup import (
     LaneStart,
     ProfilingGate,
@@ -109,6 +111,18 @@ class Runner:
         self.writer = writer
         self.bodies = bodies
         self.run_id = run_id
+        self.server_lost_at_s: float | None = None
+        """When the streak of refusals that lost the server began, s after the run's start (None: not lost)."""
+        self.server_loss = (
+            ServerLossWatch(
+                client,
+                failures=options.runtime.server_loss_failures,
+                window_s=options.runtime.server_loss_window_s,
+                on_lost=self._server_lost,
+            )
+            if options.runtime.on_server_loss == "stop"
+            else None
+        )
         self.recorder = Recorder(
             writer,
             run_id=run_id,
@@ -119,6 +133,7 @@ class Runner:
             on_record=hooks.on_record,
             notice=self.notice,
             fail_run=self.stop,
+            server_loss=self.server_loss,
             slo=options.scenario.slo,
             worker=options.runtime.shard[0],
             node=options.runtime.node or socket.gethostname(),
@@ -217,6 +232,8 @@ class Runner:
             ]
             if self.options.runtime.quiet_gc:
                 background.append(services.create_task(collect_on_clock(self.clock)))
+            if self.server_loss is not None:
+                background.append(services.create_task(self.server_loss.watch()))
             if self.options.runtime.stall_timeout_s is not None:
                 background.append(services.create_task(self._watch_stall(self.options.runtime.stall_timeout_s)))
             try:
@@ -369,6 +386,20 @@ class Runner:
                 self.stop()
                 self.hard_stop(f"the server made no progress for {timeout_s:g} s (--stall-timeout)")
                 return
+
+    def _server_lost(self, first_loss_ns: int, losses: int, span_s: float) -> None:
+        """The server stopped answering (agentx.replayer.schedule.server_loss): the run stops as an interrupt does."""
+        self.server_lost_at_s = at_s = (first_loss_ns - self.recorder.start_ns) / 1e9
+        ago = datetime.timedelta(seconds=(time.perf_counter_ns() - first_loss_ns) / 1e9)
+        wall = datetime.datetime.now().astimezone() - ago
+        if self.recorder.cancel_reason is None:
+            self.recorder.cancel_reason = "server_lost"
+        self.notice(
+            f"the server stopped answering at {wall:%H:%M:%S %Z} ({at_s:,.1f} s into the run): {losses:,} requests "
+            f"and probes in a row were refused or reset before their first byte, over {span_s:,.1f} s "
+            "(--server-loss-failures, --server-loss-window); the run stopped (--on-server-loss continue goes on)"
+        )
+        self.stop()
 
     async def _tick(self) -> None:
         while True:
