@@ -507,33 +507,51 @@ def _max_model_len(server: VllmServer) -> int:
         return int(json.loads(response.read())["data"][0]["max_model_len"])
 
 
-def test_vllm_killed_mid_run_leaves_records_and_run_json(tmp_path: Path) -> None:
-    """Its own server (the others stay up for the tests after): SIGKILLed once requests are flowing."""
+LOSS_WINDOW_S = 3.0
+LOSS_GRACE_S = 2.0
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [("--mode", "closed", "--concurrency", "2"), ("--concurrency", "1"), ("--mode", "rate", "--rate", "1")],
+    ids=["closed-c2", "agentx-c1", "rate"],
+)
+def test_vllm_killed_mid_run_stops_the_run(tmp_path: Path, mode: tuple[str, ...]) -> None:
+    """Its own server (the others stay up for the tests after), SIGKILLed once profiling requests are flowing: the
+    run stops within the loss window and its grace (agentx.replayer.schedule.server_loss), exit 3, with its records
+    and run.json, though its trace and duration hold minutes more."""
     server = _start(AL_B)
     trace = saved(long_outputs(sessions=6, turns=4, out=300), tmp_path / "trace.arrow")
     out = tmp_path / "run"
     command = [sys.executable, "-m", "agentx.cli", "replay", str(trace), "--url", server.url, "--model", server.model,
-               "--mode", "closed", "--concurrency", "2", "--delay-scale", "0", "--out", str(out)]  # fmt: skip
+               *mode, "--duration", "600", "--failed-request-threshold", "off", "--grace", str(LOSS_GRACE_S),
+               "--server-loss-window", str(LOSS_WINDOW_S), "--server-loss-failures", "3",
+               "--out", str(out)]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         records = out / "records.arrow"
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
-            if records.exists() and read_records(records).num_rows >= 2:
+            if records.exists() and read_records(records).column("phase").to_pylist().count("profiling") >= 1:
                 break
             time.sleep(0.2)
         assert process.poll() is None, process.communicate()
         server.kill()
-        _, stderr = process.communicate(timeout=300)
+        killed = time.monotonic()
+        _, stderr = process.communicate(timeout=120)
+        ended_after_s = time.monotonic() - killed
     finally:
         server.stop()
         if process.poll() is None:
             process.kill()
     table = to_records(read_records(out / "records.arrow"))
     run = json.loads((out / RUN_FILE).read_text())
-    last_line = stderr.strip().splitlines()[-1:] if stderr.strip() else []
-    errors = run["run"]["errors"]
-    print(f"killed mid-run: exit {process.returncode}; {len(table)} records, {errors} errors, {last_line}")
-    assert run["run"]["requests"] == len(table) >= 2
-    assert sum(1 for r in table if r.status == "ok") >= 2
-    assert any(r.status != "ok" for r in table)
+    last_line = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    print(f"killed mid-run ({' '.join(mode)}): exit {process.returncode} after {ended_after_s:.1f} s; {len(table)} "
+          f"records, {run['run']['errors']} errors; {last_line}")  # fmt: skip
+    assert "Traceback" not in stderr, stderr
+    assert process.returncode == 3 and "the server stopped answering" in last_line, stderr[-3000:]
+    assert LOSS_WINDOW_S <= ended_after_s <= LOSS_WINDOW_S + LOSS_GRACE_S + 10.0
+    assert run["run"]["cancel_reason"] == "server_lost"
+    assert run["run"]["requests"] == len(table) >= 1
+    assert any(r.status == "ok" for r in table) and any(r.status != "ok" for r in table)

@@ -145,12 +145,16 @@ MARGIN_S = 5.0
 """Beyond grace + window: the probe's period and timeout, the summary, the process's end."""
 
 
-def _profiling_records(path: Path) -> int:
-    try:
-        table = read_records(path)
-    except RecordsError:  # not created yet, or its schema not yet flushed
-        return 0
-    return sum(phase == "profiling" for phase in table.column("phase").to_pylist())
+def _profiling_records(out: Path) -> int:
+    """Profiling records in the run folder so far (a `--workers` run's in its workers' files until the end)."""
+    count = 0
+    for path in [out / "records.arrow", *sorted(out.glob("workers/*/records.arrow"))]:
+        try:
+            table = read_records(path)
+        except RecordsError:  # not created yet, or its schema not yet flushed
+            continue
+        count += sum(phase == "profiling" for phase in table.column("phase").to_pylist())
+    return count
 
 
 def _replay(sim: SimServer, out: Path, extra: list[str]) -> subprocess.Popen[bytes]:
@@ -189,6 +193,7 @@ MODES = {
     "agentx-c16": ["--concurrency", "16", "--delay-scale", "0.05"],
     "closed-c4": ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.05"],
     "closed-c64": ["--mode", "closed", "--concurrency", "64", "--delay-scale", "0.05"],
+    "closed-c8-workers": ["--mode", "closed", "--concurrency", "8", "--delay-scale", "0.05", "--workers", "2"],
     "trace": ["--mode", "trace", "--speedup", "2", "--delay-scale", "0.05"],
     "rate": ["--mode", "rate", "--rate", "2", "--delay-scale", "0.05"],
 }
@@ -201,7 +206,7 @@ def test_killing_the_server_stops_the_run_with_exit_3(tmp_path: Path, mode: str)
         process = _replay(sim, out, MODES[mode])
         try:
             deadline = time.monotonic() + 90.0
-            while _profiling_records(out / "records.arrow") < 1:
+            while _profiling_records(out) < 1:
                 assert process.poll() is None, (tmp_path / "run.stderr").read_text()
                 assert time.monotonic() < deadline, "the replay did not get going"
                 time.sleep(0.05)
@@ -235,7 +240,7 @@ def test_on_server_loss_continue_keeps_playing_against_a_dead_server(tmp_path: P
     with SimServer(time_scale=0.05, block_size=64) as sim:
         process = _replay(sim, out, ["--mode", "closed", "--concurrency", "4", "--on-server-loss", "continue"])
         try:
-            while _profiling_records(out / "records.arrow") < 1:
+            while _profiling_records(out) < 1:
                 assert process.poll() is None, (tmp_path / "run.stderr").read_text()
                 time.sleep(0.05)
             os.kill(sim.pid, signal.SIGKILL)
@@ -261,7 +266,7 @@ def test_a_server_back_within_the_window_resets_it(tmp_path: Path) -> None:
         extra = ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.02", "--sessions", "10"]
         process = _replay(sim, out, [*extra, "--server-loss-window", "4"])
         try:
-            while _profiling_records(out / "records.arrow") < 1:
+            while _profiling_records(out) < 1:
                 assert process.poll() is None, (tmp_path / "run.stderr").read_text()
                 time.sleep(0.05)
             sim.set_faults(FaultConfig(refuse_connections_s=1.5))
