@@ -39,3 +39,13 @@ def test_an_event_stream_cut_before_done_still_says_so() -> None:
     response = _answer("text/event-stream", EVENTS.split(b"data: [DONE]")[0])
     with pytest.raises(ExchangeError, match=r"the stream ended without data: \[DONE\]"):
         response.finish(())
+
+
+def test_an_error_status_answered_in_json_is_an_error_not_a_foreign_answer() -> None:
+    response = StreamResponse(streamed=True)
+    response.head(503, "Service Unavailable", {"content-type": "application/json"}, 1)
+    response.data(b'{"error": {"message": "busy"}}', 2)
+    with pytest.raises(ExchangeError) as raised:
+        response.finish(())
+    assert raised.value.kind == "http" and "busy" in str(raised.value)
+    assert response.exchange.foreign_content_type is None

@@ -37,11 +37,12 @@ from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.11"
+FORMAT_VERSION: Final = "1.12"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
 `itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
 `worker` and `node`; 1.10 `replayed_hit_blocks`; 1.11 what released each request (`released_by_request_id`,
-`think_s`, `idle_cut_s`, `join_wait_s`) and two more cache counts (`seen_any_scope_blocks`, `lru_hit_blocks`)."""
+`think_s`, `idle_cut_s`, `join_wait_s`) and two more cache counts (`seen_any_scope_blocks`, `lru_hit_blocks`);
+1.12 `server_notices`."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
@@ -149,6 +150,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     lru_hit_blocks: int | None = None
     """Leading hash-id blocks an LRU cache of the server's own capacity, fed the run's prompts in send order, held;
     None when the server's `/metrics` did not give its capacity (agentx.replayer.plan.sent_blocks)."""
+    server_notices: list[str] = []
+    """What the server got wrong in the answer (agentx.replayer.schedule.sanity): `output_over_max_tokens`,
+    `prompt_count_differs`, `not_event_stream`; empty for most."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -293,6 +297,11 @@ COLUMNS: list[tuple[pa.Field, str]] = [
         pa.field("lru_hit_blocks", _INT64),
         "leading hash-id blocks an LRU cache of the server's capacity (vllm:cache_config_info), fed the prompts in "
         "send order, held; null when the capacity was not known",
+    ),
+    (
+        pa.field("server_notices", pa.list_(_STR), nullable=False),
+        "what the server got wrong in the answer: output_over_max_tokens, prompt_count_differs, not_event_stream "
+        "(agentx.replayer.schedule.sanity); empty for most",
     ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])

@@ -156,12 +156,14 @@ class SimApp:
         on_output: Callable[[list[int], FinishReason | None], None],
         *,
         tokens_sent_early: int = 0,
+        output_scale: float = 1.0,
     ) -> SequenceHandle:
-        """Queue the request's sequence, which owes the client `tokens_sent_early` fewer tokens."""
+        """Queue the request's sequence, which owes the client `tokens_sent_early` fewer tokens (and generates
+        `output_scale` times what it asked for: the `output_scale` fault)."""
         generation = GenerationRequest(
             prompt_ids=plan.prompt_ids,
-            max_tokens=plan.max_tokens - tokens_sent_early,
-            min_tokens=max(0, plan.min_tokens - tokens_sent_early),
+            max_tokens=round(plan.max_tokens * output_scale) - tokens_sent_early,
+            min_tokens=max(0, round(plan.min_tokens * output_scale) - tokens_sent_early),
             ignore_eos=plan.ignore_eos,
             cache_salt=plan.cache_salt,
         )
@@ -176,7 +178,7 @@ class SimApp:
         collector = Collector(asyncio.get_running_loop().create_future())
         handle: SequenceHandle | None = None
         try:
-            handle = self._submit(plan, collector.on_output)
+            handle = self._submit(plan, collector.on_output, output_scale=faults.output_scale)
             await collector.done
         except ValueError as exc:
             return _error(400, str(exc))
@@ -188,7 +190,13 @@ class SimApp:
         text = self.tokenizer.decode(collector.token_ids)
         cached = None if faults.drop_cached_tokens else handle.num_cached_tokens
         body = protocol.full_response(
-            plan, text, collector.token_ids, collector.finish_reason, cached, self.config.model_name
+            plan,
+            text,
+            collector.token_ids,
+            collector.finish_reason,
+            cached,
+            self.config.model_name,
+            prompt_tokens=round(len(plan.prompt_ids) * faults.prompt_tokens_scale),
         )
         return web.Response(body=body, content_type=_JSON)
 
@@ -221,7 +229,9 @@ class SimApp:
         # A single-token request has nothing left for the engine after the early token: spared.
         early = faults.early_first_token and plan.max_tokens > 1
         try:
-            stream.handle = self._submit(plan, stream.on_output, tokens_sent_early=int(early))
+            stream.handle = self._submit(
+                plan, stream.on_output, tokens_sent_early=int(early), output_scale=faults.output_scale
+            )
             if faults is not NO_FAULTS:
                 self._stream_faults_at_start(stream, faults, early=early)
             await stream.drive(writer.drain)

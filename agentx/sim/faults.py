@@ -10,6 +10,7 @@ leaves the first five exactly the draws they were before the timing faults exist
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import socket
 import struct
@@ -51,6 +52,10 @@ class FaultConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     early_first_token_rate: float = 0.0
     """Streams that get their first token as a chunk at once, before the prompt's prefill; the engine then
     generates one token fewer. Requests for a single token are spared."""
+    output_scale: float = 1.0
+    """Generate this many times each request's `max_tokens` (and `min_tokens`), as a server that ignores the cap."""
+    prompt_tokens_scale: float = 1.0
+    """Report `usage.prompt_tokens` as this many times the prompt's tokens, as a server that counts otherwise."""
     drop_cached_tokens: bool = False
     """Usage objects without `prompt_tokens_details` (so without `cached_tokens`), as vLLM's without
     `--enable-prompt-tokens-details`."""
@@ -69,6 +74,9 @@ class FaultConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         for name in ("retry_after_s", "reset_after_chunks", "stall_after_chunks", "malformed_after_chunks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("output_scale", "prompt_tokens_scale"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0.0):
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("stall_s", "slow_first_byte_s", "refuse_connections_s"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -99,6 +107,8 @@ class FaultPlan(msgspec.Struct, frozen=True, kw_only=True):
     bundle: bool = False
     early_first_token: bool = False
     drop_cached_tokens: bool = False
+    output_scale: float = 1.0
+    prompt_tokens_scale: float = 1.0
 
 
 NO_FAULTS = FaultPlan()
@@ -166,7 +176,8 @@ class FaultInjector:
         malformed = stream and u_malformed < c.malformed_rate
         bundle = stream and u_bundle < c.bundle_rate
         early = stream and u_early < c.early_first_token_rate
-        if status is None and not (slow or reset or stall or malformed or bundle or early or c.drop_cached_tokens):
+        miscounts = c.drop_cached_tokens or c.output_scale != 1.0 or c.prompt_tokens_scale != 1.0
+        if status is None and not (slow or reset or stall or malformed or bundle or early or miscounts):
             return NO_FAULTS
         return FaultPlan(
             status=status,
@@ -178,6 +189,8 @@ class FaultInjector:
             bundle=bundle,
             early_first_token=early,
             drop_cached_tokens=c.drop_cached_tokens,
+            output_scale=c.output_scale,
+            prompt_tokens_scale=c.prompt_tokens_scale,
         )
 
     def count(self, fault: str) -> None:

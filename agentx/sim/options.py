@@ -98,6 +98,20 @@ _FLAGS = (
         "Fraction of streams whose first token comes before the prefill.",
     ),
     _Flag(
+        "--fault-output-scale",
+        "faults",
+        "output_scale",
+        click.FloatRange(min=0.0, min_open=True),
+        "Generate this many times each request's max_tokens (a server ignoring the cap).",
+    ),
+    _Flag(
+        "--fault-prompt-tokens-scale",
+        "faults",
+        "prompt_tokens_scale",
+        click.FloatRange(min=0.0, min_open=True),
+        "Report usage.prompt_tokens as this many times the prompt's tokens.",
+    ),
+    _Flag(
         "--fault-drop-cached-tokens",
         "faults",
         "drop_cached_tokens",

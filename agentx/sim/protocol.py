@@ -359,11 +359,14 @@ def full_response(
     finish_reason: FinishReason,
     cached_tokens: int | None,
     model_name: str,
+    *,
+    prompt_tokens: int | None = None,
 ) -> bytes:
-    """The non-streaming response body; its usage has no `prompt_tokens_details` when `cached_tokens` is None."""
+    """The non-streaming response body; its usage has no `prompt_tokens_details` when `cached_tokens` is None, and
+    counts `prompt_tokens` (default: the prompt's)."""
     ids = token_ids if plan.return_token_ids else None
     prompt_ids = plan.prompt_ids.tolist() if plan.return_token_ids else None
-    usage = _usage(len(plan.prompt_ids), len(token_ids), cached_tokens)
+    usage = _usage(len(plan.prompt_ids) if prompt_tokens is None else prompt_tokens, len(token_ids), cached_tokens)
     head = {"id": plan.request_id, "object": "", "created": plan.created, "model": model_name}
     tail = {"service_tier": None, "system_fingerprint": None, "usage": usage}
     if plan.chat:

@@ -156,7 +156,7 @@ class Stream:
             self._tails[finish_reason],
         )
         self.num_tokens += len(token_ids)
-        prompt_tokens = len(plan.prompt_ids)
+        prompt_tokens = round(len(plan.prompt_ids) * self._faults.prompt_tokens_scale)
         if plan.return_token_ids:
             if self.chunks == 0 and not plan.chat:
                 parts += (b',"prompt_token_ids":', msgspec.json.encode(plan.prompt_ids.tolist()))

@@ -54,6 +54,9 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     rows.append(("profiling requests succeeded / sent", f"{c.kept:,} / {c.profiling:,}"))
     rows.append(("errors", f"{c.errors:,} ({errors})"))
     rows.append(("cancelled · warmup excluded", f"{c.cancelled:,} · {c.warmup_excluded:,}"))
+    if c.server_notices:
+        wrong = ", ".join(f"{kind} {count:,}" for kind, count in c.server_notices.items())
+        rows.append(("answers the server got wrong", wrong))
     t = summary.throughput
     if t is not None:
         rows.append(("duration (s)", _s(t.duration_s, 1)))

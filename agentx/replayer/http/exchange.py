@@ -65,6 +65,8 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     """At most ~500 characters."""
     connection_retries: int = 0
     """Times the request was sent again because the server had closed its reused connection unanswered."""
+    foreign_content_type: str | None = None
+    """A streamed request's answer said it is not an event stream: its Content-Type."""
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         """End the request now, failed with `kind` and `message` (already scrubbed of secrets)."""

@@ -150,7 +150,9 @@ class StreamResponse:
         self._reason = reason
         self._content_type = headers.get("content-type", "")
         kind = self._content_type.split(";", 1)[0].strip().lower()
-        self._foreign = self.streamed and bool(kind) and kind != "text/event-stream"
+        self._foreign = self.streamed and status == 200 and bool(kind) and kind != "text/event-stream"
+        if self._foreign:
+            self.exchange.foreign_content_type = self._content_type
 
     def data(self, chunk: bytes, now_ns: int) -> None:
         self.flight.last_ns = now_ns

@@ -19,6 +19,7 @@ from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.sent_blocks import BlockHits
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.schedule.release import Release
+from agentx.replayer.schedule.sanity import SanityNotices, server_notices
 from agentx.replayer.schedule.server_loss import ServerLossWatch
 
 OnRecord = Callable[[RequestRecord], None]
@@ -31,7 +32,9 @@ LATE_NOTICE_S: Final = 1.0
 
 class Recorder:
     """Records of one run, and its counters. `notice(text)` announces; `fail_run()` stops the run when the failure
-    threshold is crossed (`cancel_reason` says why); `server_loss` is shown every record."""
+    threshold is crossed (`cancel_reason` says why); `server_loss` is shown every record; `max_tokens(tree, step,
+    phase)` is the output cap a request sent (None: not known), against which its answer is checked
+    (agentx.replayer.schedule.sanity)."""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class Recorder:
         notice: Callable[[str], None],
         fail_run: Callable[[], None],
         server_loss: ServerLossWatch | None = None,
+        max_tokens: Callable[[Play, Step, Phase], int | None] | None = None,
         slo: Slos | None = None,
         worker: int = 0,
         node: str = "",
@@ -63,6 +67,8 @@ class Recorder:
         self.notice = notice
         self.fail_run = fail_run
         self.server_loss = server_loss
+        self.max_tokens = max_tokens
+        self.sanity = SanityNotices(notice)
         self.requests = 0
         self.errors = 0
         self.cancelled = 0
@@ -174,6 +180,13 @@ class Recorder:
         common = self._identity(tree, step, scheduled_ns, sent_tokens, phase, request_id, hits, release)
         if exchange.error_kind == "cancelled":
             self.cancelled += 1
+        streamed_tokens = sum(exchange.chunk_tokens)
+        max_tokens = None if self.max_tokens is None else self.max_tokens(tree, step, phase)
+        notices = server_notices(exchange, max_tokens, sent_tokens, streamed_tokens)
+        if notices:
+            agent = f" agent {step.agent_id!r}" if step.agent_id else ""
+            where = f"session {common['session_id']!r}{agent} turn {step.turn}"
+            self.sanity.first(notices, exchange, max_tokens, sent_tokens, where)
         record = RequestRecord(
             **common,
             queued_ns=offset(exchange.queued_ns),
@@ -186,7 +199,7 @@ class Recorder:
             chunk_tokens=list(exchange.chunk_tokens),
             isl_server_tokens=exchange.prompt_tokens,
             osl_server_tokens=exchange.completion_tokens,
-            osl_streamed_tokens=sum(exchange.chunk_tokens),
+            osl_streamed_tokens=streamed_tokens,
             tokens_estimated=exchange.tokens_estimated,
             cached_tokens=exchange.cached_tokens,
             connection_retries=exchange.connection_retries,
@@ -195,6 +208,7 @@ class Recorder:
             timeout_kind=exchange.timeout_kind,
             error_message=exchange.error_message,
             http_status=exchange.status or None,
+            server_notices=list(notices),
         )
         record.slo_met = self.slo.met(record)  # judged on the derived latencies, before the record is written
         self.requests += 1

@@ -14,7 +14,8 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
@@ -79,6 +80,11 @@ class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
     on_profiling: Callable[[], None] | None = None
 
 
+def _caps_output(extra_body: Mapping[str, Any] | None) -> bool:
+    """Whether the user's extra body sets the output cap itself (then what each request's cap was is not known)."""
+    return extra_body is not None and any(key in extra_body for key in ("max_tokens", "max_completion_tokens"))
+
+
 class Runner:
     """One run's schedule: lanes (or arrivals) draw trees, each tree runs its steps as a DAG, each step is
     sent when due; `stop()` ends it gracefully, `hard_stop()` cancels what is in flight."""
@@ -134,6 +140,7 @@ class Runner:
             notice=self.notice,
             fail_run=self.stop,
             server_loss=self.server_loss,
+            max_tokens=None if _caps_output(options.server.extra_body) else bodies.max_tokens,
             slo=options.scenario.slo,
             worker=options.runtime.shard[0],
             node=options.runtime.node or socket.gethostname(),

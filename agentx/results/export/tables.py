@@ -6,11 +6,11 @@
   and swapped in atomically; a file that already has its footer is left alone.
 - **parquet**: zstd, the same columns and types; the schema metadata (the run id, wall-clock epoch and options)
   travels in Parquet's key-value metadata, as pyarrow stores it, so `pyarrow.parquet.read_table` gives it back.
-- **csv**: one header row (the column names, in the records' order), one row per record. Strings are quoted,
-  an empty string as `""`; a null is an empty field; booleans are `true`/`false`; floats are written to the
-  shortest text that reads back to the same value. The list columns (`chunk_times_ns`, `chunk_tokens`) are
-  JSON arrays in one field (`"[52000000,1052000000]"`, `"[]"`), so the file keeps one row per request and every
-  value. No metadata: the run's options are in run.json.
+- **csv**: one header row (the column names, in the records' order), one row per record. Strings are quoted, an empty
+  string as `""`; a null is an empty field; booleans are `true`/`false`; floats are written to the shortest text that
+  reads back to the same value. The list columns (`chunk_times_ns`, `chunk_tokens`, `server_notices`) are JSON arrays in
+  one field (`"[52000000,1052000000]"`, `"[]"`, `"[""not_event_stream""]"`), so the file keeps one row per request and
+  every value. No metadata: the run's options are in run.json.
 
 `export_table` writes beside its target and renames (`os.replace`), so a failure never leaves half a file and a
 file replaced with `--overwrite` stays whole until the new one is.
@@ -33,7 +33,7 @@ from agentx.records.writer import finalize_records, write_records_file
 
 TABLE_FILES: Final[dict[str, str]] = {"arrow": "records.arrow", "parquet": "records.parquet", "csv": "records.csv"}
 """Each format's default file name in the target directory."""
-LIST_COLUMNS: Final = ("chunk_times_ns", "chunk_tokens")
+LIST_COLUMNS: Final = ("chunk_times_ns", "chunk_tokens", "server_notices")
 
 
 class Finalized(msgspec.Struct, frozen=True):
@@ -63,8 +63,13 @@ def csv_table(table: pa.Table) -> pa.Table:
         if index < 0:
             continue
         column = table.column(index)
-        joined = pc.binary_join(pc.cast(column, pa.list_(pa.string())), ",")
-        text = pc.binary_join_element_wise("[", joined, "]", "")
+        if pa.types.is_string(column.type.value_type):  # JSON strings: quoted (the kinds hold no quote or escape)
+            joined = pc.binary_join(column, '","')
+            quoted = pc.binary_join_element_wise('["', joined, '"]', "")
+            text = pc.if_else(pc.equal(pc.list_value_length(column), 0), "[]", quoted)
+        else:
+            joined = pc.binary_join(pc.cast(column, pa.list_(pa.string())), ",")
+            text = pc.binary_join_element_wise("[", joined, "]", "")
         table = table.set_column(index, pa.field(name, pa.string(), nullable=column.null_count > 0), text)
     return table
 

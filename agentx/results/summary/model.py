@@ -71,6 +71,9 @@ class Counts(msgspec.Struct, kw_only=True):
     """Profiling requests cancelled (run end or Ctrl-C); not counted in `errors`."""
     warmup_excluded: int
     """Warmup-phase records (any status), left out of every metric."""
+    server_notices: dict[str, int] = {}
+    """Profiling requests whose answer the server got wrong, by kind (`output_over_max_tokens`, `prompt_count_differs`,
+    `not_event_stream`; agentx.replayer.schedule.sanity); a request may count under several."""
 
 
 class Latency(msgspec.Struct, kw_only=True):

@@ -50,6 +50,7 @@ from agentx.results.summary.model import (
     Throughput,
 )
 from agentx.results.summary.plays import rollups, slowdown
+from agentx.results.summary.server_notices import server_notice_counts
 from agentx.results.summary.server_telemetry import summarize_telemetry
 from agentx.results.summary.stats import SHOWN_PERCENTILES, FloatArray, percentiles_sorted, positive, stats
 from agentx.results.summary.tasks import task_costs
@@ -102,6 +103,7 @@ def summarize(
         errors_by_kind=dict(sorted(errors_by_kind.items())),
         cancelled=cancelled,
         warmup_excluded=int((~profiling).sum()),
+        server_notices=server_notice_counts(records, profiling),
     )
     table = records.filter(pa.array(kept_mask)) if records.num_rows else records
 
