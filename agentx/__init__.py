@@ -41,13 +41,15 @@ The simulated server (`agentx.sim`), for tests and harnesses without a GPU:
     with agentx.sim.SimServer(time_scale=0.01, spec_k=3, acceptance_length=2.5) as sim: sim.url, sim.model
 configured by EngineConfig fields and FaultConfig (docs/sim.md).
 
-Errors: one tree (agentx/errors.py), each message one paragraph naming the place (the command line exits 2, or 3 for
-a RunError):
+Errors: one tree (agentx/errors.py), each message one paragraph naming the place (the command line exits 2, 3 for
+a RunError, 4 for a WriteFailed):
     AgentxError
       TraceError   a trace that cannot be used (each problem a Finding)
       ConfigError  an option or an input file to change (RunExists, RecordsError, ...); a ValueError too
       ServerError  ServerUnreachable, ModelNotServed, CalibrationError, WarmupFailed
       RunError     a run that could not complete (WorkerFailed, ClusterError)
+      StorageError the run's files refused by the OS: OutputUnwritable at the start (nothing sent), WriteFailed
+                   once it ran (a RunError too, exit 4: it stopped early; `result` holds what it kept)
 """
 
 from __future__ import annotations
@@ -66,14 +68,17 @@ if TYPE_CHECKING:
     from agentx.errors import ConfigError as ConfigError
     from agentx.errors import Finding as Finding
     from agentx.errors import ModelNotServed as ModelNotServed
+    from agentx.errors import OutputUnwritable as OutputUnwritable
     from agentx.errors import RecordsError as RecordsError
     from agentx.errors import RunError as RunError
     from agentx.errors import RunExists as RunExists
     from agentx.errors import ServerError as ServerError
     from agentx.errors import ServerUnreachable as ServerUnreachable
+    from agentx.errors import StorageError as StorageError
     from agentx.errors import TraceError as TraceError
     from agentx.errors import WarmupFailed as WarmupFailed
     from agentx.errors import WorkerFailed as WorkerFailed
+    from agentx.errors import WriteFailed as WriteFailed
     from agentx.records.record import RequestRecord as RequestRecord
     from agentx.records.record import read_records as read_records
     from agentx.replayer.options.replay import AgentxLoad as AgentxLoad
@@ -116,14 +121,17 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "ConfigError",
         "Finding",
         "ModelNotServed",
+        "OutputUnwritable",
         "RecordsError",
         "RunError",
         "RunExists",
         "ServerError",
         "ServerUnreachable",
+        "StorageError",
         "TraceError",
         "WarmupFailed",
         "WorkerFailed",
+        "WriteFailed",
     ),
     "agentx.records.record": ("RequestRecord", "read_records"),
     "agentx.replayer.options.replay": (

@@ -29,9 +29,9 @@ from strategies import record_identity
 
 import agentx
 from agentx.cli import main
-from agentx.errors import RecordsError, RecordsInUse
+from agentx.errors import RecordsDamaged, RecordsError, RecordsInUse
 from agentx.records import writer as record_writer
-from agentx.records.ipc_files import FILE_MAGIC
+from agentx.records.ipc_files import FILE_MAGIC, META_ROWS, without_rows
 from agentx.records.record import RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.records.writer import RecordWriter, finalize_records, merge_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
@@ -225,7 +225,8 @@ def test_closing_makes_the_stream_an_ipc_file_with_the_same_rows_metadata_and_mo
     assert os.stat(path).st_mode & 0o777 == 0o640
     with ipc.open_file(path) as reader:
         assert reader.num_record_batches == 1  # the stream's small batches, coalesced
-        assert reader.schema.metadata == read_records(path).schema.metadata
+        assert without_rows(reader.schema).metadata == read_records(path).schema.metadata
+        assert reader.schema.metadata[META_ROWS] == b"7"  # the file's own count, which a table read from it drops
     assert to_records(read_records(path)) == records and run_info(read_records(path)) == RUN
     assert finalize_records(path) is False  # already a file: nothing written
 
@@ -319,11 +320,16 @@ def test_a_finalized_file_cut_short_reads_its_complete_batches(tmp_path: Path, m
     for offset in range(64, len(data) + 1, 5):  # a copy in progress: the footer comes last
         cut.write_bytes(data[:offset])
         try:
-            turns = [r.turn for r in to_records(read_records(cut))]
-        except RecordsError:  # the schema itself is cut
+            turns = [r.turn for r in to_records(read_records(cut, partial=True))]
+        except RecordsDamaged as exc:  # the schema itself is cut
+            assert (exc.rows_read, exc.rows_expected) == (0, None), offset
             continue
         assert turns == list(range(len(turns))) and len(turns) in (0, 3, 6, 9, 10), offset
         seen.add(len(turns))
+        if len(turns) < 10:  # without `partial`, what reads short is refused, saying how short
+            with pytest.raises(RecordsDamaged) as refused:
+                read_records(cut)
+            assert (refused.value.rows_read, refused.value.rows_expected) == (len(turns), 10), offset
     cut.write_bytes(data)
     assert len(read_records(cut)) == 10 and {3, 6, 9} <= seen
 

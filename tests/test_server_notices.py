@@ -23,6 +23,7 @@ from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, S
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.sanity import PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE, server_notices
+from agentx.results.summary.audit import audit
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
@@ -92,11 +93,12 @@ def test_a_server_that_ignores_max_tokens_and_miscounts_prompts_is_noticed(tmp_p
     assert len(said) == 2  # the first of each kind, once
     assert f"more output tokens than max_tokens {OUT_TOKENS}" in said[0] and "usage 24" in said[0]
     assert "prompt tokens where" in said[1] and "session 's" in said[1]
-    counted = summarize(read_records(result.records_path)).counts
-    assert counted.server_notices == {
-        "output_over_max_tokens": counted.profiling,
-        "prompt_count_differs": counted.profiling,
-    }
+    table = read_records(result.records_path)
+    summary = summarize(table)
+    every = summary.counts.profiling
+    assert summary.counts.server_notices == {"output_over_max_tokens": every, "prompt_count_differs": every}
+    found = {finding.code: finding for finding in audit(table, summary).findings}
+    assert found["output_over_max_tokens"].requests == every and "prompt_tokens_differ" in found
 
 
 def test_an_honest_server_is_not_noticed(tmp_path: Path) -> None:
@@ -105,7 +107,10 @@ def test_an_honest_server_is_not_noticed(tmp_path: Path) -> None:
     records = to_records(read_records(result.records_path))
     assert records and all(r.status == "ok" and r.server_notices == [] for r in records)
     assert not [notice for notice in result.notices if "marked in the records" in notice]
-    assert summarize(read_records(result.records_path)).counts.server_notices == {}
+    table = read_records(result.records_path)
+    summary = summarize(table)
+    assert summary.counts.server_notices == {}
+    assert not {"output_over_max_tokens", "prompt_tokens_differ"} & {f.code for f in audit(table, summary).findings}
 
 
 def test_an_html_page_for_a_stream_is_marked_not_event_stream(tmp_path: Path) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# First: from here on, a stop signal during the imports and the parsing ends the program with one line.
+import agentx.cli.early_stop  # noqa: F401
+
+# isort: split
 import logging
 import sys
 

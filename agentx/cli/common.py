@@ -13,13 +13,26 @@ import secrets
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import click
 
-from agentx.errors import AgentxError, ConfigError, Finding, RunError, ServerError, TraceError
+from agentx.cli.early_stop import STOP_SIGNALS as EARLY_STOP_SIGNALS
+from agentx.cli.early_stop import release as release_early_stop
+from agentx.errors import (
+    AgentxError,
+    ConfigError,
+    Finding,
+    RunError,
+    ServerError,
+    TraceError,
+    WriteFailed,
+    cli_words,
+)
 from agentx.trace.io import FORMATS, Format, load_trace
 from agentx.trace.validation import MAX_BLOCK_SIZE
 
@@ -33,6 +46,9 @@ EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 3
 """The run ran, but its results do not stand: the failure threshold cancelled it, every request failed, the
 realized speculative acceptance disagrees with the forced one, or it could not complete (a RunError)."""
+EXIT_WRITE_FAILED = 4
+"""The run's files could not be written once it had started (a full disk, a read-only file system, no permission,
+an I/O error: a WriteFailed): it stopped early, and its one line says what its records and run.json kept."""
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,10 +127,12 @@ def interactivity_targets(text: str) -> tuple[float, ...]:
 def failing_against(url: str, doing: str) -> Iterator[None]:
     """What a run against `url` can end with before it measures anything, each as its one-paragraph error: the
     server's errors named after the URL, options the library refuses (`doing`: "replay", "measure")."""
-    from agentx.errors import CalibrationError, ServerError, ServerUnreachable
+    from agentx.errors import CalibrationError, OutputUnwritable, ServerError, ServerUnreachable
 
     try:
         yield
+    except OutputUnwritable as exc:  # the run folder: its message names it and the OS condition
+        fail(str(exc), exit_code(exc))
     except ServerUnreachable as exc:
         fail(f"{url}: the server is unreachable ({exc})")
     except CalibrationError as exc:
@@ -127,8 +145,9 @@ def failing_against(url: str, doing: str) -> Iterator[None]:
 
 EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (
     (TraceError, EXIT_BAD_INPUT),
-    (ConfigError, EXIT_BAD_INPUT),
+    (ConfigError, EXIT_BAD_INPUT),  # OutputUnwritable too: the run folder cannot be written as the run starts
     (ServerError, EXIT_BAD_INPUT),
+    (WriteFailed, EXIT_WRITE_FAILED),  # a RunError of its own code
     (RunError, EXIT_RUN_FAILED),
 )
 """Each kind of agentx error and the exit code it ends a command with (docs/cli.md, "Exit codes")."""
@@ -140,8 +159,9 @@ def exit_code(error: AgentxError) -> int:
 
 
 class Group(click.Group):
-    """A click group that ends an agentx error escaping any of its commands as `fail(str(error), exit_code(error))`:
-    a command catches one only to say more than its message.
+    """A click group that ends an agentx error escaping any of its commands as `fail(cli_words(error),
+    exit_code(error))` (its message in the command line's words: flags, not parameters): a command catches one only
+    to say more than its message.
 
     `lazy` names commands by "module:attribute", imported only when the command line names them (or `--help`
     lists them), so `agentx replay` does not import report's, synth's or the simulator's modules before its first
@@ -163,10 +183,16 @@ class Group(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except AgentxError as error:
-            fail(str(error), exit_code(error))
+        with stop_signals_raise():
+            try:
+                return super().invoke(ctx)
+            except AgentxError as error:
+                fail(cli_words(error), exit_code(error))
+            except KeyboardInterrupt:  # a stop signal outside a run's own handling: the command's start-up, say
+                # Not through rich: cut short in the middle of a line's flush, its console would print that line again.
+                sys.stderr.write("interrupted\n")
+                sys.stderr.flush()
+                sys.exit(EXIT_INTERRUPTED)
 
 
 def print_findings(findings: list[Finding], limit: int) -> None:
@@ -174,7 +200,7 @@ def print_findings(findings: list[Finding], limit: int) -> None:
     for finding in shown:
         style = "red" if finding.severity == "error" else "yellow"
         stderr.print(f"[{style}]{finding.severity}:[/] ", end="", markup=True)
-        stderr.print(str(finding), markup=False)
+        stderr.print(finding.cli_text(), markup=False)
     if len(shown) < len(findings):
         stderr.print(f"… and {len(findings) - len(shown)} more (use --max-findings 0 to see all)", markup=False)
 
@@ -189,13 +215,37 @@ block_size_option = click.option(
 )
 
 
+MMAP_THRESHOLD_BYTES: Final = 128 * 1024
+"""glibc's default threshold from which a block is mapped on its own (`mallopt(M_MMAP_THRESHOLD)`)."""
+
+
+def lean_heap() -> None:
+    """Set glibc's allocator for a replay (the command line owns its process; elsewhere than glibc, nothing): one heap
+    for every thread (`M_ARENA_MAX` 1), and every block of `MMAP_THRESHOLD_BYTES` or more mapped on its own and
+    unmapped when freed, for good (glibc raises that threshold, up to 32 MiB, each time it frees such a block). Request
+    bodies (~1 MB at 100k tokens) and prompt blocks are made on worker threads too (agentx.replayer.schedule.offloop):
+    with a heap per thread, and bodies kept in the heaps, the AgentX-size corpus at 64 lanes held ~100 MB more
+    (bench/corpus_replay.py --peak). Python holds the GIL as it allocates: the threads hardly contend for one heap."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_mmap_threshold, m_arena_max = -3, -8
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD_BYTES)
+    mallopt(m_arena_max, 1)
+
+
 def load_to_replay(path: Path, *, format: Format | None, block_size: int | None) -> Trace:
     """`load_trace` for a command that replays the trace: loaded with the garbage collector off and then frozen
-    (`gc.freeze()`, as the command line owns its process; the run's `quiet_gc` unfreezes everything at its end).
+    (`gc.freeze()`, as the command line owns its process; the run's `quiet_gc` unfreezes everything at its end), after
+    setting the allocator for a replay (`lean_heap`).
 
     The trace is never garbage, yet a replay would otherwise walk all of it twice before its first request: the
     young collection that follows the load, then the full one with which the run freezes its set-up (~50 ms for
     6,000 Mooncake requests, more for a larger trace; bench/startup.py)."""
+    lean_heap()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -206,18 +256,56 @@ def load_to_replay(path: Path, *, format: Format | None, block_size: int | None)
             gc.enable()
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = EARLY_STOP_SIGNALS
 """Ctrl-C, what schedulers, `timeout` and `kill` send, and a closed terminal or ssh session: each stops a run
 gracefully."""
 
 
+_interrupted: list[int] = []
+"""The stop signals `stop_signals_raise` turned into KeyboardInterrupt."""
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    _interrupted.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While a command runs, Ctrl-C, SIGTERM and SIGHUP raise KeyboardInterrupt, so that any stop signal during its
+    start-up (the trace's load, planning, a simulator starting) ends it through its cleanups, with one line and exit
+    130 (`Group.invoke`); a run's own handling (`interruptible`) takes over while the run goes. Only the main thread
+    can set handlers; the ones before are back on exit (`agentx.cli.early_stop`'s, before a command, being Python's
+    own again), and a signal the process was started with ignored (`nohup`) stays ignored."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    release_early_stop()
+    previous = {stop_signal: signal.getsignal(stop_signal) for stop_signal in STOP_SIGNALS}
+    for stop_signal, handler in previous.items():
+        if handler is signal.SIG_DFL or handler is signal.default_int_handler:
+            signal.signal(stop_signal, _raise_interrupt)
+    try:
+        yield
+    finally:
+        for stop_signal, handler in previous.items():
+            if handler is not None:
+                signal.signal(stop_signal, handler)
+        if _interrupted:
+            # A start cut short leaves the run's coroutines made and never started: nothing of them to say at exit.
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+
+
 async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     """Run `work`; Ctrl-C, SIGTERM or SIGHUP cancels it, and the replay turns that into a graceful stop (grace, flush,
-    run.json, the partial summary, exit 130)."""
+    run.json, the partial summary, exit 130). The handlers before are back afterwards (`stop_signals_raise`'s)."""
     import asyncio
 
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
+    previous = {stop_signal: signal.getsignal(stop_signal) for stop_signal in STOP_SIGNALS}
     for stop_signal in STOP_SIGNALS:
         loop.add_signal_handler(stop_signal, task.cancel)
     try:
@@ -225,6 +313,8 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     finally:
         for stop_signal in STOP_SIGNALS:
             loop.remove_signal_handler(stop_signal)
+            if (handler := previous[stop_signal]) is not None:
+                signal.signal(stop_signal, handler)
 
 
 def cluster_output(options: ReplayOptions) -> contextlib.AbstractContextManager[object]:

@@ -14,7 +14,7 @@ has passed, and whenever its owner calls `flush`: a replay does every 50 ms (age
 `FLUSH_EVERY_S`). When the writer closes (any end but a hard kill) it rewrites the stream as an IPC **file**
 (with footer, what `polars.read_ipc`, `pyarrow.feather` and Arrow's other file readers expect) and swaps it in
 atomically. `read_records` (`RecordsReader`) opens both containers and returns the complete batches, ignoring a
-torn last one.
+killed run's torn last one; a finished file that reads short (cut short since) is refused (`RecordsDamaged`).
 The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
 
 Secrets cannot enter a record (it has no header or free-form options field; error messages are
@@ -25,24 +25,24 @@ scrubbed of bearer tokens and key-like strings); the caller's run options pass t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, Literal
 
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import RecordsError
-from agentx.records.ipc_files import IpcReader
+from agentx.errors import RecordsDamaged, RecordsError
+from agentx.records.ipc_files import META_ROWS, IpcReader, without_rows
 from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.12"
+FORMAT_VERSION: Final = "1.13"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
 `itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
 `worker` and `node`; 1.10 `replayed_hit_blocks`; 1.11 what released each request (`released_by_request_id`,
 `think_s`, `idle_cut_s`, `join_wait_s`) and two more cache counts (`seen_any_scope_blocks`, `lru_hit_blocks`);
-1.12 `server_notices`."""
+1.12 `server_notices`; 1.13 the rows a finished file holds (`agentx.rows`, agentx.records.ipc_files.META_ROWS)."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
@@ -305,6 +305,9 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])
+CHUNK_COLUMNS: Final = ("chunk_times_ns", "chunk_tokens")
+"""The per-chunk list columns: nearly all of a records file's bytes (12 a streamed chunk, ~150M chunks in an hour at
+concurrency 256): what reads a long run's records reads these a batch at a time (`read_records(chunks=False)`)."""
 COLUMN_NAMES: Final = [field.name for field in SCHEMA]
 """The columns in order: `RequestRecord`'s fields."""
 _FIELD_NAMES = [f.name for f in msgspec.structs.fields(RequestRecord)]
@@ -323,11 +326,12 @@ META_RUN = b"agentx.run"
 
 class RecordsReader(IpcReader):
     """An open records file, either container (agentx.records.ipc_files): its schema, then its complete record
-    batches, each validated. Raises `RecordsError` when the file cannot be opened, has no complete schema, is not a
-    records file or was written by a newer major format version."""
+    batches, each validated. Raises `RecordsError` when the file cannot be opened, has no complete schema (an IPC
+    file cut short before it: `RecordsDamaged`), is not a records file or was written by a newer major format
+    version."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(path, RecordsError)
+        super().__init__(path, RecordsError, cut=lambda where: RecordsDamaged(where, 0, None))
         try:
             _check_schema(self.path, self.schema)
         except RecordsError:
@@ -349,15 +353,62 @@ def _check_schema(file: str, schema: pa.Schema) -> None:
         raise RecordsError(f"{file}: records format version {version!r}; this agentx reads {FORMAT_VERSION[0]}.x")
 
 
-def read_records(path: str | os.PathLike[str]) -> pa.Table:
+def read_records(path: str | os.PathLike[str], *, partial: bool = False, chunks: bool = True) -> pa.Table:
     """The records of a file (an IPC file or stream) as a table with the writer's schema and metadata.
 
-    A file cut short (a crashed run, a copy in progress) yields its complete record batches; a torn
-    last batch is dropped silently. Raises `RecordsError` if the file has no complete schema, is not
-    a records file, or was written by a newer major format version.
+    A stream cut short (a killed run's) yields its complete record batches; its torn last batch is dropped
+    silently. An IPC file (a run that ended) was written whole: one that reads short (cut short or damaged since)
+    raises `RecordsDamaged`, which says how many rows it holds and how many could be read, unless `partial`, which
+    returns those. Raises `RecordsError` if the file has no complete schema, is not a records file, or was written
+    by a newer major format version.
+
+    `chunks=False` leaves out `CHUNK_COLUMNS`, nearly all of a file's bytes, reading it a batch at a time: the table
+    then holds a few hundred bytes a request, whatever the run's length.
     """
     with RecordsReader(path) as reader:
-        return renamed(pa.Table.from_batches(list(reader.batches()), schema=reader.schema))
+        if chunks:
+            table = pa.Table.from_batches(list(reader.batches()), schema=without_rows(reader.schema))
+        else:
+            table = per_request_columns(reader.batches(), without_rows(reader.schema))
+        if reader.short and not partial:
+            raise RecordsDamaged(reader.path, reader.rows_read, reader.rows_expected)
+    return renamed(table)
+
+
+def per_request_columns(parts: Iterable[pa.RecordBatch | pa.Table], schema: pa.Schema) -> pa.Table:
+    """The rows of `parts` (in order, each with `schema`'s columns) without `CHUNK_COLUMNS`, with `schema`'s
+    metadata. The columns kept are copied a few parts at a time: a part read from an uncompressed stream shares one
+    buffer among its columns, which a view of them would keep alive, chunk lists and all."""
+    names = [name for name in schema.names if name not in CHUNK_COLUMNS]
+    kept = pa.schema([schema.field(name) for name in names], metadata=schema.metadata)
+    batches: list[pa.RecordBatch] = []
+    pending: list[pa.RecordBatch | pa.Table] = []
+    pending_bytes = 0
+
+    def copy() -> None:
+        arrays = [pa.concat_arrays([array for part in pending for array in _arrays(part, name)]) for name in names]
+        batches.append(pa.RecordBatch.from_arrays(arrays, schema=kept))
+
+    for part in parts:
+        if not part.num_rows:
+            continue
+        pending.append(part.select(names))
+        pending_bytes += part.nbytes
+        if pending_bytes >= _COPY_BYTES:
+            copy()
+            pending, pending_bytes = [], 0
+    if pending:
+        copy()
+    return pa.Table.from_batches(batches, schema=kept)
+
+
+_COPY_BYTES: Final = 64 << 20
+"""Bytes of parts (chunk lists included) `per_request_columns` holds before copying what it keeps of them."""
+
+
+def _arrays(part: pa.RecordBatch | pa.Table, name: str) -> list[pa.Array]:
+    column = part.column(name)
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
 
 
 def renamed(table: pa.Table) -> pa.Table:
@@ -425,6 +476,8 @@ def describe_layout() -> str:
         f"| `{META_FORMAT.decode()}` | `{FORMAT_NAME}` |",
         f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version |",
         f"| `{META_RUN_ID.decode()}` | the run id (also in every row) |",
+        f"| `{META_ROWS.decode()}` | the rows the file holds, decimal: only in the IPC file a run's end writes (since "
+        "1.13), so that a copy cut short tells how many rows it lost (`agentx.read_records` refuses it) |",
         f"| `{META_EPOCH.decode()}` | wall clock (`time.time_ns()`) at the run start, decimal |",
         f"| `{META_RUN.decode()}` | JSON object: the run's options, with credentials redacted, and what it found: "
         "`trace.block_size` (tokens per hash id), `detected.server_cache` (the server's KV-cache `block_size` and "

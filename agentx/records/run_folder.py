@@ -1,11 +1,18 @@
-"""A run folder's file names, which every layer shares, and the rule that a run is never replaced silently."""
+"""A run folder's file names, which every layer shares, the rule that a run is never replaced silently, and reading
+its records whole: run.json says how many rows the run recorded, which a records file cut short since falls short of.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from agentx.errors import RunExists
+import msgspec
+
+from agentx.errors import RecordsDamaged, RecordsError, RunExists
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RECORDS_FILE: Final = "records.arrow"
 """The run's records (agentx.records.record), written as the run goes."""
@@ -16,4 +23,104 @@ RUN_FILE: Final = "run.json"
 def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
     """Raise RunExists when `out_dir` holds a records file and `overwrite` is off: a run is never replaced silently."""
     if not overwrite and (out_dir / RECORDS_FILE).exists():
-        raise RunExists(f"{out_dir} already holds a run ({RECORDS_FILE}); pass overwrite=True to replace it")
+        held = f"{out_dir} already holds a run ({RECORDS_FILE})"
+        raise RunExists(f"{held}; pass overwrite=True to replace it").worded_for_cli(
+            f"{held}; pass --overwrite to replace it"
+        )
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """What run.json says of its run's records file: the rows the run left in it at its end (its summary's
+    `counts.rows`, or `run.records_kept` when some could not be written), and the run (`run_id`; None: it does not
+    say)."""
+
+    rows: int
+    run_id: str | None = None
+
+
+def recorded(run_file: object) -> Recorded | None:
+    """What a run.json (a decoded document) says of its records file; None when it does not say (no run.json:
+    None, another layout)."""
+    summary = run_file.get("summary") if isinstance(run_file, dict) else None
+    counts = summary.get("counts") if isinstance(summary, dict) else None
+    rows = counts.get("rows") if isinstance(counts, dict) else None
+    run = run_file.get("run") if isinstance(run_file, dict) else None
+    kept = run.get("records_kept") if isinstance(run, dict) else None
+    if isinstance(kept, int) and not isinstance(kept, bool):
+        rows = kept  # the disk took fewer rows than the run measured: the file holds these
+    if not isinstance(rows, int) or isinstance(rows, bool):
+        return None
+    run_id = summary.get("run_id") if isinstance(summary, dict) else None
+    return Recorded(rows, run_id if isinstance(run_id, str) else None)
+
+
+def read_run_records(records: Path, said: Recorded | None) -> pa.Table:
+    """The records of a run folder's `records` file, whole: `RecordsDamaged` when fewer rows can be read than its
+    run.json `said` the run recorded (None: there is none), or than the file itself says.
+
+    The error names run.json's count when there is one (a stream cut short, a killed run's, has no count of its
+    own, and run.json is the witness a user knows); run.json of another run (one that a killed `--overwrite` run
+    left behind) witnesses nothing."""
+    from agentx.records.record import read_records, run_info
+
+    try:
+        table = read_records(records)
+    except RecordsDamaged as exc:
+        rows = _rows_of(said, _run_id(records))
+        if rows is None:
+            raise
+        raise RecordsDamaged(exc.path, exc.rows_read, rows, RUN_FILE) from None
+    _check(records, table.num_rows, _rows_of(said, run_info(table).run_id))
+    return table
+
+
+def count_run_records(records: Path, said: Recorded | None) -> int:
+    """The rows of a run folder's `records` file that can be read, cheaply (through its footer only the batches'
+    headers are read); `RecordsDamaged` as `read_run_records` raises it, `RecordsError` when the file cannot be
+    read at all."""
+    from agentx.records.record import RecordsReader
+
+    try:
+        reader = RecordsReader(records)
+    except RecordsDamaged as exc:  # cut before its schema ends: whose it is cannot be told
+        if (rows := _rows_of(said, None)) is None:
+            raise
+        raise RecordsDamaged(exc.path, 0, rows, RUN_FILE) from None
+    with reader:
+        count = reader.count_rows()
+        rows = _rows_of(said, _schema_run_id(reader.schema))
+        if reader.short:
+            if rows is None:
+                raise RecordsDamaged(reader.path, count, reader.rows_expected)
+            raise RecordsDamaged(reader.path, count, rows, RUN_FILE)
+    _check(records, count, rows)
+    return count
+
+
+def _rows_of(said: Recorded | None, run_id: str | None) -> int | None:
+    """run.json's count, unless it is another run's (`run_id` None: a file cut before it says whose it is)."""
+    if said is None or (None not in (said.run_id, run_id) and said.run_id != run_id):
+        return None
+    return said.rows
+
+
+def _check(records: Path, rows_read: int, rows: int | None) -> None:
+    if rows is not None and rows_read < rows:
+        raise RecordsDamaged(str(records), rows_read, rows, RUN_FILE)
+
+
+def _run_id(records: Path) -> str | None:
+    from agentx.records.record import RecordsReader
+
+    try:
+        with RecordsReader(records) as reader:
+            return _schema_run_id(reader.schema)
+    except RecordsError:
+        return None
+
+
+def _schema_run_id(schema: pa.Schema) -> str:
+    from agentx.records.record import META_RUN_ID
+
+    run_id: bytes = (schema.metadata or {}).get(META_RUN_ID, b"")
+    return run_id.decode("utf-8", "replace")

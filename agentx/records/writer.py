@@ -20,8 +20,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from agentx.errors import RecordsError, RecordsInUse
-from agentx.records.ipc_files import fsync_path
+from agentx.errors import RecordsDamaged, RecordsError, RecordsInUse, os_condition
+from agentx.records.ipc_files import META_ROWS, fsync_path, with_rows
 from agentx.records.record import (
     COLUMN_NAMES,
     FORMAT_NAME,
@@ -49,7 +49,7 @@ batches are small (one 50 ms flush each), so zstd saved under half the bytes (1.
 for 3-5x the flush time on the event loop (20 rows: 5.7 vs 2.0 ms) and ~30x the time to read the stream back
 (1-row batches: 1.8 ms vs 0.06 ms each), which `finalize_records` and a killed run's readers pay."""
 FILE_COMPRESSION: Final = "zstd"
-"""The finalized file is zstd, in batches of `FINAL_BATCH_ROWS` (1.7 kB a row of 256 chunks)."""
+"""The finalized file is zstd, in batches of `FINAL_BATCH_ROWS` (1.6 kB a row of 256 chunks)."""
 
 
 class RecordWriter:
@@ -64,6 +64,10 @@ class RecordWriter:
     `finalized` is False. Batches reach the OS on every flush (no user-space buffering), so a killed process
     leaves a stream holding all but the rows since the last flush; a machine crash may lose what the OS had not
     yet written.
+    A write the OS refuses (a full disk, a read-only file system, an I/O error) does not raise: the file is cut back
+    to its last whole batch, which every reader reads, `error` keeps the OSError (the path in it), `on_error(error)`
+    is called once, and every row from then on is kept in memory (`unwritten`) instead; `close` then ends the file
+    there, as a stream.
     A flush runs on the caller's thread and costs ~14 µs a row with 256 chunks (the chunk lists
     dominate): `flush_rows` bounds that pause to ~15 ms even when more than 1,000 requests end a second.
     """
@@ -77,10 +81,16 @@ class RecordWriter:
         flush_rows: int = 1024,
         clock: Callable[[], float] = time.monotonic,
         on_batch: Callable[[pa.RecordBatch], None] | None = None,
+        on_error: Callable[[OSError], None] | None = None,
     ) -> None:
+        """Create the file and write its schema; an OSError naming the file if the OS refuses (nothing is left)."""
         self.path = os.fspath(path)
         self.on_batch = on_batch
         """Called with each batch of records as it is written (a `--ray` shard ships them to the driver)."""
+        self.on_error = on_error
+        self.error: OSError | None = None
+        """The OS's refusal of a write, which ended the file there (None: every batch reached the OS)."""
+        self._unwritten: list[pa.RecordBatch] = []
         self.run_id = run.run_id
         self._interval = flush_interval_s
         self._max_rows = flush_rows
@@ -98,7 +108,10 @@ class RecordWriter:
             META_RUN: msgspec.json.encode(redact(run.options)),
         }
         self._schema = SCHEMA.with_metadata(metadata)
-        self._sink = pa.OSFile(self.path, "wb")
+        try:
+            self._sink = pa.OSFile(self.path, "wb")
+        except OSError as exc:
+            raise _located(exc, self.path) from None
         # Held while the stream is written: `finalize_records` refuses a file a live run still appends to.
         self._lock: int | None = None
         with contextlib.suppress(OSError):
@@ -110,10 +123,14 @@ class RecordWriter:
             # pyarrow writes the schema lazily with the first batch: an empty batch puts the run's
             # metadata on disk now, so even a run killed before its first flush leaves a readable file.
             self._writer.write_batch(_empty_batch(self._schema))
-        except BaseException:
+        except BaseException as exc:
             self._sink.close()
             _unlock(self._lock)
-            raise
+            if not isinstance(exc, OSError):
+                raise
+            with contextlib.suppress(OSError):  # a file without its schema is no run's: not left to pass for one
+                os.unlink(self.path)
+            raise _located(exc, self.path) from None
         self._last_flush = clock()
 
     def append(self, record: RequestRecord) -> None:
@@ -136,8 +153,8 @@ class RecordWriter:
             raise ValueError("write to a closed RecordWriter")
         self.flush()
         if table.num_rows:
-            self._writer.write_table(table.select(COLUMN_NAMES).cast(self._schema), max_chunksize=self._max_rows)
-            self.rows_written += table.num_rows
+            cast = table.select(COLUMN_NAMES).cast(self._schema)
+            self._write(cast.to_batches(max_chunksize=self._max_rows))
 
     def maybe_flush(self) -> bool:
         """Write the pending rows if `flush_interval_s` has passed since the last write; True if written."""
@@ -153,12 +170,51 @@ class RecordWriter:
             return
         arrays = [pa.array(column, type=field.type) for column, field in zip(self._columns, SCHEMA, strict=True)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-        self._writer.write_batch(batch)
-        if self.on_batch is not None:
-            self.on_batch(batch)
-        self.rows_written += self._pending
         self._columns = [[] for _ in COLUMN_NAMES]
         self._pending = 0
+        self._write([batch])
+        if self.on_batch is not None:
+            self.on_batch(batch)
+
+    def _write(self, batches: Iterable[pa.RecordBatch]) -> None:
+        """Write `batches` to the stream, or keep them in memory once a write has failed (class docstring)."""
+        assert self._writer is not None
+        for batch in batches:
+            if self.error is not None:
+                self._unwritten.append(batch)
+                continue
+            offset = self._sink.tell()
+            try:
+                self._writer.write_batch(batch)
+            except OSError as exc:
+                self._fail(exc, offset)
+                self._unwritten.append(batch)
+                continue
+            self.rows_written += batch.num_rows
+
+    def _fail(self, exc: OSError, offset: int) -> None:
+        """The OS refused a write: end the file at `offset`, its last whole batch, and say so once."""
+        self.error = _located(exc, self.path)
+        self._sink.close()  # the stream's writer is not used again: its state after a torn write is unknown
+        with contextlib.suppress(OSError):  # a read-only remount refuses this too: readers stop at the torn batch
+            os.truncate(self.path, offset)
+        _unlock(self._lock)
+        self._lock = None
+        if self.on_error is not None:
+            self.on_error(self.error)
+
+    @property
+    def rows_unwritten(self) -> int:
+        """Rows kept in memory since a write failed (`error`), not in the file."""
+        rows: int = sum(batch.num_rows for batch in self._unwritten)
+        return rows + self._pending
+
+    def unwritten(self) -> pa.Table | None:
+        """The rows that did not reach the file (after a failed write; pending ones included), None when none."""
+        if self.error is None:
+            return None
+        self.flush()
+        return pa.Table.from_batches(self._unwritten, schema=self._schema)
 
     def close(self) -> None:
         """Write the pending rows and the end of the stream, then make the stream an IPC file; idempotent."""
@@ -166,16 +222,25 @@ class RecordWriter:
             return
         try:
             self.flush()
-            self._writer.close()
+            if self.error is not None:
+                return  # the file ends at its last whole batch, a stream without its end marker: nothing to add
+            offset = self._sink.tell()
+            try:
+                self._writer.close()
+            except OSError:  # every row is in the file, which readers read without its end marker
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, offset)
         finally:
             self._writer = None
             self._sink.close()
             _unlock(self._lock)
+            self._lock = None
         try:
             self.finalized = finalize_records(self.path)
         except (OSError, pa.ArrowException, RecordsError) as exc:
             # The stream is complete and every agentx reader opens it: losing the footer loses nothing measured.
-            _log.warning("%s stays an Arrow IPC stream: writing the IPC file failed (%s)", self.path, exc)
+            why = os_condition(exc) if isinstance(exc, OSError) else exc
+            _log.warning("%s stays an Arrow IPC stream: writing the IPC file failed (%s)", self.path, why)
 
     def __enter__(self) -> Self:
         return self
@@ -186,6 +251,13 @@ class RecordWriter:
         self.close()
 
 
+def _located(error: OSError, path: str) -> OSError:
+    """`error` as an OSError of its kind naming `path` (pyarrow's name no file) in the OS's words (`os_condition`)."""
+    if error.errno is None:
+        return OSError(None, os_condition(error), path)
+    return OSError(error.errno, os_condition(error), path)  # the errno picks the subclass (PermissionError, ...)
+
+
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=field.type) for field in schema], schema=schema)
 
@@ -193,9 +265,12 @@ def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 # ---------------------------------------------------------------------------------------------
 # finalizing: the crash-safe stream becomes an IPC file, which every Arrow reader opens
 
-FINAL_BATCH_ROWS: Final = 4096
-"""Rows per record batch of the IPC file: a run's 50 ms flushes leave many small batches, which readers handle
-slower and zstd compresses worse; 4,096 rows of 256 chunks each are ~12 MB in memory at a time."""
+FINAL_BATCH_ROWS: Final = 1024
+"""Rows per record batch of the IPC file. A run's 50 ms flushes leave many small batches, which zstd compresses
+worse and readers handle slower (20-row batches: 1.92 kB a row and 1.2 s to read 20,000 rows of 256 chunks, against
+1.57 kB and 0.15 s for 1,024); beyond 1,024 rows neither gains (4,096: 1.57 kB, 0.12 s). A batch is what a torn
+file loses: one cut short gives back every batch before the cut, so a smaller batch loses fewer rows past the cut
+(at most 1,023), and 1,024 rows of 256 chunks are ~3 MB in memory at a time."""
 
 
 def finalize_records(path: str | os.PathLike[str]) -> bool:
@@ -204,10 +279,11 @@ def finalize_records(path: str | os.PathLike[str]) -> bool:
     The file is written beside the stream (`.records.arrow.*.tmp`, same folder, zstd, the same schema and
     metadata, the rows in the same order), synced to disk, given the stream's permissions and renamed over it:
     a crash at any point leaves either the whole stream or the whole file (and perhaps the temporary file).
-    A torn last batch of a killed run's stream, which no reader can read, is not carried over. A stream that a
-    `RecordWriter` still holds (a live run, whose later rows would go to the replaced file) is refused. Raises
-    `RecordsInUse` for a file still being written, `RecordsError` for one that is not a readable records file,
-    `OSError` when it cannot be written.
+    A torn last batch of a killed run's stream, which no reader can read, is not carried over. An IPC file that lost
+    only its footer is rewritten whole; one that lost rows is refused (`RecordsDamaged`): the rewrite would drop its
+    torn bytes for good. A stream that a `RecordWriter` still holds (a live run, whose later rows would go to the
+    replaced file) is refused. Raises `RecordsInUse` for a file still being written, `RecordsError` for one that is
+    not a readable records file, `OSError` when it cannot be written.
     """
     target = os.fspath(path)
     directory = os.path.dirname(target) or "."
@@ -224,9 +300,13 @@ def finalize_records(path: str | os.PathLike[str]) -> bool:
         with RecordsReader(target) as reader:
             if reader.footer:
                 return False
+            rows = reader.count_rows()  # first: the new file's schema, written before its rows, says how many
+            if reader.short:
+                raise RecordsDamaged(target, rows, reader.rows_expected)
+        with RecordsReader(target) as reader:
             handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
             os.close(handle)
-            write_records_file(reader.batches(), reader.schema, temp)
+            write_records_file(reader.batches(), with_rows(reader.schema, rows), temp)
         # Renamed once the stream is closed: some systems refuse to replace a file that is open.
         os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
         os.replace(temp, target)
@@ -261,7 +341,12 @@ def _unlock(handle: int | None) -> None:
 
 
 def write_records_file(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str | os.PathLike[str]) -> int:
-    """Write record batches as an Arrow IPC file (zstd, `FINAL_BATCH_ROWS` rows a batch) synced to disk; rows."""
+    """Write record batches as an Arrow IPC file (zstd, `FINAL_BATCH_ROWS` rows a batch, the last one fewer) synced
+    to disk; returns the rows.
+
+    `schema` says the rows the batches hold (`with_rows`: a reader of the file cut short compares it with what it
+    could read); RecordsError when they held another count."""
+    said = (schema.metadata or {}).get(META_ROWS)
     options = ipc.IpcWriteOptions(compression=FILE_COMPRESSION)
     total = 0
     with pa.OSFile(os.fspath(path), "wb") as sink, ipc.new_file(sink, schema, options=options) as writer:
@@ -271,13 +356,17 @@ def write_records_file(batches: Iterable[pa.RecordBatch], schema: pa.Schema, pat
             if batch.num_rows:
                 pending.append(batch)
                 rows += batch.num_rows
-            if rows >= FINAL_BATCH_ROWS:
-                writer.write_table(pa.Table.from_batches(pending, schema=schema).combine_chunks())
-                total += rows
-                pending, rows = [], 0
+            if rows >= FINAL_BATCH_ROWS:  # whole batches now; the rest waits for the next rows
+                table = pa.Table.from_batches(pending, schema=schema)
+                whole = rows - rows % FINAL_BATCH_ROWS
+                writer.write_table(table.slice(0, whole).combine_chunks(), max_chunksize=FINAL_BATCH_ROWS)
+                total += whole
+                pending, rows = [rest for rest in table.slice(whole).to_batches() if rest.num_rows], rows - whole
         if pending:
             writer.write_table(pa.Table.from_batches(pending, schema=schema).combine_chunks())
             total += rows
+    if said is not None and said != str(total).encode():
+        raise RecordsError(f"{os.fspath(path)}: {total} rows written where its schema says {said.decode()}")
     fsync_path(path)
     return total
 
@@ -310,7 +399,20 @@ TIME_COLUMNS: Final = (
 
 
 def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> int:
-    """Merge records files of one run into `out`, on the earliest file's clock; returns the rows written.
+    """Merge records files of one run into `out`, on the earliest file's clock (`merged_records`); returns the rows
+    written. An OSError naming `out` when the OS refuses a write."""
+    merged, origin = merged_records([read_records(path) for path in paths])
+    with RecordWriter(out, origin) as writer:
+        writer.write_table(merged)
+    if writer.error is not None:
+        raise writer.error
+    rows: int = merged.num_rows
+    return rows
+
+
+def merged_records(tables: list[pa.Table]) -> tuple[pa.Table, RunInfo]:
+    """The records of one run's files (as `read_records` gives them) on the earliest file's clock, and that file's
+    run: the table to write.
 
     Each file's times are offsets from its own start; shifting them by the difference of the files'
     wall-clock epochs puts them on one clock (epochs come from one system clock, so the error is its
@@ -319,7 +421,6 @@ def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLik
     """
     import pyarrow.compute as pc  # only here: a run writes its records without it
 
-    tables = [read_records(path) for path in paths]
     if not tables:
         raise ValueError("merge_records needs at least one file")
     infos = [run_info(table) for table in tables]
@@ -338,8 +439,4 @@ def merge_records(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLik
         index = table.schema.get_field_index("chunk_times_ns")
         table = table.set_column(index, SCHEMA.field("chunk_times_ns"), moved.cast(SCHEMA.field("chunk_times_ns").type))
         shifted.append(table)
-    merged = pa.concat_tables(shifted).sort_by("sent_ns")
-    with RecordWriter(out, origin) as writer:
-        writer.write_table(merged)
-    rows: int = merged.num_rows
-    return rows
+    return pa.concat_tables(shifted).sort_by("sent_ns"), origin

@@ -41,6 +41,11 @@ How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
 - Records stream to `out_dir/records.arrow`; a ticker flushes the writer every `FLUSH_EVERY_S` (50 ms), in a gap
   between due requests, and the writer is closed on every exit path. In agentx mode every play carries its own
   cache-bust marker.
+- The run folder or its records file that cannot be written at the start raises `OutputUnwritable` before any
+  request of the run. A write the OS refuses later (a full disk, a read-only file system) stops the run as a
+  cancellation does (grace, then cancel; `cancel_reason` "write_failed"): the records file ends at its last whole
+  batch, the rows after it are kept in memory, and `WriteFailed` is raised at the end with the `RunResult` and
+  those rows (`run`, `unwritten`).
 - `shard=(i, n)` runs lanes i, i+n, ... and the trees at positions ≡ i (mod n) of the order: one process of
   a `--workers n` run (agentx.replayer.workers).
 """
@@ -55,11 +60,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import msgspec
 import pyarrow as pa
 
 from agentx.distribution import installed_version
+from agentx.errors import OutputUnwritable, WriteFailed
 from agentx.records.record import RunInfo
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
@@ -95,6 +102,8 @@ OnStart = Callable[[RunInfo, int, DispatchClock | None], None]
 """Called once as the run starts, its records file created: the run, its start (`perf_counter_ns`, the records'
 time origin) and the clock of its due times, if it has one here (agentx.run.replay starts the server telemetry with
 them; a `--ray` driver sends nothing itself)."""
+WRITE_FAILED: Final = "write_failed"
+"""`RunResult.cancel_reason` of a run stopped because its records could not be written."""
 
 
 async def run_replay(
@@ -161,7 +170,10 @@ async def run_replay(
         )
         server_cache = await _server_cache(client) if options.runtime.metrics_interval_s is not None else None
         out_dir = Path(options.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputUnwritable.of(exc.filename or out_dir, exc) from None
         run_id = options.runtime.run_id or uuid.uuid4().hex
         metadata = flat_options(options)
         metadata["trace"] = {"dropped_sessions": sessions.dropped, "block_size": trace.block_size}
@@ -175,6 +187,20 @@ async def run_replay(
             "server_cache": msgspec.to_builtins(server_cache) if server_cache is not None else None,
         }
         records_path = out_dir / RECORDS_FILE
+        runner: Runner | None = None
+        main: asyncio.Task[None] | None = None
+
+        def write_failed(error: OSError) -> None:
+            # Nothing more reaches the disk: the run stops as an interrupt stops it, and keeps its rows in memory.
+            if runner is None or main is None or main.done():
+                return  # the run had ended: its last rows only are missing
+            runner.recorder.cancel_reason = runner.recorder.cancel_reason or WRITE_FAILED
+            runner.notices.append(
+                f"{error.filename}: cannot write the records ({error.strerror}): the run stopped; the rows measured "
+                "from then on are in the summary only"
+            )
+            runner.stop()
+
         with contextlib.ExitStack() as stack:
             clock = stack.enter_context(DispatchClock())
             if start_at_ns is not None:
@@ -184,7 +210,13 @@ async def run_replay(
             start_ns = now_ns if start_at_ns is None else start_at_ns
             info = RunInfo(run_id=run_id, wall_epoch_ns=wall_now_ns - (now_ns - start_ns), options=metadata)
             # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
-            writer = stack.enter_context(RecordWriter(records_path, info, flush_interval_s=math.inf, on_batch=on_batch))
+            try:
+                made = RecordWriter(
+                    records_path, info, flush_interval_s=math.inf, on_batch=on_batch, on_error=write_failed
+                )
+            except OSError as exc:
+                raise OutputUnwritable.of(records_path, exc) from None
+            writer = stack.enter_context(made)
             if on_start is not None:
                 on_start(info, start_ns, clock)
             renderer = (
@@ -240,7 +272,7 @@ async def run_replay(
                 elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
     played_ids = {trace.sessions[index].session_id for index in runner.played}
     flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
-    return RunResult(
+    result = RunResult(
         run_id=run_id,
         records_path=records_path,
         requests=runner.recorder.requests,
@@ -271,6 +303,27 @@ async def run_replay(
         profiling_start_ns=runner.gate.start_ns - start_ns if runner.gate.started.is_set() else None,
         trace_digest=trace_digest(trace),
         agentx_version=installed_version(),
+    )
+    if writer.error is not None:
+        raise written_partly(writer.error, result, writer.rows_written, writer.unwritten())
+    return result
+
+
+def written_partly(error: OSError, run: RunResult, kept: int, unwritten: pa.Table | None) -> WriteFailed:
+    """The `WriteFailed` of a run whose records file stopped at `kept` rows (`error`), the rows after it in memory."""
+    lost = 0 if unwritten is None else unwritten.num_rows
+    condition = error.strerror or str(error)
+    return WriteFailed(
+        f"{error.filename}: cannot write the records ({condition}); the run stopped early: the file keeps {kept:,} "
+        f"records, {lost:,} more were measured but not written",
+        path=error.filename or run.records_path,
+        condition=condition,
+        errno=error.errno,
+        records_path=run.records_path,
+        records_kept=kept,
+        records_unwritten=lost,
+        run=run,
+        unwritten=unwritten,
     )
 
 

@@ -86,7 +86,10 @@ class RunResult(msgspec.Struct, kw_only=True):
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start."""
     cancel_reason: str | None = None
     """Why the run stopped early: "interrupted" (Ctrl-C, cancellation), "failure_threshold", "stalled",
-    "server_lost" or "worker_lost"; None otherwise."""
+    "server_lost", "worker_lost" or "write_failed" (its records could not be written); None otherwise."""
+    records_kept: int | None = None
+    """With a records file whose writes failed (`cancel_reason` "write_failed"): the rows it holds, fewer than the
+    summary counts; None when every record reached it."""
     server_lost_at_s: float | None = None
     """With `cancel_reason` "server_lost": when the server stopped answering (the first of the refusals in a row that
     lost it), s after the run's start (agentx.replayer.schedule.server_loss)."""

@@ -4,52 +4,165 @@ For when one core cannot keep up with the load (bench/README.md, Targets). Worke
 `shard=(i, N)`: lanes i, i+N, ... and the trees at positions ≡ i (mod N) of the one shared session order,
 so the union of the workers is the single-process run's plan (same plays, same lanes, same seed), only
 spread over cores. Each worker loads the trace itself (Arrow loads in well under a second), writes
-`workers/<i>/records.arrow` as it goes, and leaves its `RunResult` beside it (pickled); the parent then
-merges the records into `records.arrow` on one clock (`merge_records`) and sums the results.
+`workers/<i>/records.arrow` as it goes, and sends its `RunResult` home through its pipe at the end (never through
+the disk, which may be the full one); the parent then merges the records into `records.arrow` on one clock
+(`merged_records`) and sums the results.
 
-Ctrl-C reaches every process of the group: each worker drains like a single run does (grace period,
-flush), and the parent merges what they wrote. Per-record callbacks do not cross processes: a sharded
-run reports progress by its workers' files only.
+Stopping: the parent alone takes SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a closed terminal or ssh session), and
+passes each on to every worker once, through its pipe (`WorkerStops`). The workers ignore the signals themselves, so
+one that reaches the whole process group (Ctrl-C, a hangup) counts once, not twice, and a hangup cannot kill a worker
+before the parent has its records: each worker drains as a single run does (the first stop: the grace period and a
+flush; the second: the requests in flight cancelled and recorded; a third gives up on them), and the parent merges
+what they wrote. A worker whose parent is gone stops as on a first stop. A worker whose records file cannot be
+written (a full disk) stops, the others are stopped with it (as after any worker's error), and `WriteFailed` carries
+what they kept. Per-record callbacks do not cross processes: a sharded run reports progress by its workers' files
+only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
-import pickle
+import signal
+import threading
 import uuid
+from collections.abc import Coroutine, Iterator
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Final
+from types import FrameType
+from typing import Any, Final, TypeVar
 
 import msgspec
+import pyarrow as pa
 
-from agentx.errors import ServerError, WorkerFailed
+from agentx.errors import AgentxError, OutputUnwritable, WorkerFailed, WriteFailed
+from agentx.records.record import read_records, run_info
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
-from agentx.records.writer import merge_records
+from agentx.records.writer import RecordWriter, merged_records
 from agentx.replayer.options.limits import check_shards
 from agentx.replayer.options.replay import ReplayOptions
-from agentx.replayer.run_replay import run_replay
+from agentx.replayer.run_replay import WRITE_FAILED, run_replay, written_partly
 from agentx.replayer.run_result import RunResult, combined
 from agentx.replayer.schedule.clock import loop_factory
 from agentx.trace.io import Format, load_trace
 
+T = TypeVar("T")
 WORKERS_DIR: Final = "workers"
-RESULT_FILE: Final = "result.pickle"
+STOP_SIGNALS: Final = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""What stops a run gracefully (agentx.cli.common.STOP_SIGNALS): taken by the parent, passed on to the workers."""
+_STOP: Final = b"s"
+
+
+class WorkerStops:
+    """The stops of a `--workers` run: `stop()` passes one to every worker, started or yet to start (a worker started
+    later gets those already given). `on_signals()` makes each SIGINT, SIGTERM or SIGHUP of the process one stop
+    while it is entered (in the main thread; elsewhere, as a library's thread, the caller calls `stop` itself)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Stops given so far: 1 is a graceful stop, 2 ends the grace period."""
+        self.interrupted = False
+        """A stop came from the user (a signal, or the caller's `stop`), not from a worker's failure."""
+        self._pipes: list[Connection] = []
+        self._lock = threading.Lock()
+
+    def stop(self, *, interrupt: bool = True) -> None:
+        """Stop every worker once more (the first time gracefully); `interrupt`: the user's stop, which the run's
+        result says (`RunResult.interrupted`)."""
+        with self._lock:
+            self.count += 1
+            self.interrupted = self.interrupted or interrupt
+            for pipe in self._pipes:
+                _send_stop(pipe)
+
+    def attach(self, pipe: Connection) -> None:
+        """A worker's end of the stops, given the stops so far."""
+        with self._lock:
+            for _ in range(self.count):
+                _send_stop(pipe)
+            self._pipes.append(pipe)
+
+    @contextlib.contextmanager
+    def on_signals(self) -> Iterator[None]:
+        """While entered, each stop signal is one `stop()` instead of its default action (KeyboardInterrupt, exit)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(number: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        previous = {number: signal.signal(number, on_signal) for number in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+
+def _send_stop(pipe: Connection) -> None:
+    with contextlib.suppress(OSError):  # the worker has ended: nothing to stop
+        pipe.send_bytes(_STOP)
 
 
 def _work(
-    trace_path: str, trace_format: Format | None, block_size: int | None, options: ReplayOptions, result_path: str
+    trace_path: str, trace_format: Format | None, block_size: int | None, options: ReplayOptions, pipe: Connection
 ) -> None:
-    """A worker process: load the trace, run its shard, leave the result (pickled: it holds paths)."""
-    trace = load_trace(trace_path, format=trace_format, block_size=block_size)
-    outcome: RunResult | Exception
+    """A worker process: load the trace, run its shard, send the outcome home through `pipe` (a RunResult, a
+    user-facing error, or None when it was stopped before its run started or gave up on it)."""
+    # Started with the stop signals blocked (`_start`): ignored from here on, the parent passes them on (module
+    # docstring); one that came meanwhile is dropped with them.
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    outcome: RunResult | Exception | None
     try:
+        trace = load_trace(trace_path, format=trace_format, block_size=block_size)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            outcome = runner.run(run_replay(trace, options))
-    except (ServerError, ValueError) as exc:
+            outcome = runner.run(_stoppable(run_replay(trace, options), pipe))
+    except (AgentxError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
-    Path(result_path).write_bytes(pickle.dumps(outcome))
+    except asyncio.CancelledError:
+        outcome = None
+    pipe.send(outcome)
+
+
+async def _stoppable(work: Coroutine[Any, Any, T], pipe: Connection) -> T:
+    """Run `work`, cancelling it once for each stop the parent sends through `pipe`, and once if the parent is gone
+    (the replay turns cancellations into its graceful stop, agentx.replayer.run_replay)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    handle = pipe.fileno()
+
+    def on_stop() -> None:
+        try:
+            pipe.recv_bytes()
+        except (EOFError, OSError):  # the parent is gone: stop once, and listen no more
+            loop.remove_reader(handle)
+        task.cancel()
+
+    loop.add_reader(handle, on_stop)
+    try:
+        return await task
+    finally:
+        loop.remove_reader(handle)
+
+
+def _start(context: Any, args: tuple[object, ...], name: str) -> multiprocessing.process.BaseProcess:
+    """Start a worker with the stop signals blocked, which it inherits until it ignores them: a Ctrl-C or hangup to
+    the process group while it boots neither kills it nor raises in it (the parent takes it)."""
+    blocked = hasattr(signal, "pthread_sigmask")
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if blocked else set()
+    try:
+        process: multiprocessing.process.BaseProcess = context.Process(target=_work, args=args, name=name)
+        process.start()
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return process
 
 
 def run_workers(
@@ -59,47 +172,115 @@ def run_workers(
     *,
     trace_format: Format | None = None,
     block_size: int | None = None,
+    stops: WorkerStops | None = None,
 ) -> RunResult:
     """Run `options` over `workers` processes (module docstring); returns the merged result. Each worker
-    loads `trace_path` with `load_trace(trace_path, format=trace_format, block_size=block_size)`."""
+    loads `trace_path` with `load_trace(trace_path, format=trace_format, block_size=block_size)`. `stops`: how the
+    caller stops the run (made here when not given; its `on_signals` is entered while the workers run).
+
+    Raises `OutputUnwritable` when the run folder cannot be made, `WorkerFailed` when a worker ended without an
+    outcome, `WriteFailed` (with the merged `RunResult` and the rows not written) when records could not be
+    written, and CancelledError when the run was given up (a third stop, or stopped before any worker started)."""
     check_shards(options.load, workers)
     out_dir = Path(options.out_dir)
     refuse_existing_run(out_dir, options.overwrite)
     run_id = options.runtime.run_id or uuid.uuid4().hex
+    stops = stops or WorkerStops()
     context = multiprocessing.get_context("spawn")  # no inherited event loop, sockets or threads
-    processes: list[tuple[multiprocessing.process.BaseProcess, Path]] = []
-    for index in range(workers):
-        worker_dir = out_dir / WORKERS_DIR / str(index)
-        worker_dir.mkdir(parents=True, exist_ok=True)
-        # The shard folders are the run's own scratch space, replaced with it.
-        runtime = msgspec.structs.replace(options.runtime, run_id=run_id, shard=(index, workers))
-        shard = msgspec.structs.replace(options, out_dir=worker_dir, runtime=runtime, overwrite=True)
-        result_path = worker_dir / RESULT_FILE
-        result_path.unlink(missing_ok=True)
-        args = (os.fspath(trace_path), trace_format, block_size, shard, str(result_path))
-        process = context.Process(target=_work, args=args, name=f"agentx-worker-{index}")
-        process.start()
-        processes.append((process, result_path))
-    interrupted = False
-    for started, _ in processes:
-        while True:
+    processes: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+    outcomes: dict[int, object] = {}
+    with stops.on_signals():
+        for index in range(workers):
+            if stops.count and not processes:
+                raise asyncio.CancelledError  # stopped before any worker started: nothing to wait for
+            worker_dir = out_dir / WORKERS_DIR / str(index)
             try:
-                started.join()
-                break
-            except KeyboardInterrupt:
-                interrupted = True  # the workers got the same SIGINT and are draining: keep waiting
-    results = []
-    for index, (finished, result_path) in enumerate(processes):
-        if not result_path.exists():
-            raise WorkerFailed(
-                f"worker {index} exited with code {finished.exitcode} and no result; see its output above "
-                f"(its records, if any: {result_path.parent / RECORDS_FILE})"
-            )
-        outcome = pickle.loads(result_path.read_bytes())
-        if isinstance(outcome, Exception):
+                worker_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputUnwritable.of(exc.filename or worker_dir, exc) from None
+            # The shard folders are the run's own scratch space, replaced with it.
+            runtime = msgspec.structs.replace(options.runtime, run_id=run_id, shard=(index, workers))
+            shard = msgspec.structs.replace(options, out_dir=worker_dir, runtime=runtime, overwrite=True)
+            home, away = context.Pipe()
+            args = (os.fspath(trace_path), trace_format, block_size, shard, away)
+            process = _start(context, args, f"agentx-worker-{index}")
+            away.close()  # the worker's end: its exit is then the parent's end of file
+            stops.attach(home)
+            processes.append((process, home))
+        waiting = {home: index for index, (_, home) in enumerate(processes)}
+        while waiting:
+            for ready in wait(list(waiting)):
+                assert isinstance(ready, Connection)
+                index = waiting.pop(ready)
+                with contextlib.suppress(EOFError, OSError):  # ended without an outcome: said below
+                    outcomes[index] = ready.recv()
+                if not isinstance(outcomes.get(index), RunResult) and stops.count == 0:
+                    # An error, or no outcome: the run cannot stand without this worker's share (a full disk is the
+                    # others' too), so they stop with it, as on an interrupt, and keep what they measured.
+                    stops.stop(interrupt=False)
+        for process, home in processes:
+            process.join()
+            home.close()
+    return _merged(processes, outcomes, out_dir, run_id, stops)
+
+
+def _merged(
+    processes: list[tuple[multiprocessing.process.BaseProcess, Connection]],
+    outcomes: dict[int, object],
+    out_dir: Path,
+    run_id: str,
+    stops: WorkerStops,
+) -> RunResult:
+    """The workers' outcomes (`outcomes`, in the order they came) as one run, their records merged into `out_dir`'s
+    records file."""
+    for outcome in outcomes.values():  # the first error to come is the cause: the others were stopped for it
+        if isinstance(outcome, Exception) and not (isinstance(outcome, WriteFailed) and outcome.run is not None):
             raise outcome
+    for index, (process, _) in enumerate(processes):
+        if index not in outcomes:
+            records = out_dir / WORKERS_DIR / str(index) / RECORDS_FILE
+            raise WorkerFailed(
+                f"worker {index} exited with code {process.exitcode} and no result; see its output above "
+                f"(its records, if any: {records})"
+            )
+    if stops.count > 2 and None in outcomes.values():
+        raise asyncio.CancelledError  # a third stop gave up on the records in flight, as it does in one process
+    results: list[RunResult] = []
+    tables: list[pa.Table] = []
+    failed: WriteFailed | None = None
+    for outcome in (outcomes[index] for index in range(len(processes))):
+        if outcome is None:  # stopped before its run started: it measured nothing
+            continue
+        unwritten: pa.Table | None = None
+        if isinstance(outcome, WriteFailed):
+            failed = failed or outcome
+            unwritten = outcome.unwritten
+            outcome = outcome.run
         assert isinstance(outcome, RunResult)
         results.append(outcome)
+        table = read_records(outcome.records_path)
+        if unwritten is not None and unwritten.num_rows:
+            table = pa.concat_tables([table, unwritten.select(table.column_names).cast(table.schema)])
+        tables.append(table)
+    if not results:
+        raise asyncio.CancelledError  # stopped before any worker's run started: nothing to merge
     records_path = out_dir / RECORDS_FILE
-    merge_records([result.records_path for result in results], records_path)
-    return combined(results, run_id=run_id, records_path=records_path, interrupted=interrupted)
+    merged, origin = merged_records(tables)
+    run = combined(results, run_id=run_id, records_path=records_path, interrupted=stops.interrupted)
+    run.interrupted = stops.interrupted  # a worker stopped for another's failure was not interrupted by the user
+    if failed is not None:
+        run.cancel_reason = WRITE_FAILED
+    try:
+        writer = RecordWriter(records_path, origin)
+    except OSError as exc:  # not even the schema: every row is in memory, with the earliest worker's metadata
+        first = min(tables, key=lambda table: run_info(table).wall_epoch_ns)
+        raise written_partly(exc, run, 0, merged.replace_schema_metadata(first.schema.metadata)) from None
+    with writer:
+        writer.write_table(merged)
+    if writer.error is not None:
+        raise written_partly(writer.error, run, writer.rows_written, writer.unwritten())
+    if failed is not None:
+        # Every row reached the merged file, but a worker's file failed first: the run stopped early for it.
+        error = OSError(failed.errno, failed.condition, failed.path)
+        raise written_partly(error, run, writer.rows_written, None)
+    return run

@@ -124,7 +124,9 @@ def _replay_set(options: ReplayOptions, repeats: int) -> _RepeatSet:
     _check_count(repeats)
     out_dir = Path(options.out_dir)
     if not options.overwrite and (held := existing_repeats(out_dir)) is not None:
-        raise RunExists(f"{out_dir} already holds runs ({held}); pass overwrite=True to replace them")
+        raise RunExists(f"{out_dir} already holds runs ({held}); pass overwrite=True to replace them").worded_for_cli(
+            f"{out_dir} already holds runs ({held}); pass --overwrite to replace them"
+        )
     return _RepeatSet(out_dir, options.scenario.seed)
 
 

@@ -4,6 +4,12 @@
 - `replay_sync(trace, options)` is the same for code without an event loop.
 - `stream_replay(trace, options)` yields each `RequestRecord` as its request finishes, for harnesses that
   react to a run while it goes; `stream.result` holds the `ReplayResult` once the run has ended.
+
+A run folder that cannot be written at the start raises `OutputUnwritable` (nothing was sent). A file of the run that
+the OS refuses to write once it has started (a full disk, a read-only file system, no permission, an I/O error)
+stops it as an interrupt does; the summary is computed from the records on disk and those held in memory, run.json is
+written if the disk takes it (room for it is reserved from the start, `RESERVE_FILE`), and `WriteFailed` is raised
+with all of that (`result`, `records_kept`, `records_unwritten`, `run_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any, Final, Self
 
 import msgspec
 
-from agentx.errors import ConfigError
+from agentx.errors import ConfigError, OutputUnwritable, RecordsError, WriteFailed, os_condition
 from agentx.records.record import RequestRecord, RunInfo, read_records
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
 from agentx.replayer.cluster.driver import run_cluster
@@ -27,19 +33,19 @@ from agentx.replayer.http.client import Client
 from agentx.replayer.options.replay import ReplayOptions, flat_options
 from agentx.replayer.options.server_client import server_client
 from agentx.replayer.plan.play import PreparedTrace
-from agentx.replayer.run_replay import run_replay
+from agentx.replayer.run_replay import WRITE_FAILED, run_replay
 from agentx.replayer.run_result import OnSent, RunResult
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.recorder import OnRecord
 from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
-from agentx.replayer.workers import run_workers
+from agentx.replayer.workers import WORKERS_DIR, WorkerStops, run_workers
 from agentx.results.report.folders import RunFile
 from agentx.results.summary.acceptance import run_acceptance
 from agentx.results.summary.audit import audit
 from agentx.results.summary.shards import shards_summary
-from agentx.results.summary.summarize import Summary, summarize
+from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
 from agentx.results.summary.validity import validity
 from agentx.trace.io import Format, save_trace
 from agentx.trace.model import Trace
@@ -66,14 +72,66 @@ async def _scrape(options: ReplayOptions) -> dict[str, float] | None:
 
 
 def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResult) -> Path:
-    """Write `run.json` (atomically: a reader never sees half a file) and return its path."""
+    """Write `run.json` (atomically: a reader never sees half a file) and return its path; an OSError naming the
+    file when the OS refuses, and no half file left."""
     target = Path(path)
     document = RunFile(options=flat_options(options), run=result.run, summary=result.summary)
     data = msgspec.json.format(msgspec.json.encode(document, enc_hook=str)) + b"\n"
     partial = target.with_name(target.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, target)
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
     return target
+
+
+RESERVE_FILE: Final = ".run.json.reserve"
+"""Disk room held for run.json in the run folder while the run goes, released just before run.json is written: a run
+whose records fill the disk still leaves its run.json. A run killed outright may leave it behind (safe to delete)."""
+RESERVE_BYTES: Final = (1 << 20, 1 << 18, 1 << 16)
+"""The room held: the first of these that the disk allows and that is at most 1/`RESERVE_SHARE` of its free space (the
+last is tried whatever it is). A run.json is ~50 kB; an hour's event-loop lag samples add ~0.7 MB."""
+RESERVE_SHARE: Final = 4
+"""On an almost full disk the records come first: the room held for run.json takes at most a quarter of it."""
+
+
+def reserve_room(folder: Path) -> Path | None:
+    """Hold `RESERVE_BYTES` in `folder` (`RESERVE_FILE`); its path, or None when the disk has no room or refuses."""
+    path = folder / RESERVE_FILE
+    try:
+        stats = os.statvfs(folder)
+        free_bytes: int | None = stats.f_bavail * stats.f_frsize
+    except (OSError, AttributeError):  # no statvfs (Windows): the disk says by refusing
+        free_bytes = None
+    for size in RESERVE_BYTES:
+        if free_bytes is not None and size * RESERVE_SHARE > free_bytes and size != RESERVE_BYTES[-1]:
+            continue
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            return None
+        try:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(handle, 0, size)
+            else:  # allocated by writing it
+                os.write(handle, bytes(size))
+            return path
+        except OSError:
+            continue
+        finally:
+            os.close(handle)
+    release_room(path)
+    return None
+
+
+def release_room(reserved: Path | None) -> None:
+    """Give the room `reserve_room` held back to the disk."""
+    if reserved is not None:
+        with contextlib.suppress(OSError):
+            reserved.unlink(missing_ok=True)
 
 
 async def replay(
@@ -106,8 +164,12 @@ async def replay(
             on_profiling()
 
     telemetry: list[TelemetryTask] = []
+    room: list[Path] = []
 
     def start_scraping(info: RunInfo, start_ns: int, clock: DispatchClock | None) -> None:
+        reserved = reserve_room(Path(options.out_dir))
+        if reserved is not None:
+            room.append(reserved)
         task = start_telemetry(
             options, run_id=info.run_id, wall_epoch_ns=info.wall_epoch_ns, start_ns=start_ns, clock=clock
         )
@@ -121,33 +183,53 @@ async def replay(
                 "the run in this process; records of a run over processes meet in records.arrow at its end"
             )
         plain = trace.trace if isinstance(trace, PreparedTrace) else trace
-        return await asyncio.to_thread(_replay_saved, plain, options, num_gpus, trace_path)
+        stops = WorkerStops()
+        work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, plain, options, num_gpus, trace_path, stops))
+        while True:
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                # Cancelling the caller stops the workers as it stops one run: gracefully, then the grace cut short.
+                current = asyncio.current_task()
+                if work.done() or current is None:
+                    raise
+                current.uncancel()
+                stops.stop()
+    failed: WriteFailed | None = None
     try:
-        run = await (run_cluster if options.runtime.ray is not None else run_replay)(
-            trace,
-            options,
-            on_record=on_record,
-            on_sent=on_sent,
-            on_profiling=scrape_at_profiling_start,
-            on_start=start_scraping,
-        )
-    finally:
+        try:
+            run = await (run_cluster if options.runtime.ray is not None else run_replay)(
+                trace,
+                options,
+                on_record=on_record,
+                on_sent=on_sent,
+                on_profiling=scrape_at_profiling_start,
+                on_start=start_scraping,
+            )
+        except WriteFailed as exc:
+            if exc.run is None:  # a `--ray` shard's own scratch file: the run has nothing of it to summarize
+                raise
+            run, failed = exc.run, exc
+        finally:
+            for task in telemetry:
+                await task.stop()
         for task in telemetry:
-            await task.stop()
-    for task in telemetry:
-        run.notices += task.notices
-    before: dict[str, float] | None = None
-    try:
-        before = await scrapes[0] if scrapes else None
-        after = await _scrape(options) if before is not None else None
-    except asyncio.CancelledError:
-        # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
-        if (current := asyncio.current_task()) is not None:
-            current.uncancel()
-        for scrape in scrapes:
-            scrape.cancel()
-        after = None
-    return _finish(options, run, before, after, num_gpus, trace_path)
+            run.notices += task.notices
+        before: dict[str, float] | None = None
+        try:
+            before = await scrapes[0] if scrapes else None
+            after = await _scrape(options) if before is not None else None
+        except asyncio.CancelledError:
+            # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
+            if (current := asyncio.current_task()) is not None:
+                current.uncancel()
+            for scrape in scrapes:
+                scrape.cancel()
+            after = None
+        held = room[0] if room else None
+        return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=held)
+    finally:
+        release_room(room[0] if room else None)
 
 
 def _finish(
@@ -157,14 +239,27 @@ def _finish(
     after: dict[str, float] | None,
     num_gpus: int | None,
     trace_path: str | os.PathLike[str] | None,
+    *,
+    failed: WriteFailed | None = None,
+    room: Path | None = None,
 ) -> ReplayResult:
-    """Summarize a run's records and write its `run.json`."""
+    """Summarize a run's records and write its `run.json`. `failed`: the records file stopped short, and its other
+    rows are in `failed.unwritten`; `room`: the disk room held for run.json (`reserve_room`), released first. Raises
+    `WriteFailed`, with the result, when `failed` is given or run.json cannot be written."""
     if trace_path is not None:
         run.trace_path = os.path.abspath(trace_path)  # readable wherever run.json is read
     metrics = ServerMetrics(before=before, after=after) if before is not None and after is not None else None
-    table = read_records(run.records_path)
-    summary = summarize(
-        table,
+    # Read a batch at a time: the chunk lists, nearly all of a long run's records, are never held whole.
+    more = failed.unwritten if failed is not None else None
+    try:
+        records = RunRecords.read(run.records_path, more=more)
+        kept = records.file_rows
+    except RecordsError:
+        if more is None:
+            raise
+        records, kept = RunRecords.of(more), 0  # the file could not even be made: every row is in memory
+    summary = summarize_run(
+        records,
         num_gpus=num_gpus,
         server_metrics=metrics,
         loop_lag_s=run.loop_lag_s,
@@ -172,12 +267,14 @@ def _finish(
         percentiles=options.scenario.percentiles,
         trees_cut=run.trees_finished < run.trees_started,
     )
+    if failed is not None:
+        run.records_kept = kept  # what the file holds, the witness of a later read (agentx.records.run_folder)
     summary.stream_usage = run.stream_usage or None
     summary.rules = options.scenario.rules
     summary.calibration = msgspec.to_builtins(run.calibration) if run.calibration is not None else None
     run_file = {"options": flat_options(options), "run": msgspec.to_builtins(run, enc_hook=str)}
     summary.acceptance = run_acceptance(
-        table,
+        records,
         before,
         after,
         forced_al=options.speculative.al,
@@ -185,23 +282,87 @@ def _finish(
         tolerance=options.speculative.al_tolerance,
         stream_interval=options.speculative.stream_interval,
     )
-    summary.validity = validity(table, run_file, summary.acceptance)
+    summary.validity = validity(records.table, run_file, summary.acceptance)
     summary.shards = shards_summary(run.shards)
-    summary.audit = audit(table, summary)  # again: the acceptance is known now
+    summary.audit = audit(records, summary)  # again: the acceptance is known now
     result = ReplayResult(run=run, summary=summary)
-    write_run_file(Path(run.records_path).parent / RUN_FILE, options, result)
+    release_room(room)
+    run_path = Path(run.records_path).parent / RUN_FILE
+    try:
+        write_run_file(run_path, options, result)
+    except OSError as exc:
+        raise kept_failure(result, failed, exc, kept, run_path) from None
+    if failed is not None:
+        raise kept_failure(result, failed, None, kept, run_path)
     return result
 
 
+def kept_failure(
+    result: ReplayResult, failed: WriteFailed | None, run_error: OSError | None, kept: int, run_path: Path
+) -> WriteFailed:
+    """The `WriteFailed` of a run whose records stopped short (`failed`) or whose run.json could not be written
+    (`run_error`), saying in one line what it kept: the `kept` rows of its records file, run.json or not."""
+    run = result.run
+    total = result.summary.counts.rows
+    records = Path(run.records_path)
+    if failed is not None:
+        path, condition, code = failed.path, failed.condition, failed.errno
+        head = f"{path}: cannot write ({condition})"
+        if run.cancel_reason == WRITE_FAILED:
+            head += f": the run stopped early, {run.elapsed_s:,.1f} s in"
+        lost = total - kept
+        held = f"{records.name} keeps {kept:,} of the {total:,} records measured"
+        held += f" ({lost:,} more in the summary only)" if lost else ""
+        shards = sorted((records.parent / WORKERS_DIR).glob(f"*/{records.name}"))
+        if shards and lost:  # a `--workers` run: its workers' own files may hold more than the merged one
+            held += f", {WORKERS_DIR}/*/{records.name} keep {sum(_rows(path) for path in shards):,} of them"
+    else:
+        assert run_error is not None
+        path, condition, code = str(run_path), os_condition(run_error), run_error.errno
+        head = f"{run_path}: cannot write ({condition})"
+        held = f"{records.name} keeps all {total:,} records"
+    if run_error is None:
+        file = f"{RUN_FILE} was written, with the summary of all {total:,}"
+    elif failed is not None:
+        file = f"{RUN_FILE} could not be written either ({os_condition(run_error)})"
+    else:
+        file = f"{RUN_FILE} is missing"
+    return WriteFailed(
+        f"{head}; {held}; {file}",
+        path=path,
+        condition=condition,
+        errno=code,
+        records_path=records,
+        records_kept=kept,
+        records_unwritten=total - kept,
+        run_file=run_path if run_error is None else None,
+        result=result,
+    )
+
+
+def _rows(path: Path) -> int:
+    """The rows a records file holds (0 when it cannot be read)."""
+    try:
+        rows: int = read_records(path, partial=True, chunks=False).num_rows
+    except RecordsError:
+        return 0
+    return rows
+
+
 def _replay_saved(
-    trace: Trace, options: ReplayOptions, num_gpus: int | None, trace_path: str | os.PathLike[str] | None
+    trace: Trace,
+    options: ReplayOptions,
+    num_gpus: int | None,
+    trace_path: str | os.PathLike[str] | None,
+    stops: WorkerStops,
 ) -> ReplayResult:
     """`trace` over `options.runtime.workers` processes: saved once as Arrow for the workers to load."""
     with tempfile.TemporaryDirectory(prefix="agentx-trace-") as folder:
         saved = Path(folder) / "trace.arrow"
         save_trace(trace, saved)
+        workers = options.runtime.workers
         return replay_workers(
-            saved, options, options.runtime.workers, num_gpus=num_gpus, kept_trace_path=trace_path, keep_path=False
+            saved, options, workers, num_gpus=num_gpus, kept_trace_path=trace_path, keep_path=False, stops=stops
         )
 
 
@@ -215,26 +376,63 @@ def replay_workers(
     block_size: int | None = None,
     kept_trace_path: str | os.PathLike[str] | None = None,
     keep_path: bool = True,
+    stops: WorkerStops | None = None,
 ) -> ReplayResult:
     """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
     blocking. No per-record callbacks: records cross processes only through the files. run.json keeps
-    `trace_path` (with `keep_path`) or `kept_trace_path`."""
+    `trace_path` (with `keep_path`) or `kept_trace_path`. `stops` stops the workers (`WorkerStops`); in the main
+    thread, SIGINT, SIGTERM and SIGHUP do, from the start to run.json, as they stop a run in one process."""
+    stops = stops or WorkerStops()
+    with stops.on_signals():
+        return _replay_workers(
+            trace_path, options, workers, num_gpus, trace_format, block_size, kept_trace_path, keep_path, stops
+        )
+
+
+def _replay_workers(
+    trace_path: str | os.PathLike[str],
+    options: ReplayOptions,
+    workers: int,
+    num_gpus: int | None,
+    trace_format: Format | None,
+    block_size: int | None,
+    kept_trace_path: str | os.PathLike[str] | None,
+    keep_path: bool,
+    stops: WorkerStops,
+) -> ReplayResult:
     before = asyncio.run(_scrape(options))
     # The parent scrapes the telemetry while its workers replay: the run's id is fixed here so the file carries it.
     options = msgspec.structs.replace(
         options, runtime=msgspec.structs.replace(options.runtime, run_id=options.runtime.run_id or uuid.uuid4().hex)
     )
-    refuse_existing_run(Path(options.out_dir), options.overwrite)  # before the telemetry touches the folder
-    telemetry = TelemetryThread(options, options.runtime.run_id or "")
-    telemetry.start()
+    out_dir = Path(options.out_dir)
+    refuse_existing_run(out_dir, options.overwrite)  # before the telemetry touches the folder
     try:
-        run = run_workers(trace_path, options, workers, trace_format=trace_format, block_size=block_size)
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputUnwritable.of(exc.filename or out_dir, exc) from None
+    room = reserve_room(out_dir)
+    try:
+        telemetry = TelemetryThread(options, options.runtime.run_id or "")
+        telemetry.start()
+        failed: WriteFailed | None = None
+        try:
+            run = run_workers(
+                trace_path, options, workers, trace_format=trace_format, block_size=block_size, stops=stops
+            )
+        except WriteFailed as exc:
+            if exc.run is None:
+                raise
+            run, failed = exc.run, exc
+        finally:
+            records = out_dir / RECORDS_FILE
+            telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
+        run.notices += telemetry.notices
+        after = asyncio.run(_scrape(options)) if before is not None else None
+        kept = trace_path if keep_path else kept_trace_path
+        return _finish(options, run, before, after, num_gpus, kept, failed=failed, room=room)
     finally:
-        records = Path(options.out_dir) / RECORDS_FILE
-        telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
-    run.notices += telemetry.notices
-    after = asyncio.run(_scrape(options)) if before is not None else None
-    return _finish(options, run, before, after, num_gpus, trace_path if keep_path else kept_trace_path)
+        release_room(room)
 
 
 def replay_sync(

@@ -64,9 +64,10 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
         return "weka"  # a pretty-printed single trace: its first line is just "{"
     if not text:
         raise TraceError.at("the file is empty", file=str(path))
+    unrecognised = "unrecognised trace format (expected Arrow, Parquet, Weka JSON/JSONL, Mooncake or Bailian JSONL)"
     raise TraceError.at(
-        "unrecognised trace format (expected Arrow, Parquet, Weka JSON/JSONL, Mooncake or Bailian JSONL); "
-        "pass format= (--format) to force one",
+        f"{unrecognised}; pass format= to force one",
+        cli_message=f"{unrecognised}; pass --format to force one",
         file=str(path),
     )
 
@@ -105,7 +106,11 @@ def _collector_paused() -> Iterator[None]:
 
 def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findings: Findings | None) -> Trace:
     if block_size is not None and not 0 < block_size <= MAX_BLOCK_SIZE:
-        raise TraceError.at(f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]", file=str(path))
+        raise TraceError.at(
+            f"block_size={block_size} must be in [1, {MAX_BLOCK_SIZE}]",
+            cli_message=f"--block-size {block_size} must be in [1, {MAX_BLOCK_SIZE}]",
+            file=str(path),
+        )
     if fmt in ("arrow", "parquet"):
         from agentx.trace.formats import arrow  # pyarrow (and numpy) load only for these formats
 
@@ -141,8 +146,8 @@ def format_for_path(path: str | os.PathLike[str]) -> Format:
     if fmt is None:
         raise ConfigError(
             f"{unknown_suffix(path)}; use one of those suffixes, or name the format: format= (arrow, parquet, weka or "
-            "mooncake), `agentx convert --to`"
-        )
+            "mooncake)"
+        ).worded_for_cli(f"{unknown_suffix(path)}; use one of those suffixes")
     return fmt
 
 

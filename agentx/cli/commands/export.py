@@ -29,7 +29,7 @@ from agentx.cli.common import fail, stderr, stdout
 @click.option("--overwrite", is_flag=True, help="Replace the file if it exists (refused otherwise).")
 def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool) -> None:
     """Export the run in RUN_DIR: AIPerf's file formats (for InferenceX tooling) or its records as a table."""
-    from agentx.errors import ExportError, OutputExists, RunInProgress
+    from agentx.errors import ExportError, OutputExists, RecordsDamaged, RunInProgress
     from agentx.results.export.export_run import export_run, export_target, finalize_in_place, is_own_records
 
     started = time.perf_counter()
@@ -46,6 +46,8 @@ def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool)
         written = export_run(run_dir, export_format, out, overwrite=overwrite)
     except (OutputExists, RunInProgress) as exc:
         fail(str(exc))
+    except RecordsDamaged as exc:
+        fail(f"{exc}; nothing written")
     except ExportError as exc:
         fail(f"{exc}. Pass the directory a replay wrote (its --out), which holds records.arrow and run.json.")
     except OSError as exc:

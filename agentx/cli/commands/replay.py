@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
+    EXIT_WRITE_FAILED,
     block_size_option,
     cluster_output,
     default_run_dir,
@@ -46,6 +47,7 @@ from agentx.cli.parsed import (
     speculative_flags,
 )
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
+from agentx.errors import WriteFailed, os_condition
 from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
 
@@ -95,16 +97,16 @@ def replay(
     written at the end. Progress shows on stderr: live on a terminal, else a line every 10 s. Ctrl-C (SIGTERM, SIGHUP)
     stops dispatching, lets in-flight requests finish within the grace period, and prints the partial summary
     (exit 130). With --repeat N, RUN_DIR/rK is the K-th run; Ctrl-C ends the set after the current run's graceful
-    stop, and RUN_DIR/repeats.json indexes the runs that ran to their end.
+    stop, and RUN_DIR/repeats.json indexes the runs that ran to their end. A full disk (or another write the OS
+    refuses) once the run has started stops it likewise; the summary counts what it measured, and the last line says
+    what records.arrow and run.json kept (exit 4).
     """
     import asyncio
 
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
-    from agentx.records.run_folder import RUN_FILE
     from agentx.replayer.plan.preparation import prepare_trace
     from agentx.replayer.schedule.clock import loop_factory
-    from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE
     from agentx.run.replay import replay as run_and_summarize
     from agentx.run.replay import replay_workers
 
@@ -151,6 +153,7 @@ def replay(
             grace_s=options.runtime.grace_s,
         )
         repeated: ReplayRepeats | None = None
+        failed: WriteFailed | None = None
         try:
             with failing_against(url, "replay"):
                 if repeat > 1:
@@ -175,40 +178,62 @@ def replay(
                     )
                     with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
                         result = runner.run(work)
-        except OSError as exc:
-            if exc.filename is None:  # not a file of the run: a bug, shown as one
-                raise
-            fail(f"{exc.filename}: cannot write the run ({exc.strerror or exc})")
+        except WriteFailed as exc:  # the run stopped early; what it measured is summarized below, if it could be
+            failed = exc
+        except OSError as exc:  # none of the run's own files (those are a WriteFailed): still one line
+            fail(f"{exc.filename or run_dir}: the run failed ({os_condition(exc)})", EXIT_RUN_FAILED)
         except (KeyboardInterrupt, asyncio.CancelledError):
             # Ctrl-C outside the replay itself (probing, scraping metrics): nothing to summarize yet.
             stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)
+    if failed is not None:
+        if failed.result is not None and repeat == 1:
+            show_result(failed.result, trace, options, as_json=as_json, failed=failed)
+        fail(str(failed), EXIT_WRITE_FAILED)
     if repeated is not None:
         _end_repeats(repeated, as_json, options.scenario.failed_request_threshold)
         return
-    if as_json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
-    else:
-        from agentx.cli.display.summary_tables import summary_table  # rich: after the run, not before its first request
-
-        engine = result.run.server.label
-        title = f"replay of {trace}" + (f" on {engine}" if engine else "")
-        title += " (interrupted)" if result.run.interrupted else ""
-        for table in summary_table(result.summary, title=title):
-            stdout.print(table)
-        stdout.print(f"records: {result.run.records_path}", markup=False)
-        stdout.print(f"run: {Path(result.run.records_path).parent / RUN_FILE}", markup=False)
-        telemetry = Path(result.run.records_path).parent / SERVER_METRICS_FILE
-        if telemetry.is_file():
-            stdout.print(f"server metrics: {telemetry}", markup=False)
-        if options.scenario.num_requests is not None:
-            stdout.print(cap_line(options.scenario.num_requests, result.run.request_cap_reached, result), markup=False)
+    show_result(result, trace, options, as_json=as_json)
     if result.run.interrupted:
         stderr.print(interrupted_line(result), markup=False)
         sys.exit(EXIT_INTERRUPTED)
     failure = run_failure(result.summary, result.run, options.scenario.failed_request_threshold)
     if failure is not None:
         fail(failure, EXIT_RUN_FAILED)
+
+
+def show_result(
+    result: ReplayResult, trace: Path, options: ReplayOptions, *, as_json: bool, failed: WriteFailed | None = None
+) -> None:
+    """Print a run's summary on stdout (as JSON with `as_json`) with where its files are; `failed`: its files could not
+    all be written (run.json is named only if it was)."""
+    from agentx.records.run_folder import RUN_FILE
+    from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE
+
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")
+        return
+    from agentx.cli.display.summary_tables import summary_table  # rich: after the run, not before its first request
+
+    folder = Path(result.run.records_path).parent
+    engine = result.run.server.label
+    title = f"replay of {trace}" + (f" on {engine}" if engine else "")
+    if result.run.interrupted:
+        title += " (interrupted)"
+    elif failed is not None:
+        title += " (its files could not all be written)"
+    for table in summary_table(result.summary, title=title):
+        stdout.print(table)
+    written = failed is None or Path(result.run.records_path).is_file()
+    stdout.print(f"records: {result.run.records_path if written else 'not written'}", markup=False)
+    run_file = folder / RUN_FILE if failed is None else failed.run_file
+    if run_file is not None:
+        stdout.print(f"run: {run_file}", markup=False)
+    telemetry = folder / SERVER_METRICS_FILE
+    if telemetry.is_file():
+        stdout.print(f"server metrics: {telemetry}", markup=False)
+    if options.scenario.num_requests is not None:
+        stdout.print(cap_line(options.scenario.num_requests, result.run.request_cap_reached, result), markup=False)
 
 
 def interrupted_line(result: ReplayResult) -> str:

@@ -98,6 +98,7 @@ def report_command(
     peak throughput, every level. Reads run.json and records.arrow only, so any run directory works.
     """
     from agentx.cli.display.report_tables import report_markdown, report_tables
+    from agentx.errors import RecordsDamaged
     from agentx.results.report.build import ReportOptions, build_report, load_series, report_json
     from agentx.results.report.build import mixed_rules as rules_conflict
     from agentx.results.report.cost import TIERS, load_price_table
@@ -139,6 +140,8 @@ def report_command(
         report = build_report(series, options, prices)
     except click.BadParameter as exc:
         fail(str(exc))
+    except RecordsDamaged as exc:
+        fail(f"{exc}; no report made")
     if as_json:
         sys.stdout.write(report_json(report) + "\n")
     elif markdown:

@@ -12,6 +12,7 @@ from agentx.cli.common import (
     fail,
     stdout,
 )
+from agentx.errors import cli_words
 from agentx.trace.io import load_trace, save_trace
 
 
@@ -80,7 +81,7 @@ def synth_from_logs(
         salt = read_salt(salt_file) if salt_file else None
         trace = from_logs(inputs, options, salt=salt)
     except ValueError as exc:
-        fail(str(exc))
+        fail(cli_words(exc))
     errors = [finding for finding in validate_trace(trace) if finding.severity == "error"]
     if errors:  # a bug, not bad input: say so plainly
         fail(f"the synthesized trace is invalid ({errors[0]}); please report this")
@@ -130,7 +131,7 @@ def synth_generate(
         trace = generate(model, sessions=count, seed=seed, scope="global" if scope == "global" else "session")
         save_trace(trace, out)
     except ValueError as exc:
-        fail(str(exc))
+        fail(cli_words(exc))
     except OSError as exc:
         fail(f"{out}: cannot write: {exc.strerror or exc}")
     stdout.print(

@@ -13,7 +13,9 @@
    in-flight requests are kept for a loss. A shard that dies leaves those recorded cancelled for `worker_lost`;
    `on_worker_loss` stops the rest (`abort`) or lets them go on (`continue`).
 5. Cancelling the caller stops every shard as Ctrl-C stops one run (grace period, then a second cancel cuts it);
-   polling goes on until they have drained, so their records still reach the file.
+   polling goes on until they have drained, so their records still reach the file. A records file the OS stops
+   taking (a full disk) stops them the same way; the rows from then on are kept in memory, and `WriteFailed` carries
+   them with the run (agentx.replayer.run_replay).
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ClusterError, ConfigError
+from agentx.errors import ClusterError, ConfigError, OutputUnwritable
 from agentx.records.record import WORKER_LOST, RequestRecord, RunInfo, to_records
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
@@ -40,7 +43,7 @@ from agentx.replayer.cluster.shard import Place, Shard, ShardReport, in_flight_r
 from agentx.replayer.options.limits import check_shards
 from agentx.replayer.options.replay import ReplayOptions, checked, flat_options
 from agentx.replayer.plan.play import PreparedTrace
-from agentx.replayer.run_replay import OnStart
+from agentx.replayer.run_replay import WRITE_FAILED, OnStart, written_partly
 from agentx.replayer.run_result import OnSent, RunResult, ShardInfo, combined
 from agentx.replayer.schedule.recorder import OnRecord
 from agentx.trace.formats.arrow import arrow_bytes
@@ -54,7 +57,26 @@ POLL_TIMEOUT_S: Final = 30.0
 START_LEAD_S: Final = 2.0
 """The agreed start is this far after the clocks are measured: time for every shard's server probes (a shard that
 needs longer starts late, which its records show as dispatch lag and run.json as `start_late_s`)."""
+HANGUPS: Final = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGTERM") if hasattr(signal, name))
+"""Signals that reach a whole process group (a closed terminal or ssh session, a scheduler's stop) and kill a process
+that does not handle them: blocked in the processes of a local Ray cluster, which Ray blocks SIGINT in already."""
 _log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _hangups_blocked() -> Iterator[None]:
+    """Block `HANGUPS` in this thread while a local Ray cluster starts: its processes (the GCS, the raylet, the shards'
+    workers) inherit the mask and outlive a hangup of the process group, which the driver takes as a stop (the
+    command line's STOP_SIGNALS) and passes on to the shards (`_Driver._interrupted`); a signal that came meanwhile
+    reaches the driver when unblocked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANGUPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 async def run_cluster(
@@ -81,7 +103,9 @@ async def run_cluster(
     if isinstance(trace, PreparedTrace):
         dropped = trace.sessions.dropped
         trace = trace.trace  # the sessions kept: the shards drop none again
-    with ray_session(address) as ray:
+    with contextlib.ExitStack() as session:
+        with _hangups_blocked():
+            ray = session.enter_context(ray_session(address))
         group = await place_shards(ray, workers, options.runtime.ray_placement_timeout_s)
         driver = _Driver(ray, options, run_id, on_record, on_sent, on_profiling, on_start)
         try:
@@ -256,7 +280,7 @@ class _Driver:
         return report
 
     def _take(self, shard: _Remote, report: ShardReport) -> None:
-        if report.info is not None and self.writer is None:
+        if report.info is not None and self.writer is None and self.failure is None:
             self._open(report.info)
         seen: set[str] = set()
         if report.records:
@@ -291,15 +315,29 @@ class _Driver:
         go into the file's metadata)."""
         metadata = {**info.options, **flat_options(self.options)}
         run = RunInfo(run_id=self.run_id, wall_epoch_ns=self.wall_epoch_ns, options=metadata)
-        self.records_path.parent.mkdir(parents=True, exist_ok=True)
-        self.writer = RecordWriter(self.records_path, run)
+        try:
+            self.records_path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = RecordWriter(self.records_path, run, on_error=self._write_failed)
+        except OSError as exc:  # nothing can be kept: the shards are stopped at once
+            self.failure = self.failure or OutputUnwritable.of(exc.filename or self.records_path, exc)
+            self._stop_all()
+            self._stop_all()
+            return
         if self.on_start is not None:
             self.on_start(run, self.start_ns, None)
+
+    def _write_failed(self, error: OSError) -> None:
+        """The records file takes no more rows: the shards stop as on an interrupt; the rest is kept in memory."""
+        self.cancel_reason = self.cancel_reason or WRITE_FAILED
+        # Kept in run.json, not logged: the command's last line says it, with what was kept.
+        self.notices.append(f"{error.filename}: cannot write the records ({error.strerror}): the shards were stopped")
+        self._stop_all()
 
     def _write(self, table: pa.Table) -> None:
         import pyarrow.compute as pc
 
-        assert self.writer is not None, "a shard sends records only after its start"
+        if self.writer is None:  # the records file could not be made (`_open`): the run fails with that
+            return
         self.writer.write_table(table)
         counts = self.counts
         counts["requests"] += table.num_rows
@@ -380,6 +418,8 @@ class _Driver:
             self.writer.close()
 
     def result(self, dropped: list[str]) -> RunResult:
+        """The run, once the shards have ended and the writer is closed; raises a shard's error, or `WriteFailed` (with
+        this run) when the records file stopped taking rows."""
         if self.failure is not None:
             raise self.failure
         results = [s.report.result for s in self.shards if s.report is not None and s.report.result is not None]
@@ -411,4 +451,6 @@ class _Driver:
         run.dropped_sessions = len(dropped) or run.dropped_sessions
         run.notices = [*run.notices, *self.notices]
         run.shards = [shard.info for shard in self.shards if shard.info is not None]
+        if self.writer.error is not None:
+            raise written_partly(self.writer.error, run, self.writer.rows_written, self.writer.unwritten())
         return run

@@ -9,25 +9,82 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, overload
 
 import msgspec
 import numpy as np
 
 from agentx.replayer.plan.sessions import ReplaySessions
-from agentx.replayer.plan.steps import ChildOffset, SessionPlan, plan_session
+from agentx.replayer.plan.steps import ChildOffset, SessionPlan, Step, plan_session
 from agentx.replayer.plan.tstar import Snapshot
 from agentx.replayer.prompts.conversation import ChatState
 from agentx.trace.chains import CHAIN_KINDS
-from agentx.trace.model import Agent, Session
+from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import StartOrderHits, prefix_cache_hits
+
+CHECKPOINT_TURNS: Final = 64
+"""`StepIds` keeps an agent's full hash ids every this many turns."""
+
+
+class StepIds(Sequence[tuple[int, ...]]):
+    """Each step's full hash ids (`ids[step.index]`), rebuilt when asked from the trace's delta encoding (a request
+    keeps its predecessor's first `hash_ids_kept` ids and appends `hash_ids_added`), from the last ids it built for the
+    step's agent when that is on the way (a play asks for its agent's turns in order, its body and then its block
+    counts), else from the agent's ids kept every `CHECKPOINT_TURNS` turns.
+
+    Kept whole for every step, the ids of an AgentX-size session (~1,400 a turn over ~250 turns) weigh ~2.5 MB, and a
+    run keeps the plans of every session it draws: 160 MB for 64 of that corpus's sessions, 1 GB for all 400. Worker
+    threads may read it (agentx.replayer.schedule.offloop): the last ids built are replaced whole."""
+
+    __slots__ = ("_checkpoints", "_last", "_requests", "_where")
+
+    def __init__(self, steps: Sequence[Step], agents: Iterable[Agent]) -> None:
+        self._where = tuple((step.agent_id, step.turn) for step in steps)
+        self._requests: dict[str, list[Request]] = {}
+        self._checkpoints: dict[str, list[tuple[int, ...]]] = {}
+        self._last: dict[str, tuple[int, tuple[int, ...]]] = {}
+        """Per agent: the last turn whose ids were built, and its ids."""
+        for agent in agents:
+            self._requests[agent.agent_id] = agent.requests
+            kept = self._checkpoints[agent.agent_id] = []
+            for turn, ids in enumerate(agent.iter_hash_ids()):
+                if turn % CHECKPOINT_TURNS == 0:
+                    kept.append(ids)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[tuple[int, ...], ...]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        agent_id, turn = self._where[index]
+        base = turn - turn % CHECKPOINT_TURNS
+        last = self._last.get(agent_id)
+        if last is not None and base <= last[0] <= turn:
+            built, ids = last
+        else:
+            built, ids = base, self._checkpoints[agent_id][base // CHECKPOINT_TURNS]
+        if built < turn:
+            for request in self._requests[agent_id][built + 1 : turn + 1]:
+                ids = ids[: request.hash_ids_kept] + request.hash_ids_added
+            self._last[agent_id] = (turn, ids)
+        return ids
 
 
 class PreparedSession(msgspec.Struct, frozen=True, gc=False):
     """A session's plan plus each step's full hash ids (computed once per session, reused on recycling)."""
 
     plan: SessionPlan
-    hash_ids: tuple[tuple[int, ...], ...]
+    hash_ids: Sequence[tuple[int, ...]]
+    """Per step: its full hash ids (a `StepIds`)."""
     prefix_tokens: dict[str, int]
     """Per agent: its turn-0 tool + system tokens (the chat system message, docs/agentx.md §1e)."""
     hit_blocks: tuple[int, ...]
@@ -75,8 +132,7 @@ def prepare(
     map the session's recorded ones onto (§2f)."""
     session = sessions.session(index)
     plan = plan_session(session, child_offset=child_offset)
-    by_agent = {agent.agent_id: list(agent.iter_hash_ids()) for agent, _, _ in session.agents()}
-    hash_ids = tuple(by_agent[step.agent_id][step.turn] for step in plan.steps)
+    hash_ids = StepIds(plan.steps, (agent for agent, _, _ in session.agents()))
     prefix_tokens = {agent.agent_id: agent.tool_tokens + agent.system_tokens for agent, _, _ in session.agents()}
     session_hits, session_totals = hits.of(index)
     # The hit arrays are in the session's row order (agents depth first, then turns): map them to the steps.
@@ -165,14 +221,81 @@ def marker_hex(run_id: str, recycle_pass: int, lane: int, session_id: str) -> st
     return hashlib.sha256(f"{run_id}:{recycle_pass}:{lane}:{base_trace_id}".encode()).hexdigest()[:12]
 
 
+class StepFlags:
+    """One flag per step of a play, set once (a request went out, a step settled), that tasks can wait on.
+
+    A flag costs a byte; a waiter, a future while it waits. An `asyncio.Event` per step (~0.8 KB with its deque)
+    made a play of a few dozen steps weigh ~50 KB, so that tens of thousands of lanes took gigabytes before their
+    first request."""
+
+    __slots__ = ("_flags", "_waiters")
+
+    def __init__(self, steps: int) -> None:
+        self._flags = bytearray(steps)
+        self._waiters: dict[int, list[asyncio.Future[None]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def is_set(self, index: int) -> bool:
+        return bool(self._flags[index])
+
+    def set(self, index: int) -> None:
+        """Set step `index`'s flag and wake whoever waits on it."""
+        self._flags[index] = 1
+        if self._waiters is not None:
+            for waiter in self._waiters.pop(index, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait(self, index: int) -> None:
+        """Until step `index`'s flag is set (at once if it is)."""
+        if self._flags[index]:
+            return
+        if self._waiters is None:
+            self._waiters = {}
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(index, []).append(waiter)
+        try:
+            await waiter
+        finally:
+            waiting = self._waiters.get(index)
+            if waiting is not None and waiter in waiting:  # cancelled before the flag was set
+                waiting.remove(waiter)
+                if not waiting:
+                    del self._waiters[index]
+
+
 class Play:
-    """The state of one play of a session tree: completion events and times of its steps.
+    """The state of one play of a session tree: completion flags and times of its steps.
 
     `snapshot` (agentx mode, a lane's first tree) says which steps are settled at t* without a request and
     when the first live ones are due; `marker` is the tree's cache-bust marker (None: no cache-bust). Its state
     changes only through its methods (`begin`, `mark_sent`, `complete`, `settle`, `end_agent`, the prebuilt
-    bodies' and the chat's); other modules read it.
+    bodies' and the chat's); other modules read it. It is small (slots, flags and times as arrays, its chat, headers
+    and prebuilt bodies made when first used): a lane holds one from before its first request on.
     """
+
+    __slots__ = (
+        "_chat",
+        "_headers",
+        "affinity_headers",
+        "completed_ns",
+        "correlation_ids",
+        "done",
+        "ended_agents",
+        "lane",
+        "marker",
+        "play",
+        "prebuilt",
+        "prepared",
+        "request_ids",
+        "root_agent_id",
+        "sent",
+        "sent_ns",
+        "snapshot",
+        "start_ns",
+    )
 
     def __init__(
         self,
@@ -190,27 +313,34 @@ class Play:
         self.play = play
         self.start_ns = start_ns
         n = len(prepared.plan.steps)
-        self.done = [asyncio.Event() for _ in range(n)]
-        self.sent = [asyncio.Event() for _ in range(n)]
+        self.done = StepFlags(n)
+        """Set when a step is over, sent or not."""
+        self.sent = StepFlags(n)
         """Set when a step's request goes out (or the step is settled without one)."""
-        self.completed_ns = [0] * n
-        self.sent_ns = [0] * n
+        self.completed_ns = array("q", bytes(8 * n))
+        self.sent_ns = array("q", bytes(8 * n))
         """When each step's request went out (0: not sent)."""
         self.request_ids = [""] * n
         """Per step sent: its request's `X-Request-ID` ("": not sent), which the requests it releases record."""
-        self.prebuilt: dict[int, tuple[str, int, bytes]] = {}
+        self.prebuilt: dict[int, tuple[str, int, bytes]] | None = None
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
-        self.chat = ChatState()
-        """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
+        self._chat: ChatState | None = None
         self.snapshot = snapshot
         self.marker = marker
-        self.ended_agents: set[str] = set()
+        self.ended_agents: frozenset[str] = frozenset()
         """Agents whose context overflowed: their later turns are not sent (the root's: the whole tree's)."""
         self.affinity_headers = affinity_headers
-        self.correlation_ids: dict[str, str] = {}
+        self.correlation_ids: dict[str, str] | None = None
         """Per agent session of this play: its `X-Correlation-ID` (made when first asked for)."""
-        self._headers: dict[str, dict[str, str]] = {}
+        self._headers: dict[str, dict[str, str]] | None = None
         self.root_agent_id = next((step.agent_id for step in prepared.plan.steps if step.depth == 0), "")
+
+    @property
+    def chat(self) -> ChatState:
+        """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
+        if self._chat is None:
+            self._chat = ChatState()
+        return self._chat
 
     def begin(self, start_ns: int) -> None:
         """The play's clock starts at `start_ns` (its steps' offsets count from there)."""
@@ -220,7 +350,7 @@ class Play:
         """Step `index`'s request, `request_id`, goes out now."""
         self.sent_ns[index] = time.perf_counter_ns()
         self.request_ids[index] = request_id
-        self.sent[index].set()
+        self.sent.set(index)
 
     def complete(self, index: int, end_ns: int) -> None:
         """Step `index`'s request ended at `end_ns`."""
@@ -230,24 +360,28 @@ class Play:
         """Step `index` is over, sent or not: its dependants may go (completed now unless it was already)."""
         if not self.completed_ns[index]:
             self.completed_ns[index] = time.perf_counter_ns()
-        self.sent[index].set()
-        self.done[index].set()
+        self.sent.set(index)
+        self.done.set(index)
 
     def end_agent(self, agent_id: str) -> None:
         """`agent_id`'s context overflowed: its later turns are not sent (the root's: the whole tree's)."""
-        self.ended_agents.add(agent_id)
+        self.ended_agents |= {agent_id}
 
     def keep_prebuilt(self, index: int, phase: str, sent_tokens: int, body: bytes) -> None:
         """Step `index`'s body, built for `phase` before the play's clock started."""
+        if self.prebuilt is None:
+            self.prebuilt = {}
         self.prebuilt[index] = (phase, sent_tokens, body)
 
     def take_prebuilt(self, index: int) -> tuple[str, int, bytes] | None:
         """Step `index`'s prebuilt body (phase, prompt tokens, body), once; None if there is none."""
-        return self.prebuilt.pop(index, None)
+        return None if self.prebuilt is None else self.prebuilt.pop(index, None)
 
     def correlation_id(self, agent_id: str) -> str:
         """The agent session's correlation id: one per agent of each play (each subagent its own), as the
         reference's (docs/agentx.md §2d); a UUID4 in its textual form."""
+        if self.correlation_ids is None:
+            self.correlation_ids = {}
         correlation_id = self.correlation_ids.get(agent_id)
         if correlation_id is None:
             correlation_id = self.correlation_ids[agent_id] = str(uuid.uuid4())
@@ -267,6 +401,8 @@ class Play:
         `aiperf/transports/base_transports.py`): `X-Correlation-ID` carries the agent session's correlation id, as
         do the affinity headers of the play (`X-Session-Affinity` under AIPerf 0.13.0's rules, and the chosen
         ones); Dynamo's also names the parent session."""
+        if self._headers is None:
+            self._headers = {}
         headers = self._headers.get(agent_id)
         if headers is None:
             correlation_id = self.correlation_id(agent_id)

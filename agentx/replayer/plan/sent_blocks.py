@@ -68,8 +68,8 @@ class Seen:
             hit += 1
         for block in ids[hit:] if hit else ids:  # the leading run is there already
             if 0 <= block < DENSE_IDS:
-                if block >= len(dense):
-                    dense.extend(bytes(min(DENSE_IDS, max(block + 1, 2 * len(dense))) - len(dense)))
+                if block >= len(dense):  # bytearray's own growth keeps this amortized, without doubling the table
+                    dense.extend(bytes(block + 1 - len(dense)))
                 dense[block] = 1
             else:
                 sparse.add(block)

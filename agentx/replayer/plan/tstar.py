@@ -26,6 +26,7 @@ A snapshot with nothing live is not `sendable` (the reference skips such a trace
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
 import msgspec
 import numpy as np
@@ -50,12 +51,19 @@ def t_star(
     return float(rng.uniform(first + low * span, first + high * span))
 
 
+DONE: Final = 1
+"""A step's `Snapshot.settled` byte: it started before t*."""
+SKIPPED: Final = 2
+"""A step's `Snapshot.settled` byte: its subagent had finished by t* (or never runs from t*, with its parent)."""
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A tree's state at t* (see the module docstring); every set holds step indices of the plan."""
+    """A tree's state at t* (see the module docstring); every set holds step indices of the plan. Each lane's first
+    tree holds one from before the first request, so the settled steps are a byte each rather than sets."""
 
     t_star: float
-    done: frozenset[int]
-    skipped: frozenset[int]
+    settled: bytes
+    """Per step: 0 (sent as the plan says), `DONE` or `SKIPPED` (settled at once, never sent)."""
     first_live: dict[int, float]
     """First-live step → seconds after the profiling start it is due (`max(0, t − t*)`)."""
     primers: dict[int, float]
@@ -68,9 +76,23 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
         return bool(self.first_live)
 
     @property
+    def done(self) -> frozenset[int]:
+        """Steps that started before t*."""
+        return frozenset(index for index, state in enumerate(self.settled) if state == DONE)
+
+    @property
+    def skipped(self) -> frozenset[int]:
+        """Steps of subagents that never run from t*."""
+        return frozenset(index for index, state in enumerate(self.settled) if state == SKIPPED)
+
+    @property
     def not_sent(self) -> frozenset[int]:
         """Steps the replay settles at once without a request (done or skipped)."""
-        return self.done | self.skipped
+        return frozenset(index for index, state in enumerate(self.settled) if state)
+
+    def is_settled(self, index: int) -> bool:
+        """Whether step `index` is settled at once without a request (done or skipped)."""
+        return self.settled[index] != 0
 
 
 def _agents(plan: SessionPlan) -> dict[str, list[Step]]:
@@ -117,11 +139,9 @@ def snapshot(plan: SessionPlan, t_star: float) -> Snapshot:
                 primers[primer.index] = t_star - primer.request.t
     live_steps = set(range(len(steps))) - done - skipped
     waiting = frozenset(index for index in first_live if any(joined in live_steps for joined in steps[index].joins))
-    return Snapshot(
-        t_star=t_star,
-        done=frozenset(done),
-        skipped=frozenset(skipped),
-        first_live=first_live,
-        primers=primers,
-        waiting=waiting,
-    )
+    settled = bytearray(len(steps))
+    for index in done:
+        settled[index] = DONE
+    for index in skipped:
+        settled[index] = SKIPPED
+    return Snapshot(t_star=t_star, settled=bytes(settled), first_live=first_live, primers=primers, waiting=waiting)

@@ -40,6 +40,7 @@ from agentx.replayer.schedule.recorder import OnRecord, Recorder
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.server_loss import ServerLossWatch
+from agentx.replayer.schedule.slices import Slices
 from agentx.replayer.schedule.warmup import (
     LaneStart,
     ProfilingGate,
@@ -247,7 +248,7 @@ class Runner:
                 firsts: dict[int, Play] = {}
                 load = self.options.load
                 if isinstance(load, AgentxLoad):
-                    firsts = self._first_plays(load)
+                    firsts = await self._first_plays(load)
                     self.firsts = list(firsts.values())
                     if self.options.runtime.quiet_gc:
                         freeze_new()  # the lanes' first plans: built once, walked by no collection
@@ -273,8 +274,7 @@ class Runner:
                     await self._arrivals(load)
                 else:
                     async with asyncio.TaskGroup() as lane_tasks:
-                        for lane in self.lanes:
-                            lane_tasks.create_task(self._lane(lane, firsts.get(lane)))
+                        await self._start_lanes(lane_tasks, firsts)
             except WarmupFailed as exc:
                 failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
             else:
@@ -287,27 +287,53 @@ class Runner:
         if failure is not None:
             raise failure
 
-    def _first_plays(self, load: AgentxLoad) -> dict[int, Play]:
+    async def _first_plays(self, load: AgentxLoad) -> dict[int, Play]:
         """Each lane's first tree, resumed at the lane's t* (docs/agentx.md §4d); a session with nothing to send
-        from its t* is passed over for the next one (at most concurrency + 2 × sessions draws, as the reference)."""
+        from its t* is passed over for the next one (at most concurrency + 2 × sessions draws, as the reference).
+        Made in slices of the event loop (agentx.replayer.schedule.slices), a large plan off it; a stop ends it, and
+        so does the first lane left without a tree (the lanes after it draw none either)."""
         firsts: dict[int, Play] = {}
         attempts = load.concurrency + 2 * len(self.trace.sessions)
+        seed = self.options.scenario.seed
+        slices = Slices()
         for lane in self.lanes:
             while attempts > 0 and (drawn := self._next_tree()) is not None:
                 attempts -= 1
                 position, index = drawn
-                prepared = self._prepared(index)
-                seed = self.options.scenario.seed
-                state = snapshot(
-                    prepared.plan, t_star(seed, prepared.plan.session_id, lane, prepared.plan, load.tstar_window)
-                )
+                prepared = await self._prepared_off_loop(index)
+                plan = prepared.plan
+                state = snapshot(plan, t_star(seed, plan.session_id, lane, plan, load.tstar_window))
                 if not state.sendable:
                     continue
                 self.trees_started += 1
                 firsts[lane] = self._play(prepared, lane, position, self._marker(index, lane), state)
                 self.tstar.append(lane_start(lane, prepared, state))
                 break
+            if lane not in firsts:
+                break
+            await slices.pause()
         return firsts
+
+    async def _start_lanes(self, lane_tasks: asyncio.TaskGroup, firsts: dict[int, Play]) -> None:
+        """Start each lane's task in `lane_tasks`, in slices of the event loop (agentx.replayer.schedule.slices), each
+        once its ramp offset (`ramp_s`) has passed: a lane costs nothing before it starts, and one with no tree to
+        play (its first, or one left to draw) gets no task."""
+        load = self.options.load
+        ramp_s = load.ramp_s if isinstance(load, LaneLoad) else 0.0
+        concurrency = lanes(load)
+        origin_ns = time.perf_counter_ns()
+        slices = Slices()
+        for lane in self.lanes:
+            first = firsts.get(lane)
+            stopped = ramp_s > 0 and await self._sleep_until(origin_ns + int(ramp_s * lane / concurrency * 1e9))
+            if first is not None and (stopped or self.stopped.is_set()):
+                self._unplayed(first)
+                first = None
+            if first is None and not self._may_draw():
+                self.gate.lane_done(lane)  # holds no cache-pressure stage back
+                continue
+            lane_tasks.create_task(self._lane(lane, first))
+            await slices.pause()
 
     def notice(self, message: str) -> None:
         self.notices.append(message)
@@ -436,18 +462,25 @@ class Runner:
 
     def _next_tree(self) -> tuple[int, int] | None:
         """(play = position in the shared order, session index), or None when no tree may start."""
-        if self.stopped.is_set():
-            return None
-        if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+        if not self._may_draw():
             return None
         return next(self.order, None)
 
+    def _unplayed(self, tree: Play) -> None:
+        """A lane's first tree that the run stopped before the lane started: counted as `_run_play` counts a tree
+        whose steps all find the run stopped (each not settled at t* skipped), without a task per step."""
+        state = tree.snapshot
+        self.skipped += sum(1 for step in tree.prepared.plan.steps if state is None or not state.is_settled(step.index))
+        self.sender.sent_blocks.forget(tree)
+        self.idle.forget(tree)
+        self.trees_finished += 1
+
+    def _may_draw(self) -> bool:
+        """Whether a tree may still start (the run goes on, below its tree limit); once not, never again."""
+        return not self.stopped.is_set() and (self.tree_limit is None or self.trees_started < self.tree_limit)
+
     async def _lane(self, lane: int, first: Play | None = None) -> None:
         try:
-            load = self.options.load
-            ramp_s = load.ramp_s * lane / load.concurrency if isinstance(load, LaneLoad) else 0.0
-            if ramp_s > 0 and await self._sleep_until(time.perf_counter_ns() + int(ramp_s * 1e9)):
-                return
             if first is not None:
                 await self._run_play(first)
             while (drawn := self._next_tree()) is not None:
@@ -540,14 +573,14 @@ class Runner:
     async def _step(self, tree: Play, step: Step) -> None:
         state = tree.snapshot
         try:
-            if state is not None and step.index in state.not_sent:
+            if state is not None and state.is_settled(step.index):
                 tree.complete(step.index, tree.start_ns)  # happened before t*: settled, never sent
                 return
             # Build the body while the anchor is in flight (it needs nothing from the server), so a
             # step due right at its anchor's completion does not pay for it then; waiting for the
             # anchor's dispatch keeps at most ~2 bodies per agent alive.
             if step.anchor is not None:
-                await tree.sent[step.anchor].wait()
+                await tree.sent.wait(step.anchor)
             if self.stopped.is_set():
                 self.skipped += 1
                 return
@@ -562,7 +595,7 @@ class Runner:
             joins_after = self.rules.join_waits_delay and bool(step.joins)
             for dependency in step.depends_on:
                 if not (joins_after and dependency in step.joins):
-                    await tree.done[dependency].wait()
+                    await tree.done.wait(dependency)
             if self.stopped.is_set():
                 self.skipped += 1
                 return
@@ -602,7 +635,7 @@ class Runner:
                 release.cut_to(fired_ns)
             if joins_after and not stopped:
                 for dependency in step.joins:
-                    await tree.done[dependency].wait()
+                    await tree.done.wait(dependency)
                 last = max(step.joins, key=tree.completed_ns.__getitem__)
                 if tree.completed_ns[last] > release.due_ns:
                     release.hold(last, tree.completed_ns[last])
@@ -627,7 +660,7 @@ class Runner:
         `_handle_warmup_failure`; docs/agentx.md §5)."""
         record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
         others = (index for index in range(len(tree.done)) if index != step.index)
-        if self.gate.per_lane and all(tree.done[index].is_set() or tree.completed_ns[index] for index in others):
+        if self.gate.per_lane and all(tree.done.is_set(index) or tree.completed_ns[index] for index in others):
             self.gate.hold(tree.lane)  # the tree ends here: its lane's next one is handed over too
         if record.status == "error" and step.depth == 0 and not self.gate.aborted and not self.stopped.is_set():
             self.gate.abort()
@@ -645,7 +678,7 @@ class Runner:
 
         async def all_joined() -> None:
             for index in step.joins:
-                await tree.done[index].wait()
+                await tree.done.wait(index)
 
         joined: asyncio.Future[None] = asyncio.ensure_future(all_joined())
         started: asyncio.Future[None] = asyncio.ensure_future(self.gate.wait(self.stopped))

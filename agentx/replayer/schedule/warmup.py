@@ -26,6 +26,7 @@ from agentx.replayer.plan.steps import Step
 from agentx.replayer.plan.tstar import Snapshot
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.sending import Sender
+from agentx.replayer.schedule.slices import Slices
 
 WARMUP_NOTICE_S: Final = 120.0
 """A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
@@ -110,7 +111,7 @@ def handoff_steps(plays: Iterable[Play]) -> Iterator[tuple[Play, Step, bool]]:
     for play in plays:
         settled = play.snapshot.not_sent if play.snapshot is not None else frozenset()
         for step in play.prepared.plan.steps:
-            if play.sent[step.index].is_set() or step.index in settled:
+            if play.sent.is_set(step.index) or step.index in settled:
                 continue
             anchor = step.anchor
             if anchor is not None and not (play.sent_ns if step.from_anchor_send else play.completed_ns)[anchor]:
@@ -173,14 +174,27 @@ async def send_primers(
             )
     start_ns = time.perf_counter_ns()
     failures: list[RequestRecord] = []
+    # A primer's body is built when it is due, never before: it carries its turn's whole prefix (~200 KB of body at
+    # 30k tokens), and a spread warmup holds thousands of primers for minutes. Builds take the lock and, once they
+    # have held the event loop for a slice, yield it with the lock held: primers due at once (a burst, or leads at
+    # the cap) then build one per turn of the loop rather than all in one turn that would hold every body and the
+    # loop (a Ctrl-C with it) for seconds. The primers' tasks are made under the same lock, so none goes out before
+    # every primer's timer is set, as the reference sets them all at the warmup's start (an idle cap's shift sees
+    # them all). A primer's dispatch lag is not a profiling figure.
+    building = asyncio.Lock()
+    slices = Slices()
 
     async def prime(play: Play, index: int, lead: float) -> None:
         step = play.prepared.plan.steps[index]
-        sent_tokens, body = run.bodies.build(play, step, phase="warmup")
         offset_s = (max_lead - lead) * run.delay_scale if spread else 0.0
         stopped, due_ns = await run.idle.wait(play, start_ns + int(offset_s * 1e9), run.stopped)
         if stopped:
             return
+        async with building:
+            await slices.pause()
+            if run.stopped.is_set():
+                return
+            sent_tokens, body = run.bodies.build(play, step, phase="warmup")
         record = await run.sender.send(play, step, due_ns, sent_tokens, body, phase="warmup")
         if record.status == "error" and step.depth == 0 and not failures and not run.stopped.is_set():
             # The first failed root primer ends the run at once, in-flight primers cancelled (reference:
@@ -189,9 +203,12 @@ async def send_primers(
             run.stop()
             run.hard_stop("a root agent's warmup primer failed")
 
-    async with asyncio.TaskGroup() as group:
+    async with asyncio.TaskGroup() as group, building:
         for play, index, lead in primers:
+            if run.stopped.is_set():
+                break
             group.create_task(prime(play, index, lead))
+            await slices.pause()
     if failures:
         first = failures[0]
         raise WarmupFailed(
@@ -218,6 +235,9 @@ class ProfilingGate:
         """Pooled: cache-pressure requests still to send before profiling starts."""
         self.lane_left: dict[int, int] = {}
         """Per lane: each lane's requests still to send; a lane with nothing left to send is dropped."""
+        self._lanes_pressing = 0
+        """Lanes of `lane_left` with requests still to send (`pressing` is asked once per lane done: counting them
+        there would cost the square of the lanes)."""
         self.per_lane = False
         """A per-lane stage was set: its turns over quota are handed over to profiling
         (agentx.replayer.schedule.runner)."""
@@ -233,13 +253,14 @@ class ProfilingGate:
             self.pressure_left = per_lane * len(lanes)
         elif per_lane > 0:
             self.lane_left = dict.fromkeys(lanes, per_lane)
+            self._lanes_pressing = len(self.lane_left)
             self.per_lane = True
         self._maybe_open()
 
     @property
     def pressing(self) -> bool:
         """Whether cache-pressure requests may still go out (from some lane)."""
-        return self.pressure_left > 0 or any(self.lane_left.values())
+        return self.pressure_left > 0 or self._lanes_pressing > 0
 
     def take(self, lane: int) -> bool:
         """Whether a request of `lane` goes out now as a cache-pressure request (and counts it)."""
@@ -248,6 +269,7 @@ class ProfilingGate:
             return True
         if self.lane_left.get(lane, 0) > 0:
             self.lane_left[lane] -= 1
+            self._lanes_pressing -= self.lane_left[lane] == 0
             return True
         return False
 
@@ -255,7 +277,9 @@ class ProfilingGate:
         """`lane` has nothing more to send: it no longer holds the profiling start back."""
         held = lane in self.held
         self.held.discard(lane)
-        if self.lane_left.pop(lane, None) is not None or held:
+        left = self.lane_left.pop(lane, None)
+        self._lanes_pressing -= bool(left)
+        if left is not None or held:
             self._maybe_open()
 
     def hold(self, lane: int) -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from agentx.engines import Engine
-from agentx.errors import ServerMetricsError
+from agentx.errors import ServerMetricsError, os_condition
 from agentx.records.ipc_files import IpcReader, fsync_path
 from agentx.replayer.telemetry.series import TELEMETRY, TELEMETRY_NAMES
 
@@ -75,7 +75,9 @@ class ServerMetricsInfo(msgspec.Struct, kw_only=True):
 class TelemetryWriter:
     """Appends one row per scrape to `path` as an Arrow IPC stream (uncompressed, written through on every row);
     `close` makes it an IPC file (when that fails, a full disk, the complete stream stays and a warning says so).
-    Created at the first scrape that found series: a server without them leaves none.
+    Created at the first scrape that found series: a server without them leaves none. A write the OS refuses (a full
+    disk) ends the file at its last whole row, which readers read, and raises an OSError naming the file; the writer
+    is closed from then on.
     """
 
     def __init__(self, path: str | os.PathLike[str], info: ServerMetricsInfo) -> None:
@@ -84,7 +86,10 @@ class TelemetryWriter:
         self.rows = 0
         self.finalized = False
         self._schema = SCHEMA.with_metadata(_metadata(info))
-        self._sink = pa.OSFile(os.fspath(self.path), "wb")
+        try:
+            self._sink = pa.OSFile(os.fspath(self.path), "wb")
+        except OSError as exc:
+            raise OSError(exc.errno, os_condition(exc), os.fspath(self.path)) from None
         self._writer: ipc.RecordBatchStreamWriter | None = ipc.new_stream(self._sink, self._schema)
 
     def append(self, time_ns: int, scrape_s: float, values: Mapping[str, float]) -> None:
@@ -93,16 +98,37 @@ class TelemetryWriter:
             raise ValueError("append to a closed TelemetryWriter")
         arrays = [pa.array([time_ns], pa.int64()), pa.array([scrape_s], pa.float64())]
         arrays += [pa.array([values.get(name)], pa.float64()) for name in TELEMETRY_NAMES]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        offset = self._sink.tell()
+        try:
+            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        except OSError as exc:
+            self._abandon(offset)
+            raise OSError(exc.errno, os_condition(exc), os.fspath(self.path)) from None
         self.rows += 1
+
+    def _abandon(self, offset: int) -> None:
+        """A write failed: the file ends at `offset`, after its last whole row (or is removed if it has none)."""
+        self._writer = None
+        self._sink.close()
+        with contextlib.suppress(OSError):
+            if self.rows:
+                os.truncate(self.path, offset)
+            else:  # not even the schema: no file rather than one no reader opens
+                os.unlink(self.path)
 
     def close(self, *, epoch_ns: int | None = None) -> None:
         """End the stream and rewrite it as an IPC file in place; idempotent. `epoch_ns`: move the time origin to
         this wall-clock instant (a `--workers` run's records are merged onto the earliest worker's clock)."""
         if self._writer is None:
             return
+        offset = self._sink.tell()
         try:
             self._writer.close()
+        except OSError as exc:  # the rows are all there; without its end marker the stream reads the same
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, offset)
+            _log.warning("%s stays an Arrow IPC stream: %s", self.path, os_condition(exc))
+            return
         finally:
             self._writer = None
             self._sink.close()
@@ -110,7 +136,8 @@ class TelemetryWriter:
             self.finalized = finalize(self.path, info=self.info, epoch_ns=epoch_ns)
         except (OSError, pa.ArrowException, ServerMetricsError) as exc:
             # The stream is complete and agentx reads it: losing the footer loses no scrape.
-            _log.warning("%s stays an Arrow IPC stream: writing the IPC file failed (%s)", self.path, exc)
+            why = os_condition(exc) if isinstance(exc, OSError) else exc
+            _log.warning("%s stays an Arrow IPC stream: writing the IPC file failed (%s)", self.path, why)
 
 
 def _metadata(info: ServerMetricsInfo) -> dict[bytes, bytes]:

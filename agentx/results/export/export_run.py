@@ -18,6 +18,8 @@ either file, so no header or key can leak, and error messages are scrubbed again
 
 `export_run` never replaces an existing file unless told to (`overwrite`), whatever the format; the one exception
 is `arrow` into the run's own records.arrow, which only turns a killed run's stream into a file of the same rows.
+Nor does it write a short export: records that read fewer rows than run.json says the run recorded (or than the
+file itself says it holds) are refused (`RecordsDamaged`, agentx.records.run_folder) before anything is written.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ExportError, OutputExists, RunInProgress
-from agentx.records.record import read_records
+from agentx.errors import ExportError, OutputExists, RecordsDamaged, RecordsError, RunInProgress
+from agentx.records.run_folder import count_run_records, read_run_records, recorded
 from agentx.results.export import aiperf_jsonl as export_jsonl
 from agentx.results.export import aiperf_summary as export_summary
 from agentx.results.export.aiperf_jsonl import conversation_id
@@ -87,26 +89,33 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[pa.Table, dict[str, Any] 
     """The records table of a run directory and its `run.json` as a dict (None when the run wrote none).
 
     Raises `ExportError` (one line, no traceback needed) for a missing directory or records file, an
-    unreadable records file, or a `run.json` that is not a JSON object.
+    unreadable records file, or a `run.json` that is not a JSON object; `RecordsDamaged` for records that read
+    short (`read_run_records`).
     """
-    from agentx.errors import RecordsError
-
     directory = Path(run_dir)
     records = _records_path(directory)
+    document = _run_document(directory)
     try:
-        table = read_records(records)
+        table = read_run_records(records, recorded(document))
+    except RecordsDamaged:
+        raise
     except RecordsError as exc:
         raise ExportError(str(exc)) from None
+    return table, document
+
+
+def _run_document(directory: Path) -> dict[str, Any] | None:
+    """The run.json of `directory` as a dict, None when there is none; ExportError when it is not one."""
     run_path = directory / RUN_FILE
     if not run_path.is_file():
-        return table, None
+        return None
     try:
         document = msgspec.json.decode(run_path.read_bytes())
     except (OSError, msgspec.DecodeError) as exc:
         raise ExportError(f"{run_path}: cannot read the run file ({exc})") from None
     if not isinstance(document, dict):
         raise ExportError(f"{run_path}: not a run file (expected a JSON object)")
-    return table, document
+    return document
 
 
 def export_target(run_dir: str | os.PathLike[str], export_format: str, out: str | os.PathLike[str] | None) -> Path:
@@ -130,16 +139,25 @@ def finalize_in_place(run_dir: str | os.PathLike[str]) -> Finalized:
     """Turn the stream a killed run left in `run_dir/records.arrow` into an Arrow IPC file of the same rows.
 
     Raises `RunInProgress` for a file a replay is still writing, `ExportError` for a missing run directory or
-    records file or an unreadable records file, `OSError` when the file cannot be written (the stream is then
-    untouched).
+    records file or an unreadable records file, `RecordsDamaged` (the file untouched) for one that reads fewer rows
+    than run.json or the file itself says, `OSError` when the file cannot be written (the stream is then untouched).
     """
-    from agentx.errors import RecordsError, RecordsInUse
+    from agentx.errors import RecordsInUse
 
     records = _records_path(run_dir)
     try:
+        document = _run_document(Path(run_dir))
+    except ExportError:  # an unreadable run.json witnesses nothing; the file's own count still does
+        document = None
+    try:
+        count_run_records(
+            records, recorded(document)
+        )  # a rewrite of what reads short would lose the torn rest for good
         return finalize_run(records)
     except RecordsInUse as exc:
         raise RunInProgress(str(exc)) from None
+    except RecordsDamaged:
+        raise
     except RecordsError as exc:
         raise ExportError(str(exc)) from None
 

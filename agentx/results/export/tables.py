@@ -28,6 +28,7 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
+from agentx.records.ipc_files import with_rows
 from agentx.records.record import RecordsReader
 from agentx.records.writer import finalize_records, write_records_file
 
@@ -94,7 +95,7 @@ def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> int:
 
 def write_arrow(table: pa.Table, path: str | os.PathLike[str]) -> int:
     """Write the records as an Arrow IPC file (zstd, schema metadata kept); returns the rows written."""
-    return write_records_file(table.to_batches(), table.schema, path)
+    return write_records_file(table.to_batches(), with_rows(table.schema, table.num_rows), path)
 
 
 WRITERS: Final[dict[str, Callable[[pa.Table, str], int]]] = {

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 import msgspec
 
-from agentx.errors import RecordsError, ReportError
-from agentx.records.record import read_records, run_info
+from agentx.errors import RecordsDamaged, RecordsError, ReportError
+from agentx.records.record import run_info
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
 from agentx.results.report.cost import (
     GIVEN_TIER,
@@ -37,7 +37,7 @@ from agentx.results.report.cost import (
     prices_for,
     usd_per_million_tokens,
 )
-from agentx.results.report.folders import SWEEP_FILE, RunFile, read_index, read_run_file
+from agentx.results.report.folders import SWEEP_FILE, RunFile, check_records, read_index, read_run_file
 from agentx.results.report.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.report.notes import no_point, price_problem, rejected_point, target_note, with_target
 from agentx.results.summary.audit import Figure, Severity
@@ -45,7 +45,7 @@ from agentx.results.summary.critical_path import PathParts
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Throughput
 from agentx.results.summary.stats import Stats
-from agentx.results.summary.summarize import Summary, summarize
+from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
 from agentx.results.summary.tasks import TaskCosts
 from agentx.results.summary.validity import rules_of
 
@@ -307,12 +307,14 @@ def _read_run_file(run_dir: Path) -> tuple[RunFile | None, str | None]:
 def _from_records(path: Path) -> tuple[Summary, dict[str, Any]]:
     """The summary of a records file, and the run options its schema metadata carries (if any)."""
     try:
-        table = read_records(path)
-        summary = summarize(table)
+        records = RunRecords.read(path)  # a batch at a time: a long run's chunk lists are never held whole
+        summary = summarize_run(records)
+    except RecordsDamaged:
+        raise
     except (OSError, ValueError) as exc:
         raise ReportError(f"{path}: cannot read the records ({exc})") from None
     try:
-        options = run_info(table).options
+        options = run_info(records.table).options
     except RecordsError:
         options = {}
     return summary, options
@@ -327,6 +329,7 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
     run_file, problem = _read_run_file(run_dir)
     engine = None
     if run_file is not None:
+        check_records(run_dir, run_file)
         summary = run_file.summary
         options = run_file.options
         status = "interrupted" if run_file.run.interrupted else "ok"

@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from agentx.records.run_folder import RUN_FILE
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, Recorded, count_run_records
 from agentx.replayer.run_result import RunResult
 from agentx.results.summary.summarize import Summary
 
@@ -98,3 +98,12 @@ def finished_run(run_dir: Path) -> RunFile | None:
     except (OSError, msgspec.DecodeError):
         return None
     return None if run_file.run.interrupted else run_file
+
+
+def check_records(run_dir: Path, run_file: RunFile) -> None:
+    """`RecordsDamaged` when the run's records file reads fewer rows than its run.json counts: a report of run.json's
+    figures would stand on records that are no longer there. Cheap (a finished file's footer, not its rows); a run
+    without a records file is left to its run.json."""
+    records = run_dir / RECORDS_FILE
+    if records.is_file():
+        count_run_records(records, Recorded(run_file.summary.counts.rows, run_file.summary.run_id))

@@ -27,6 +27,8 @@ from agentx.results.report.build import LevelRow, Report, SeriesReport
 from agentx.results.report.cost import usd_per_million_tokens
 from agentx.results.report.frontier import Point, curve
 from agentx.results.summary.critical_path import play_paths
+from agentx.results.summary.population import IntCounts
+from agentx.results.summary.run_records import RunRecords
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -170,7 +172,7 @@ def _kept(run_dir: str) -> pa.Table | None:
     path = Path(run_dir) / RECORDS_FILE
     if not path.is_file():
         return None
-    table = read_records(path)
+    table = read_records(path, chunks=False)
     if table.num_rows == 0:
         return table
     mask = pc.and_(pc.not_equal(table.column("phase"), "warmup"), pc.equal(table.column("status"), "ok"))
@@ -238,7 +240,7 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
         if level is None:
             lanes_ax.set_title(f"{s.label}: no records")
             continue
-        table = read_records(Path(level.run_dir) / RECORDS_FILE)
+        table = read_records(Path(level.run_dir) / RECORDS_FILE, chunks=False)
         columns = table.select(["lane", "play", "depth", "sent_ns", "end_ns"]).to_pydict()
         sent = np.asarray(columns["sent_ns"], dtype=np.float64) / 1e9
         end = np.asarray(columns["end_ns"], dtype=np.float64) / 1e9
@@ -295,7 +297,7 @@ def plot_server_metrics(report: Report, out_dir: Path) -> list[Path]:
         if level is None or telemetry is None or telemetry.num_rows == 0:
             requests_ax.set_title(f"{s.label}: no server telemetry (server_metrics.arrow)")
             continue
-        records = read_records(Path(level.run_dir) / RECORDS_FILE)
+        records = read_records(Path(level.run_dir) / RECORDS_FILE, chunks=False)
         times = np.asarray(aligned_times_ns(telemetry, run_info(records).wall_epoch_ns), dtype=np.float64) / 1e9
         engine = server_metrics_info(telemetry.schema).engine
         sent = np.asarray(records.column("sent_ns").to_numpy(zero_copy_only=False), dtype=np.float64) / 1e9
@@ -343,20 +345,19 @@ def plot_chunks(report: Report, out_dir: Path) -> list[Path]:
     shown = False
     seen: set[int] = set()
     for i, s in enumerate(report.series):
-        values: list[int] = []
+        tokens = IntCounts()  # the kept requests' chunks, counted a batch of records at a time
         for level in s.levels:
-            table = _kept(level.run_dir)
-            if table is not None and table.num_rows:
-                values += [int(v) for v in pc.list_flatten(table.column("chunk_tokens")).to_pylist()]
-        if not values:
+            path = Path(level.run_dir) / RECORDS_FILE
+            if path.is_file():
+                tokens.merge(RunRecords.read(path).scan.tokens)
+        if not tokens.count:
             continue
         shown = True
         # Bars side by side per token count, as fractions of the series' chunks.
-        counts = np.bincount(np.asarray(values, dtype=np.int64))
-        sizes = np.flatnonzero(counts)
+        sizes, counts = tokens.values, tokens.counts
         width = 0.8 / max(len(report.series), 1)
         offset = (i - (len(report.series) - 1) / 2) * width
-        ax.bar(sizes + offset, counts[sizes] / counts.sum(), width=width, color=f"C{i}", label=s.label)
+        ax.bar(sizes + offset, counts / counts.sum(), width=width, color=f"C{i}", label=s.label)
         seen.update(int(size) for size in sizes)
     if 0 < len(seen) <= 20:
         ax.set_xticks(sorted(seen))

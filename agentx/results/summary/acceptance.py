@@ -61,6 +61,8 @@ from agentx.replayer.telemetry.metrics import (
     labelled,
 )
 from agentx.results.summary.columns import equals, flat_lists
+from agentx.results.summary.population import IntCounts
+from agentx.results.summary.run_records import RunRecords, kept_rows, middle_chunks
 
 BURST_GAP_SHARE: Final = 0.25
 """One-token events of a request closer than this share of its long gaps (the 95th percentile of its gaps:
@@ -266,67 +268,68 @@ def stream_acceptance(
     middles = [np.asarray(tokens[1:-1], dtype=np.int64) for tokens in chunk_tokens if len(tokens) > 2]
     if not middles:
         return None
-    counted = np.concatenate(middles)
+    counted = IntCounts()
+    counted.add(np.concatenate(middles))
     return _stream(counted, len(middles), stream_interval, estimated_requests)
 
 
-def _stream(
-    counted: npt.NDArray[np.int64], requests: int, stream_interval: int, estimated_requests: int
-) -> StreamAcceptance:
-    values, counts = np.unique(counted, return_counts=True)
-    mean = float(counted.mean())
+def _stream(counted: IntCounts, requests: int, stream_interval: int, estimated_requests: int) -> StreamAcceptance:
+    mean = counted.mean()
     return StreamAcceptance(
         stream_interval=stream_interval,
         requests=requests,
-        chunks=int(counted.size),
+        chunks=counted.count,
         tokens_per_chunk_mean=mean,
         tokens_per_step=mean / stream_interval,
-        tokens_per_chunk={int(v): int(c) for v, c in zip(values.tolist(), counts.tolist(), strict=True)},
+        tokens_per_chunk=counted.as_dict(),
         estimated_requests=estimated_requests,
     )
 
 
 def table_stream_acceptance(
-    records: pa.Table, *, stream_interval: int = 1, group_bursts: bool = False
+    records: pa.Table | RunRecords, *, stream_interval: int = 1, group_bursts: bool = False
 ) -> StreamAcceptance | None:
-    """`stream_acceptance` over a records table's profiling requests that ended ok. With `group_bursts` (the
-    server speculates) and nearly every middle chunk carrying one token (`ONE_TOKEN_SHARE`), the chunks are
-    first grouped into steps by arrival gap (`BURST_GAP_SHARE`), since one-token events cannot show a step's
-    size otherwise. (Without speculation, events are steps: gaps would only mislead, e.g. reads merged.)"""
-    if records.num_rows == 0 or "chunk_tokens" not in records.schema.names:
+    """`stream_acceptance` over the profiling requests that ended ok of a records table (or `RunRecords`), its chunk
+    lists read a slice at a time. With `group_bursts` (the server speculates) and nearly every middle chunk carrying
+    one token (`ONE_TOKEN_SHARE`), the chunks are then grouped into steps by arrival gap (`BURST_GAP_SHARE`),
+    reading the lists once more, since one-token events cannot show a step's size otherwise. (Without speculation,
+    events are steps: gaps would only mislead, e.g. reads merged.)"""
+    run = RunRecords.of(records)
+    if run.table.num_rows == 0 or not run.scan.tokens_column:
         return None
-    kept = ~equals(records, "phase", "warmup", missing=False) & equals(records, "status", "ok", missing=True)
-    estimated = equals(records, "tokens_estimated", True, missing=False)
-    rows = records.filter(pa.array(kept & ~estimated))
-    if not rows.num_rows:
+    middles, counted_rows, middle_rows, estimated_rows = IntCounts(), 0, 0, 0
+    for rows in run.slices():
+        kept = kept_rows(rows)
+        estimated = equals(rows, "tokens_estimated", True, missing=False)
+        counted = kept & ~estimated
+        estimated_rows += int((kept & estimated).sum())
+        counted_rows += int(counted.sum())
+        tokens, offsets = flat_lists(rows.column("chunk_tokens"))
+        middles.add(tokens[middle_chunks(offsets, counted)])
+        middle_rows += int((counted & (np.diff(offsets) > 2)).sum())
+    if not counted_rows or not middle_rows:
         return None
-    tokens, offsets = flat_lists(rows.column("chunk_tokens"))
-    found = _middles(tokens, offsets, stream_interval, int((kept & estimated).sum()))
-    if found is None or not group_bursts or "chunk_times_ns" not in rows.schema.names:
+    found = _stream(middles, middle_rows, stream_interval, estimated_rows)
+    if not group_bursts or not run.scan.times:
         return found
     if found.tokens_per_chunk.get(1, 0) < ONE_TOKEN_SHARE * found.chunks:
         return found
-    times, _ = flat_lists(rows.column("chunk_times_ns"))
-    step_tokens, step_offsets = _steps_by_gap(tokens, times, offsets)
-    grouped = _middles(step_tokens, step_offsets, stream_interval, found.estimated_requests)
-    if grouped is not None:
-        grouped.grouped_by_gap = True
-    return grouped
-
-
-def _middles(
-    values: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64], stream_interval: int, estimated_requests: int
-) -> StreamAcceptance | None:
-    """`_stream` over each list's values without its first and last."""
-    starts, ends = offsets[:-1] + 1, offsets[1:] - 1
-    useful = ends > starts
-    if not useful.any():
+    steps, requests = IntCounts(), 0
+    for rows in run.slices():
+        counted = kept_rows(rows) & ~equals(rows, "tokens_estimated", True, missing=False)
+        if not counted.any():
+            continue
+        counted_rows_table = rows.filter(pa.array(counted))
+        tokens, offsets = flat_lists(counted_rows_table.column("chunk_tokens"))
+        times, _ = flat_lists(counted_rows_table.column("chunk_times_ns"))
+        step_tokens, step_offsets = _steps_by_gap(tokens, times, offsets)
+        steps.add(step_tokens[middle_chunks(step_offsets, np.ones(step_offsets.size - 1, dtype=bool))])
+        requests += int((np.diff(step_offsets) > 2).sum())
+    if not requests:
         return None
-    keep = np.zeros(values.size + 1, dtype=np.int64)
-    np.add.at(keep, starts[useful], 1)
-    np.add.at(keep, ends[useful], -1)
-    counted = values[np.cumsum(keep)[:-1] > 0]
-    return _stream(counted, int(useful.sum()), stream_interval, estimated_requests)
+    grouped = _stream(steps, requests, stream_interval, found.estimated_requests)
+    grouped.grouped_by_gap = True
+    return grouped
 
 
 def _steps_by_gap(
@@ -400,7 +403,7 @@ def acceptance(
 
 
 def run_acceptance(
-    records: pa.Table,
+    records: pa.Table | RunRecords,
     before: Mapping[str, float] | None,
     after: Mapping[str, float] | None,
     *,

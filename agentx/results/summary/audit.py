@@ -21,7 +21,10 @@ The checks and their thresholds:
   telemetry), over ≥ `SERVER_TTFT_MIN_REQUESTS` requests on each side: first chunks reached the client before the
   engine produced a token, which only a server or proxy sending something ahead of the engine does.
 - `prompt_tokens_differ` (warning; ISL, throughput, cache): the server's `usage.prompt_tokens` differs from what
-  agentx sent by more than `ISL_TOLERANCE` (and 8 tokens) in ≥ 5 % of the requests reporting it.
+  agentx sent (`prompt_count_differs` of agentx.replayer.schedule.sanity: by more than 2 % and 8 tokens) in
+  ≥ `ISL_MIN_SHARE` of the requests reporting it.
+- `output_over_max_tokens` (warning; throughput): a request's answer had more output tokens than its `max_tokens`
+  (the records' `server_notices`, counted in the summary).
 - `cached_tokens_absent` (warning; cache): no kept request reported `cached_tokens`.
 - `kv_cache_full` (warning; TTFT, E2EL, throughput): the server's KV-cache usage peaked at ≥ `KV_FULL_RATIO`.
 - `preemptions` (warning; TTFT, E2EL, throughput): the server preempted requests for want of KV cache.
@@ -39,7 +42,9 @@ import pyarrow as pa
 
 from agentx.errors import RecordsError
 from agentx.records.record import run_info
-from agentx.results.summary.columns import equals, flat, floats, ints_or
+from agentx.replayer.schedule.sanity import PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE
+from agentx.results.summary.columns import equals, floats, ints_or
+from agentx.results.summary.run_records import RunRecords, request_table
 from agentx.results.summary.validity import DISPATCH_LAG_MAX_P99_S
 
 if TYPE_CHECKING:
@@ -62,7 +67,6 @@ SERVER_TTFT_MARGIN: Final = 0.5
 populations that differ at the window's edges (vLLM counts the requests cut by the run's end), by some 10 % on a real
 vLLM run of a few dozen requests."""
 SERVER_TTFT_MIN_REQUESTS: Final = 10
-ISL_TOLERANCE: Final = 0.02
 ISL_MIN_SHARE: Final = 0.05
 KV_FULL_RATIO: Final = 0.99
 CLIENT_LAG_P99_S: Final = 0.05
@@ -94,20 +98,23 @@ class Audit(msgspec.Struct, kw_only=True):
         return any(f.severity == "error" and figure in f.affects for f in self.findings)
 
 
-def audit(records: pa.Table, summary: Summary) -> Audit:
-    """The findings on a run from its records table (`read_records`) and its summary (`summarize`, with the
-    acceptance and telemetry filled in where known)."""
+def audit(records: pa.Table | RunRecords, summary: Summary) -> Audit:
+    """The findings on a run from its records (a table, `read_records`, or `RunRecords`) and its summary
+    (`summarize`, with the acceptance and telemetry filled in where known; its tokens per chunk stand for the
+    records' chunk lists)."""
+    records = request_table(records)
     kept_mask = ~equals(records, "phase", "warmup", missing=False) & equals(records, "status", "ok", missing=True)
     table = records.filter(pa.array(kept_mask)) if records.num_rows else records
     findings: list[Finding] = []
     if table.num_rows:
         osl = ints_or(table, "osl_server_tokens", "osl_streamed_tokens")
         findings += _bundled_output(table, osl)
-        findings += _chunk_bundling(table, summary, _stream_interval(records))
+        findings += _chunk_bundling(summary, _stream_interval(records))
         findings += _ttft_faster_than_prefill(table)
         findings += _ttft_before_server(table, summary)
         findings += _prompt_tokens_differ(table)
         findings += _cached_tokens_absent(table, summary)
+    findings += _output_over_max_tokens(summary)
     findings += _server_pressure(summary)
     findings += _client_bound(summary)
     return Audit(findings=findings)
@@ -162,11 +169,11 @@ def _stream_interval(records: pa.Table) -> int:
     return value if isinstance(value, int) and value >= 1 else 1
 
 
-def _chunk_bundling(table: pa.Table, summary: Summary, stream_interval: int) -> list[Finding]:
-    tokens, _ = flat(table, "chunk_tokens")
-    if tokens.size == 0:
+def _chunk_bundling(summary: Summary, stream_interval: int) -> list[Finding]:
+    tokens = summary.latency.chunk_tokens  # the kept requests' chunks
+    if tokens is None:
         return []
-    mean_tokens = float(tokens.mean())
+    mean_tokens = tokens.mean
     acceptance = summary.acceptance
     if acceptance is not None and acceptance.forced_al is not None:
         expected, why = acceptance.forced_al, f"the forced acceptance length {acceptance.forced_al:g}"
@@ -184,7 +191,7 @@ def _chunk_bundling(table: pa.Table, summary: Summary, stream_interval: int) -> 
             severity="warning",
             title="the server sends several decode steps per chunk: ITL shows the chunk spacing",
             evidence=(
-                f"{mean_tokens:.2f} tokens per content chunk over {tokens.size:,} chunks, against {expected:.2f} "
+                f"{mean_tokens:.2f} tokens per content chunk over {tokens.count:,} chunks, against {expected:.2f} "
                 f"expected from {why}"
             ),
             advice=(
@@ -283,7 +290,7 @@ def _prompt_tokens_differ(table: pa.Table) -> list[Finding]:
     if not reported.any():
         return []
     difference = np.abs(server - sent)
-    differs = reported & (difference > np.maximum(8.0, ISL_TOLERANCE * sent))
+    differs = reported & (difference > np.maximum(PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE * sent))
     count, population = int(differs.sum()), int(reported.sum())
     if count < ISL_MIN_SHARE * population or count == 0:
         return []
@@ -294,8 +301,8 @@ def _prompt_tokens_differ(table: pa.Table) -> list[Finding]:
             severity="warning",
             title="the server counted prompts differently from what agentx sent",
             evidence=(
-                f"{_share(count, population)} reporting usage differ by more than {ISL_TOLERANCE:.0%} (and 8 "
-                f"tokens); the server's count is {ratio:.2f}× the sent one at the median; e.g. "
+                f"{_share(count, population)} reporting usage differ by more than {PROMPT_TOLERANCE:.0%} (and "
+                f"{PROMPT_SLACK_TOKENS} tokens); the server's count is {ratio:.2f}× the sent one at the median; e.g. "
                 f"{_where(table, int(np.flatnonzero(differs)[0]))}"
             ),
             advice=(
@@ -304,6 +311,30 @@ def _prompt_tokens_differ(table: pa.Table) -> list[Finding]:
                 "server's counts, and the prompts are not the trace's lengths."
             ),
             affects=("isl", "throughput", "cache"),
+            requests=count,
+        )
+    ]
+
+
+def _output_over_max_tokens(summary: Summary) -> list[Finding]:
+    count = summary.counts.server_notices.get("output_over_max_tokens", 0)
+    if count == 0:
+        return []
+    return [
+        Finding(
+            code="output_over_max_tokens",
+            severity="warning",
+            title="the server gave more output tokens than the requests' max_tokens",
+            evidence=(
+                f"{_share(count, summary.counts.profiling)} answered with more output tokens (usage or streamed) "
+                "than their max_tokens (the records' server_notices)"
+            ),
+            advice=(
+                "The server does not honour the output cap (an engine or a proxy that drops or rewrites max_tokens): "
+                "the run decoded another workload than the trace's, so its throughput, TPOT and GPU time per task "
+                "describe that one. Make the server honour max_tokens (and min_tokens, which forces the length)."
+            ),
+            affects=("throughput",),
             requests=count,
         )
     ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 
 def server_notice_counts(records: pa.Table, rows: np.ndarray) -> dict[str, int]:
     """Per kind, how many of the `rows` (a boolean mask over `records`) carry it, kinds in name order; {} for records
     written before the column existed (format 1.13)."""
+    import pyarrow.compute as pc  # not on a replay's path to its first request (bench/startup.py)
+
     if "server_notices" not in records.column_names or not records.num_rows:
         return {}
     kinds = pc.list_flatten(records.column("server_notices").filter(pa.array(rows)))

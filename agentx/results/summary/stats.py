@@ -7,7 +7,7 @@ deviation. Latency statistics drop non-finite and ≤ 0 values first (`positive`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import msgspec
@@ -52,17 +52,27 @@ class Stats(msgspec.Struct, kw_only=True):
         return float(getattr(self, key)) if p in PERCENTILES else self.more[key]
 
 
-def percentiles_sorted(data: FloatArray, ps: Sequence[float]) -> list[float]:
-    """The `ps` percentiles of `data`, sorted ascending and not empty (see `percentile`)."""
+def percentile_ranks(n: int, p: float) -> tuple[int, int]:
+    """The two 0-based ranks (in ascending order of n values) the `p`-th percentile interpolates between."""
+    f = math.floor((n - 1) * p / 100.0)
+    return f, min(f + 1, n - 1)
+
+
+def percentiles_at(n: int, value_at: Callable[[int], float], ps: Sequence[float]) -> list[float]:
+    """The `ps` percentiles of n values (n ≥ 1) given by rank: `value_at(r)` is the r-th smallest (see `percentile`)."""
     # InferenceX: k = (n−1)p/100, f = floor(k), v[f] + (k−f)(v[f+1] − v[f]); at the top f+1 is past the end.
-    n = data.size
     result: list[float] = []
     for p in ps:
         k = (n - 1) * p / 100.0
-        f = math.floor(k)
-        c = min(f + 1, n - 1)
-        result.append(float(data[f] + (k - f) * (data[c] - data[f])))
+        f, c = percentile_ranks(n, p)
+        low = value_at(f)
+        result.append(float(low + (k - f) * (value_at(c) - low)))
     return result
+
+
+def percentiles_sorted(data: FloatArray, ps: Sequence[float]) -> list[float]:
+    """The `ps` percentiles of `data`, sorted ascending and not empty (see `percentile`)."""
+    return percentiles_at(data.size, data.__getitem__, ps)
 
 
 def percentile(values: Sequence[float] | FloatArray, p: float) -> float:
@@ -93,20 +103,35 @@ def stats(values: FloatArray, more: Sequence[float] = ()) -> Stats | None:
     if values.size == 0:
         return None
     data = np.sort(values)
-    p50, p75, p90, p95, p99 = percentiles_sorted(data, PERCENTILES)
+    return stats_at(data.size, data.__getitem__, float(data.mean()), float(data.std()), more)  # ddof=0: pstdev
+
+
+def shown_percentiles(more: Sequence[float] = ()) -> list[float]:
+    """Every percentile `stats(values, more)` computes: `PERCENTILES`, then those of `more` beyond them."""
+    return [*PERCENTILES, *(p for p in more if p not in PERCENTILES)]
+
+
+def stats_at(
+    n: int, value_at: Callable[[int], float], mean: float, std: float, more: Sequence[float] = ()
+) -> Stats | None:
+    """`Stats` of n values given by rank (`value_at(r)`: the r-th smallest), their mean and population std, with
+    the percentiles `more` too: for a population read in passes, never held whole (`stats` holds it)."""
+    if n == 0:
+        return None
+    p50, p75, p90, p95, p99 = percentiles_at(n, value_at, PERCENTILES)
     extra = [p for p in more if p not in PERCENTILES]
     return Stats(
-        count=int(data.size),
-        mean=float(data.mean()),
+        count=int(n),
+        mean=mean,
         p50=p50,
         p75=p75,
         p90=p90,
         p95=p95,
         p99=p99,
-        std=float(data.std()),  # ddof=0: pstdev
-        min=float(data[0]),
-        max=float(data[-1]),
-        more=dict(zip(map(percentile_key, extra), percentiles_sorted(data, extra), strict=True)),
+        std=std,
+        min=float(value_at(0)),
+        max=float(value_at(n - 1)),
+        more=dict(zip(map(percentile_key, extra), percentiles_at(n, value_at, extra), strict=True)),
     )
 
 

@@ -14,11 +14,14 @@ Slowdown against the trace and the per-play roll-ups: agentx.results.summary.pla
 agentx.results.summary.model; the statistics: agentx.results.summary.stats.
 
 Everything is read from the table's columns, so a file written by an older or newer minor version works:
-optional columns that are absent yield `None` for the quantities that need them.
+optional columns that are absent yield `None` for the quantities that need them. The chunk lists, nearly all of a
+long run's records, are read a slice at a time (agentx.results.summary.run_records): ITL and tokens per chunk are
+exact without holding them (agentx.results.summary.population), so a summary's memory does not grow with the chunks.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,7 +38,7 @@ from agentx.replayer.telemetry.metrics import (
 )
 from agentx.results.summary.audit import audit
 from agentx.results.summary.cache_misses import cache_misses
-from agentx.results.summary.columns import equals, flat, floats, has, ints_or, strings
+from agentx.results.summary.columns import equals, floats, has, ints_or, strings
 from agentx.results.summary.critical_path import critical_path
 from agentx.results.summary.goodput import goodput
 from agentx.results.summary.inferencex import inferencex_metrics
@@ -50,17 +53,18 @@ from agentx.results.summary.model import (
     Throughput,
 )
 from agentx.results.summary.plays import rollups, slowdown
+from agentx.results.summary.run_records import RunRecords
 from agentx.results.summary.server_notices import server_notice_counts
 from agentx.results.summary.server_telemetry import summarize_telemetry
-from agentx.results.summary.stats import SHOWN_PERCENTILES, FloatArray, percentiles_sorted, positive, stats
+from agentx.results.summary.stats import SHOWN_PERCENTILES, percentiles_sorted, positive, stats
 from agentx.results.summary.tasks import task_costs
 
-__all__ = ["ServerMetrics", "Summary", "summarize"]
+__all__ = ["RunRecords", "ServerMetrics", "Summary", "summarize", "summarize_run"]
 """What callers of `summarize` need; the structs are in agentx.results.summary.model."""
 
 
 def summarize(
-    records: pa.Table,
+    records: pa.Table | str | os.PathLike[str],
     *,
     num_gpus: int | None = None,
     server_metrics: ServerMetrics | None = None,
@@ -69,7 +73,32 @@ def summarize(
     percentiles: Sequence[float] = SHOWN_PERCENTILES,
     trees_cut: bool = True,
 ) -> Summary:
-    """The summary of a run from its records table (`read_records`); an empty table gives zero counts.
+    """The summary of a run from its records: a records file (read a batch at a time) or its table
+    (`read_records`); `summarize_run` says the rest."""
+    run = RunRecords.of(records) if isinstance(records, pa.Table) else RunRecords.read(records)
+    return summarize_run(
+        run,
+        num_gpus=num_gpus,
+        server_metrics=server_metrics,
+        loop_lag_s=loop_lag_s,
+        telemetry=telemetry,
+        percentiles=percentiles,
+        trees_cut=trees_cut,
+    )
+
+
+def summarize_run(
+    run: RunRecords,
+    *,
+    num_gpus: int | None = None,
+    server_metrics: ServerMetrics | None = None,
+    loop_lag_s: Sequence[float] | None = None,
+    telemetry: pa.Table | None = None,
+    percentiles: Sequence[float] = SHOWN_PERCENTILES,
+    trees_cut: bool = True,
+) -> Summary:
+    """The summary of a run from its records as `RunRecords` (a file read a batch at a time, or a table); an empty
+    table gives zero counts.
 
     `trees_cut`: whether the run ended with trees unfinished, which decides the tasks it counts
     (agentx.results.summary.tasks); true when unknown.
@@ -80,6 +109,7 @@ def summarize(
     """
     if num_gpus is not None and num_gpus < 1:
         raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
+    records = run.table
     # A missing phase counts as profiling (InferenceX), a missing status as ok.
     profiling = ~equals(records, "phase", "warmup", missing=False)
     ok = equals(records, "status", "ok", missing=True)
@@ -109,14 +139,13 @@ def summarize(
 
     tpot_values = positive(floats(table, "tpot_s"))
     tpot = stats(tpot_values, percentiles)
-    chunk_gaps_s, chunk_tokens = _chunks(table)
     latency = Latency(
         ttft_s=stats(positive(floats(table, "ttft_s")), percentiles),
         tpot_s=tpot,
-        itl_s=stats(chunk_gaps_s, percentiles),
+        itl_s=run.itl_stats(percentiles),
         e2el_s=stats(positive(floats(table, "e2el_s")), percentiles),
         interactivity_tps=Interactivity.of(tpot, tpot_values),
-        chunk_tokens=stats(chunk_tokens, percentiles),
+        chunk_tokens=run.chunk_token_stats(percentiles),
     )
     throughput = _throughput(table, num_gpus)
     summary = Summary(
@@ -159,14 +188,6 @@ def _rules(table: pa.Table) -> str | None:
     except RecordsError:
         return None
     return name if isinstance(name, str) else None
-
-
-def _chunks(table: pa.Table) -> tuple[FloatArray, FloatArray]:
-    times_ns, parents = flat(table, "chunk_times_ns")
-    same_request = parents[1:] == parents[:-1]
-    gaps_s = (np.diff(times_ns)[same_request] / 1e9).astype(np.float64)
-    tokens, _ = flat(table, "chunk_tokens")
-    return gaps_s[np.isfinite(gaps_s)], tokens.astype(np.float64)
 
 
 def _throughput(table: pa.Table, num_gpus: int | None) -> Throughput | None:

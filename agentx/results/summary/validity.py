@@ -161,6 +161,8 @@ def _cancelled(document: Mapping[str, Any] | None, interrupted: bool, cancel_rea
         return "the run was cancelled: more requests failed than --failed-request-threshold allows"
     if cancel_reason == "stalled":
         return "the run was stopped: the server made no progress with requests in flight for --stall-timeout"
+    if cancel_reason == "write_failed":
+        return "the run was stopped: its records could not be written (a full disk, a read-only file system)"
     if cancel_reason == "server_lost":
         return "the run was stopped: the server stopped answering (every request refused or reset before any byte)"
     if interrupted or cancel_reason == "interrupted":

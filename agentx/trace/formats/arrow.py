@@ -222,7 +222,13 @@ def read_arrow(path: str | os.PathLike[str], *, findings: Findings | None = None
         raise TraceError.at(f"cannot read the file: {' '.join(str(exc.strerror or exc).split())}", file=file) from None
     except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError) as exc:
         raise TraceError.at(f"not a readable Arrow/Parquet file ({' '.join(str(exc).split())})", file=file) from None
-    return from_table(table, file=file, findings=findings)
+    try:
+        return from_table(table, file=file, findings=findings)
+    finally:
+        # The table's buffers (~90 MB for the AgentX-size corpus) go back to the system, not to Arrow's pool, where
+        # they would stay for the whole replay: nothing else of the run allocates there as much.
+        del table
+        pa.default_memory_pool().release_unused()
 
 
 def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = None) -> Trace:
@@ -350,6 +356,12 @@ class _Rows:
                 return values
             return chunked.to_pylist()  # type: ignore[no-any-return]
 
+        def interned(values: list[Any]) -> list[Any]:
+            # Output lengths and kept-id counts repeat (2.7k distinct of 103k in the AgentX-size corpus): one int
+            # object per distinct value, not one per row. (Floats are left as read: -0.0 would pass for 0.0.)
+            seen: dict[Any, Any] = {}
+            return [seen.setdefault(value, value) for value in values]
+
         self.t = column("t")
         self.think_time = column("think_time")
         self.api_time = column("api_time")
@@ -357,10 +369,10 @@ class _Rows:
         self.type = column("type")
         self.model = column("model")
         self.in_tokens = column("in")
-        self.out_tokens = column("out")
-        self.kept = column("hash_ids_kept")
-        self.input_types = column("input_types")
-        self.output_types = column("output_types")
+        self.out_tokens = interned(column("out"))
+        self.kept = interned(column("hash_ids_kept"))
+        self.input_types = _shared_string_lists(table, "input_types")
+        self.output_types = _shared_string_lists(table, "output_types")
         self.stop = column("stop")
         self.acceptance_length = column("acceptance_length")
         explicit = column("explicit_defaults")  # None throughout in files older than version 1.1
@@ -371,7 +383,7 @@ class _Rows:
         if isinstance(added, pa.ChunkedArray):  # an empty table
             added = pa.array([], type=pa.list_(pa.int64()))
         self.added_offsets = added.offsets.to_numpy().tolist()
-        self.added_values = added.flatten().to_numpy(zero_copy_only=False).tolist()
+        self.added_values = _shared_ints(added.flatten().to_numpy(zero_copy_only=False))
         self.added_base = self.added_offsets[0] if self.added_offsets else 0
 
     def request(self, row: int) -> Request:
@@ -394,6 +406,61 @@ class _Rows:
             acceptance_length=self.acceptance_length[row],
             explicit_defaults=self.explicit_defaults[row],
         )
+
+
+def _shared_string_lists(table: pa.Table, name: str) -> list[Any]:
+    """Column `name` (lists of strings) as one tuple per row, the rows with equal lists sharing one tuple of shared
+    strings: a few distinct lists (`["text"]`, `["thinking", "tool_use"]`) repeat over ~100k rows, where a list of
+    fresh strings per row came to ~27 MB of the AgentX-size corpus, and left as much scattered in the heap once
+    turned into tuples. None for a null row."""
+    if name not in table.column_names:
+        return [None] * table.num_rows
+    import pyarrow.compute as pc
+
+    shared: dict[tuple[int, ...], tuple[str, ...]] = {}
+    rows: list[Any] = []
+    for chunk in table.column(name).chunks:
+        if chunk.values.null_count:  # a null string in a list: rare enough for the plain conversion
+            rows += [None if value is None else tuple(value) for value in chunk.to_pylist()]
+            continue
+        encoded = pc.dictionary_encode(chunk.values)
+        words = encoded.dictionary.to_pylist()
+        indices = encoded.indices.to_numpy(zero_copy_only=False).tolist()
+        offsets = chunk.offsets.to_numpy().tolist()
+        valid = chunk.is_valid().to_pylist() if chunk.null_count else None
+        for row in range(len(chunk)):
+            if valid is not None and not valid[row]:
+                rows.append(None)
+                continue
+            key = tuple(indices[offsets[row] : offsets[row + 1]])
+            found = shared.get(key)
+            if found is None:
+                found = shared[key] = tuple(words[index] for index in key)
+            rows.append(found)
+    return rows
+
+
+_GATHER_CHUNK = 1 << 20
+
+
+def _shared_ints(values: Any) -> list[int]:
+    """`values.tolist()` (a numpy integer array) with one int object per distinct value, shared by every place that
+    holds it. The ids of a session-scoped trace repeat from session to session (the AgentX-size corpus: 4.4M ids
+    added, 57k distinct), and an int object of its own for each (32 bytes, beside the tuple's 8-byte slot) was over half
+    of the loaded trace's size. Values spread wider than there are values are converted as they are."""
+    import numpy as np
+
+    if not len(values):
+        return []
+    low, high = int(values.min()), int(values.max())
+    if high - low >= len(values):
+        return values.tolist()  # type: ignore[no-any-return]
+    shared = np.empty(high - low + 1, dtype=object)
+    shared[:] = range(low, high + 1)
+    out: list[int] = []
+    for start in range(0, len(values), _GATHER_CHUNK):  # in pieces: the temporary arrays stay a few MB
+        out += shared[values[start : start + _GATHER_CHUNK] - low].tolist()
+    return out
 
 
 def _build_agent(header: _AgentHeader, rows: _Rows, cursor: int) -> tuple[Agent, int]:
