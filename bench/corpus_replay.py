@@ -1,12 +1,19 @@
-"""The AgentX-size corpus replayed in the AgentX scenario: how long the client's own work holds the loop.
+"""The AgentX-size corpus replayed in the AgentX scenario: how long the client's own work holds the loop, and (with
+`--peak`) the memory it takes through the command line.
 
 Large sessions (over 100 ms to split and plan) and 100k-token prompts (10–30 ms to make) are made on worker threads
 (agentx.replayer.schedule.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
 simulator's times and the trace's delays scaled by `--scale`, once with that off-loop work and once with every plan and
 body made on the loop, alternating, and prints the profiling requests' dispatch lag and the event loop's lag (how late a
-100 ms timer fires) for each. Never fails on a number. See bench/README.md.
+100 ms timer fires) for each.
+
+`--peak` instead runs `agentx replay CORPUS --concurrency LANES` (its own simulator, `--sim-time-scale` and
+`--delay-scale` at `--scale`) `--repeat` times and prints its peak RSS through the run (start-up, warmup, profiling and
+grace: the process's `VmHWM` when the last request ended) beside the target (< 400 MB at 64 lanes, bench/README.md),
+and the whole process's peak, its end-of-run summary included. Never fails on a number. See bench/README.md.
 
 Usage: .venv/bin/python bench/corpus_replay.py [--lanes 32] [--duration 40] [--scale 0.05] [--repeat 2]
+       .venv/bin/python bench/corpus_replay.py --peak [--lanes 64] [--duration 40] [--scale 0.05] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from startup import _corpus  # a sibling script, not a package
+from startup import TARGET_CORPUS_RSS_MB, _corpus, measure, run_end_wall_ns  # a sibling script, not a package
 
 from agentx.records.record import read_records, to_records
 from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
@@ -66,15 +73,59 @@ def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop
     }
 
 
+def _peak_run(corpus: Path, lanes: int, duration_s: float, scale: float, work: Path) -> tuple[float, float] | None:
+    """One replay through the command line: its peak RSS through the run and over its whole life, MB (10⁶ bytes)."""
+    command = [
+        sys.executable, "-m", "agentx.cli", "replay", str(corpus), "--concurrency", str(lanes),
+        "--duration", f"{duration_s:g}", "--delay-scale", f"{scale:g}", "--sim-time-scale", f"{scale:g}",
+        "--grace", "1", "--out", str(work), "--overwrite",
+    ]  # fmt: skip
+    measured = measure(command, work.with_name(work.name + ".stderr"), timeout_s=duration_s * 4 + 300)
+    end_ns = run_end_wall_ns(work)
+    through_run = None if end_ns is None else measured.peak_until(end_ns)
+    if measured.code != 0 or through_run is None:
+        print(f"  the replay exited {measured.code}; see {work.with_name(work.name + '.stderr')}")
+        return None
+    return through_run / 1e6, measured.peak / 1e6
+
+
+def _peak(args: argparse.Namespace) -> None:
+    corpus = _corpus(args.out, 400)
+    runs: list[tuple[float, float]] = []
+    for number in range(args.repeat):
+        figures = _peak_run(corpus, args.lanes, args.duration, args.scale, args.out / "corpus-peak-run")
+        if figures is not None:
+            runs.append(figures)
+            print(f"  run {number + 1}: peak RSS {figures[0]:.0f} MB through the run, {figures[1]:.0f} MB in all")
+    if not runs:
+        return
+    through = [run for run, _ in runs]
+    whole = [peak for _, peak in runs]
+    median = statistics.median(through)
+    print(
+        f"\nagentx replay of the AgentX-size corpus, {args.lanes} lanes, {args.duration:g} s, simulator and delays "
+        f"×{args.scale:g}; median (min–max) of {len(runs)} runs\n"
+        f"  peak RSS through the run {median:.0f} MB ({min(through):.0f}–{max(through):.0f}) ÷ target "
+        f"{TARGET_CORPUS_RSS_MB:.0f} MB = {median / TARGET_CORPUS_RSS_MB:.2f}\n"
+        f"  peak RSS with the end-of-run summary {statistics.median(whole):.0f} MB ({min(whole):.0f}–{max(whole):.0f})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lanes", type=int, default=32)
+    parser.add_argument("--lanes", type=int, default=None, help="default: 32, or 64 with --peak (its target's)")
     parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
     parser.add_argument("--scale", type=float, default=0.05, help="simulator time and trace delays scale")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--peak", action="store_true", help="the command line's peak RSS instead (module docstring)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.lanes is None:
+        args.lanes = 64 if args.peak else 32
+    if args.peak:
+        _peak(args)
+        return
     trace = load_trace(_corpus(args.out, 400))
     runs: dict[str, list[dict[str, float]]] = {"off the loop": [], "on the loop": []}
     for number in range(args.repeat):

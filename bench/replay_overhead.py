@@ -18,8 +18,13 @@ prompts, 32 output tokens) measures dispatch lag client-side (sent − scheduled
 their own venvs (/tmp/peers, /tmp/peers-ip), run the same load as peers. Prints figures; never fails on a
 number. See bench/README.md.
 
+`--cli-peak` instead runs setup A through the command line, `agentx replay` of a 4,096-session trace file against the
+mock until 3,000 requests (`--num-requests`), and prints its peak RSS through the run (the process's `VmHWM` when the
+last request ended) beside the 150 MB target, and its whole life's peak, the end-of-run summary included.
+
 Usage: .venv/bin/python bench/replay_overhead.py [--setups A,B,idle,C] [--repeat 3] [--duration 20]
        [--loops default,uvloop] [--ramp-s S] [--no-peer] [--no-quiet-gc-column] [--c-prompt unique|shared]
+       .venv/bin/python bench/replay_overhead.py --cli-peak [--repeat 3]
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from agentx.trace.model import Agent, Request, Session, Trace
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_throughput import HOST, _cpu_s, _free_port, _pin_and_raise, _priority, _rss_mb
+from startup import measure, run_end_wall_ns
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -1041,6 +1047,60 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("mock server not answering")
 
 
+CLI_REQUESTS = 3_000
+TARGET_CLI_RSS_MB = 150.0
+"""Peak RSS of `agentx replay` through setup A's 3,000 requests (bench/README.md, client memory)."""
+
+
+def _cli_peak(setup: Setup, out: Path, repeat: int) -> None:
+    """Setup A through the command line, `repeat` times, each against a fresh mock (module docstring)."""
+    trace_path = out / "setup-a.arrow"
+    from agentx.trace.io import save_trace
+
+    save_trace(one_request_sessions(4096, setup.in_tokens, setup.out_tokens, lambda i: (i,)), trace_path)
+    runs: list[tuple[float, float]] = []
+    for number in range(repeat):
+        port = _free_port()
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--worker-server", str(port), repr(setup.ttft_s), repr(setup.itl_s)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_pin_and_raise(SERVER_CPU, SERVER_NICE),
+        )
+        work = out / f"cli-peak-{number}"
+        try:
+            _wait_ready(port, server)
+            command = [
+                sys.executable, "-m", "agentx.cli", "replay", str(trace_path), "--url", f"http://{HOST}:{port}",
+                "--model", MODEL, "--mode", "closed", "--concurrency", str(setup.streams),
+                "--num-requests", str(CLI_REQUESTS), "--delay-scale", "0", "--out", str(work), "--overwrite",
+            ]  # fmt: skip
+            measured = measure(command, work.with_name(work.name + ".stderr"), timeout_s=300)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+        end_ns = run_end_wall_ns(work)
+        through_run = None if end_ns is None else measured.peak_until(end_ns)
+        if measured.code != 0 or through_run is None:
+            stderr = work.with_name(work.name + ".stderr").read_text(errors="replace")[-500:]
+            print(f"  run {number + 1}: the replay exited {measured.code}: {stderr}")
+            continue
+        runs.append((through_run / 1e6, measured.peak / 1e6))
+        print(f"  run {number + 1}: peak RSS {runs[-1][0]:.0f} MB through the run, {runs[-1][1]:.0f} MB in all")
+    if not runs:
+        return
+    through = [run for run, _ in runs]
+    whole = [peak for _, peak in runs]
+    median = statistics.median(through)
+    print(
+        f"\nagentx replay, setup A ({setup.streams} lanes, closed loop), {CLI_REQUESTS:,} requests through the command "
+        f"line; median (min–max) of {len(runs)} runs\n"
+        f"  peak RSS through the run {median:.0f} MB ({min(through):.0f}–{max(through):.0f}) ÷ target "
+        f"{TARGET_CLI_RSS_MB:.0f} MB = {median / TARGET_CLI_RSS_MB:.2f}\n"
+        f"  peak RSS with the end-of-run summary {statistics.median(whole):.0f} MB ({min(whole):.0f}–{max(whole):.0f})"
+    )
+
+
 def _pct(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -1357,7 +1417,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="unique",
         help="setup C's prompts: distinct hash blocks per request (default), or the same blocks in every request",
     )
+    parser.add_argument(
+        "--cli-peak", action="store_true", help="setup A's peak RSS through the command line instead (module docstring)"
+    )
     args = parser.parse_args(args_in)
+    if args.cli_peak:
+        with tempfile.TemporaryDirectory(prefix="replay_overhead_") as tmp:
+            _cli_peak(SETUPS["A"], Path(tmp), args.repeat)
+        return
     loops = [part.strip() for part in args.loops.split(",") if part.strip()]
     for loop in loops:
         if loop not in LOOPS:

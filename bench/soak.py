@@ -2,8 +2,11 @@
 
 The simulator runs as its own process (`agentx.sim.process.SimServer`) and `agentx replay` as another, at
 `--concurrency 256` for `--minutes` of profiling; both processes' RSS (`VmRSS` of /proc/<pid>/status) and CPU
-are sampled every `--sample-s` seconds. Target (bench/README.md): RSS after 10 minutes ≤ 1.2 × RSS after
-1 minute, for each process and each mode. Never fails on a number. See bench/README.md.
+are sampled every `--sample-s` seconds. Targets (bench/README.md): RSS after 10 minutes ≤ 1.2 × RSS after
+1 minute, for each process and each mode; and the replay's peak through its end-of-run summary (read back from its
+records once the requests are done) ≤ 1.5 × its RSS at the end of the profiling (its steady state): its high-water
+mark (`VmHWM`) is read every 50 ms from the end of the profiling until it exits. Never fails on a number. See
+bench/README.md.
 
 The load: `traces/sample.arrow` (20 coding-agent sessions, contexts growing to ~55k tokens on average and 140k
 at most, ~320 s each as recorded), replayed in the AgentX scenario by 256 lanes, each recycling sessions from
@@ -56,6 +59,11 @@ from agentx.trace.io import load_trace
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 1.2
 """RSS after `--minutes` ÷ RSS after 1 minute must not exceed this: memory must not grow with the run."""
+TARGET_END_RATIO = 1.5
+"""The replay's peak RSS through its end-of-run summary ÷ its RSS at the end of the profiling must not exceed this:
+summarizing must not cost memory that grows with the run."""
+END_POLL_S = 0.05
+"""How often the replay's high-water mark is read from the end of the profiling until it exits."""
 REFERENCE_S = 60.0
 FAULT_MIX = FaultConfig(
     error_500_rate=0.02,
@@ -74,12 +82,12 @@ FAULT_MIX = FaultConfig(
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def rss_mb(pid: int) -> float | None:
-    """Resident set size of `pid` in MB (10⁶ bytes), None once it is gone."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """Resident set size of `pid` in MB (10⁶ bytes), None once it is gone; `field` "VmHWM": its peak so far."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024 / 1e6
     except OSError:
         return None
@@ -152,11 +160,19 @@ def soak(args: argparse.Namespace, faults: str) -> dict[str, Any]:
             profiling_s: float | None = None
             faults_on = False
             next_s = started_s
+            # The high-water mark from the end of the profiling on: the last reading before the replay exits is its
+            # peak through the end-of-run summary. `end_hwm_mb`: the mark as the profiling ended (before the summary).
+            end_hwm_mb: float | None = None
+            peak_mb: float | None = None
             try:
                 while replay.poll() is None:
                     now_s = time.time()
                     if profiling_s is None:
                         profiling_s = profiling_start_epoch_s(work / "run" / "records.arrow")
+                    ended = profiling_s is not None and now_s >= profiling_s + duration_s
+                    if ended:
+                        peak_mb = rss_mb(replay.pid, "VmHWM") or peak_mb
+                        end_hwm_mb = end_hwm_mb or peak_mb
                     if profiling_s is not None and faults == "mix" and not faults_on:
                         sim.set_faults(FAULT_MIX)
                         faults_on = True
@@ -172,7 +188,7 @@ def soak(args: argparse.Namespace, faults: str) -> dict[str, Any]:
                         )
                         _show(samples[-1], profiling_s if profiling_s is not None else started_s, faults)
                         next_s += args.sample_s
-                    time.sleep(min(0.5, max(0.0, next_s - time.time())))
+                    time.sleep(END_POLL_S if ended else min(0.5, max(0.0, next_s - time.time())))
             except BaseException:
                 replay.terminate()
                 replay.wait()
@@ -187,6 +203,8 @@ def soak(args: argparse.Namespace, faults: str) -> dict[str, Any]:
         "profiling_s": profiling_s,
         "duration_s": duration_s,
         "samples": samples,
+        "end_hwm_mb": end_hwm_mb,
+        "peak_mb": peak_mb,
         "sim_metrics": metrics,
     }
     (work / "samples.json").write_text(json.dumps(result, indent=1))
@@ -292,11 +310,26 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"  {process:6s} RSS(end) / RSS(1 min) = {at_end:.1f} / {at_minute:.1f} = {ratio:.2f}"
                 f"  (target ≤ {TARGET_RATIO}: {verdict})"
             )
+        _end_of_run(result, end)
         metrics = result["sim_metrics"]
         finished = sum(v for k, v in metrics.items() if k.startswith("vllm:request_success_total"))
         injected = sum(v for k, v in metrics.items() if k.startswith("agentx_sim_faults_injected_total"))
         print(f"  replay: {_client_counts(Path(result['out']))}")
         print(f"  simulator: {finished:.0f} requests finished, {injected:.0f} faults injected")
+
+
+def _end_of_run(result: dict[str, Any], end: dict[str, Any]) -> None:
+    """The replay's peak through its end-of-run summary against its steady state, RSS(end)."""
+    peak, before = result.get("peak_mb"), result.get("end_hwm_mb")
+    if peak is None:
+        print("  client end-of-run peak: not read (the replay exited before the end of the profiling)")
+        return
+    ratio = peak / end["client_mb"]
+    verdict = "holds" if ratio <= TARGET_END_RATIO else "MISSED"
+    print(
+        f"  client end-of-run peak / RSS(end) = {peak:.1f} / {end['client_mb']:.1f} = {ratio:.2f}"
+        f"  (target ≤ {TARGET_END_RATIO}: {verdict}; peak as the profiling ended {before:.1f})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
