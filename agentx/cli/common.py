@@ -220,12 +220,13 @@ MMAP_THRESHOLD_BYTES: Final = 128 * 1024
 
 
 def lean_heap() -> None:
-    """Set glibc's allocator for a replay (the command line owns its process; elsewhere than glibc, nothing): one heap
-    for every thread (`M_ARENA_MAX` 1), and every block of `MMAP_THRESHOLD_BYTES` or more mapped on its own and
-    unmapped when freed, for good (glibc raises that threshold, up to 32 MiB, each time it frees such a block). Request
-    bodies (~1 MB at 100k tokens) and prompt blocks are made on worker threads too (agentx.replayer.schedule.offloop):
-    with a heap per thread, and bodies kept in the heaps, the AgentX-size corpus at 64 lanes held ~100 MB more
-    (bench/corpus_replay.py --peak). Python holds the GIL as it allocates: the threads hardly contend for one heap."""
+    """Set glibc's allocator for a replay (the command line owns its process; elsewhere than glibc, nothing), which
+    Arrow's buffers also come from (`agentx.cli.main`): one heap for every thread (`M_ARENA_MAX` 1), and every block of
+    `MMAP_THRESHOLD_BYTES` or more mapped on its own and unmapped when freed, for good (glibc raises that threshold, up
+    to 32 MiB, each time it frees such a block). Request bodies (~1 MB at 100k tokens) and prompt blocks are made on
+    worker threads too (agentx.replayer.schedule.offloop): with a heap per thread, and bodies kept in the heaps, the
+    AgentX-size corpus at 64 lanes held ~100 MB more (bench/corpus_replay.py --peak). Python holds the GIL as it
+    allocates: the threads hardly contend for one heap."""
     import ctypes
 
     try:
