@@ -280,3 +280,25 @@ def test_a_server_back_within_the_window_resets_it(tmp_path: Path) -> None:
     assert run["run"]["cancel_reason"] is None, err
     assert process.returncode == 0, err
     assert run["summary"]["counts"]["errors_by_kind"].get("connection", 0) >= 3, "too few refusals to test anything"
+
+
+def test_a_quiet_server_is_asked_only_when_no_request_is_in_flight() -> None:
+    """Silence with requests in flight is a slow server's (the stall watchdog's to judge), not a reason to probe it:
+    a late answer to a probe must not count against a server busy with the run."""
+
+    async def go(in_flight: int) -> int:
+        server = _Server(answering=True)
+        watch = ServerLossWatch(
+            server,  # type: ignore[arg-type]
+            failures=2,
+            window_s=0.5,
+            on_lost=lambda first_ns, losses, span_s: None,
+            in_flight=lambda: in_flight,
+        )
+        task = asyncio.create_task(watch.watch())
+        await asyncio.sleep(2.5 * PROBE_EVERY_S)
+        task.cancel()
+        return server.probes
+
+    assert asyncio.run(go(in_flight=3)) == 0
+    assert asyncio.run(go(in_flight=0)) >= 2

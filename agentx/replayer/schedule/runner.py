@@ -126,6 +126,7 @@ class Runner:
                 failures=options.runtime.server_loss_failures,
                 window_s=options.runtime.server_loss_window_s,
                 on_lost=self._server_lost,
+                in_flight=lambda: len(self.sender.exchanges),
             )
             if options.runtime.on_server_loss == "stop"
             else None

@@ -7,10 +7,12 @@ a timeout after the headers) say neither.
 
 `ServerLossWatch` counts the losses in a row. It also asks the server itself (`GET /v1/models`: any HTTP answer is a
 sign of life, none within `PROBE_TIMEOUT_S` a loss) every `PROBE_EVERY_S` while a streak counts or after a cut
-stream, and whenever the server has given no sign of life for half the window, so that a run whose lanes are all
-thinking learns as soon as a busy one. When the streak holds at least `failures` losses spanning at least
-`window_s`, the server is lost: `on_lost` is called once, with when the streak began. A sign of life before that
-resets the streak: a server restarted within the window is ridden out.
+stream, and, with no request in flight, whenever the server has given no sign of life for half the window, so that a
+run whose lanes are all thinking learns as soon as a busy one. (Not with requests in flight: a server slow under
+load may answer a probe late, and a dying one cuts the streams in flight, which starts the probes.) When the streak
+holds at least `failures` losses spanning at least `window_s`, the server is lost: `on_lost` is called once, with
+when the streak began. A sign of life before that resets the streak: a server restarted within the window is ridden
+out.
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ class ServerLossWatch:
         failures: int,
         window_s: float,
         on_lost: Callable[[int, int, float], None],
+        in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         """`on_lost(first_loss_ns, losses, span_s)`, `first_loss_ns` on the perf_counter clock; `client` is whom the
-        watch probes."""
+        watch probes; `in_flight()` the run's requests in flight."""
         self.client = client
+        self.in_flight = in_flight
         self.failures = failures
         self.window_ns = int(window_s * 1e9)
         self.quiet_ns = max(int(PROBE_EVERY_S * 1e9), self.window_ns // 2)
@@ -96,7 +100,9 @@ class ServerLossWatch:
         self.alive_ns = time.perf_counter_ns()
 
     def _probe_due(self) -> bool:
-        return self.losses > 0 or self.suspect or time.perf_counter_ns() - self.alive_ns >= self.quiet_ns
+        if self.losses > 0 or self.suspect:
+            return True
+        return time.perf_counter_ns() - self.alive_ns >= self.quiet_ns and self.in_flight() == 0
 
     async def watch(self) -> None:
         """Probe the server when due (see the module) until the verdict; run it as a task, cancel it to end."""
