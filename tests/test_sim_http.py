@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -627,6 +628,21 @@ def test_a_bad_configuration_fails_to_start_with_its_reason() -> None:
     with pytest.raises(SimServerError, match="needs --synthetic-acceptance-length") as failure:
         SimServer(spec_k=2).start()
     assert "Traceback" not in str(failure.value)
+
+
+def test_a_working_directory_that_shadows_the_standard_library_does_not_break_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `agentx replay` without --url, run where a user keeps an html.py of their own.
+    (tmp_path / "html.py").write_text("raise SystemExit('the working directory was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    with SimServer(time_scale=0.0) as sim:
+
+        async def go(session: aiohttp.ClientSession) -> None:
+            async with session.get(sim.url + "/health") as response:
+                assert response.status == 200
+
+        run(go)
 
 
 def test_ctrl_c_stops_the_server_cleanly() -> None:

@@ -3,7 +3,7 @@
     with SimServer(spec_k=3, acceptance_length=2.5, time_scale=0.01) as sim:
         ...  # talk to sim.url over HTTP; the served model is sim.model
 
-The child is `python -m agentx.cli sim --json --port 0 ...`, started with exactly the flags a human would
+The child is `python -P -m agentx.cli sim --json --port 0 ...`, started with exactly the flags a human would
 type (an API key goes in its environment, `AGENTX_SIM_API_KEY`, never on the command line); it prints one JSON
 line {url, model, pid} once it listens. On exit it gets SIGTERM (a clean shutdown), then SIGKILL if it has not
 exited within `stop_timeout_s`.
@@ -77,7 +77,9 @@ class SimServer:
     @property
     def command(self) -> list[str]:
         args = cli_args(self.options, acceptance_length=self.acceptance_length)
-        return [sys.executable, "-m", "agentx.cli", "sim", "--json", *args, *self.extra_args]
+        # -P: the working directory stays off sys.path, so a user's html.py or json.py there cannot shadow the
+        # standard library in the child.
+        return [sys.executable, "-P", "-m", "agentx.cli", "sim", "--json", *args, *self.extra_args]
 
     @property
     def url(self) -> str:
