@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 import click
 
 from agentx.cli.early_stop import STOP_SIGNALS as EARLY_STOP_SIGNALS
-from agentx.cli.early_stop import release as release_early_stop
+from agentx.cli.early_stop import hand_over as take_early_stop
 from agentx.errors import (
     AgentxError,
     ConfigError,
@@ -283,8 +283,8 @@ def stop_signals_raise() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    release_early_stop()
-    previous = {stop_signal: signal.getsignal(stop_signal) for stop_signal in STOP_SIGNALS}
+    early = take_early_stop()
+    previous = {stop_signal: early.get(stop_signal, signal.getsignal(stop_signal)) for stop_signal in STOP_SIGNALS}
     for stop_signal, handler in previous.items():
         if handler is signal.SIG_DFL or handler is signal.default_int_handler:
             signal.signal(stop_signal, _raise_interrupt)
@@ -306,15 +306,18 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
 
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
-    previous = {stop_signal: signal.getsignal(stop_signal) for stop_signal in STOP_SIGNALS}
-    for stop_signal in STOP_SIGNALS:
-        loop.add_signal_handler(stop_signal, task.cancel)
+
+    def cancel(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(task.cancel)
+
+    # signal.signal, not loop.add_signal_handler: removing the loop's handler puts the default action back before the
+    # one before can return, and a SIGTERM in that instant would end the process without its summary.
+    previous = {stop_signal: signal.signal(stop_signal, cancel) for stop_signal in STOP_SIGNALS}
     try:
         return await task
     finally:
-        for stop_signal in STOP_SIGNALS:
-            loop.remove_signal_handler(stop_signal)
-            if (handler := previous[stop_signal]) is not None:
+        for stop_signal, handler in previous.items():
+            if handler is not None:
                 signal.signal(stop_signal, handler)
 
 

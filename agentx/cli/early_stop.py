@@ -38,23 +38,29 @@ def is_program() -> bool:
 
 
 def install() -> None:
-    """Until `release`, a stop signal ends the agentx program at once (module docstring); nothing elsewhere, nor for a
-    signal the program was started with ignored (`nohup`)."""
+    """Until `hand_over`, a stop signal ends the agentx program at once (module docstring); nothing elsewhere, nor for
+    a signal the program was started with ignored (`nohup`). The signals wait while the handlers go in, so that one
+    sent as soon as any of them is caught finds them all."""
     if not is_program():
         return
-    for stop_signal in STOP_SIGNALS:
-        before = signal.getsignal(stop_signal)
-        if before is signal.SIG_DFL or before is signal.default_int_handler:
-            _taken[stop_signal] = before
-            signal.signal(stop_signal, _stop_now)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for stop_signal in STOP_SIGNALS:
+            before = signal.getsignal(stop_signal)
+            if before is signal.SIG_DFL or before is signal.default_int_handler:
+                _taken[stop_signal] = before
+                signal.signal(stop_signal, _stop_now)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def release() -> None:
-    """The stop signals `install` took back to what they were (a command is starting)."""
-    for stop_signal, before in _taken.items():
-        if signal.getsignal(stop_signal) is _stop_now:
-            signal.signal(stop_signal, before)
+def hand_over() -> dict[int, Callable[[int, FrameType | None], Any] | int]:
+    """The signals `install` took that still have its handler, each with the handler it had before; they are the
+    caller's from now on. The caller replaces this module's handlers with its own, leaving no instant in which a stop
+    signal would meet the default action (SIGTERM's and SIGHUP's: death without a word)."""
+    handed = {number: before for number, before in _taken.items() if signal.getsignal(number) is _stop_now}
     _taken.clear()
+    return handed
 
 
 install()
