@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from children import default_stop_signals
 
 from agentx.records.record import read_records
 from agentx.replayer.plan.play import CHECKPOINT_TURNS, StepFlags, StepIds
@@ -51,6 +52,7 @@ def _replay(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> su
         text=True,
         env={**os.environ, **(env or {})},
         start_new_session=True,
+        preexec_fn=default_stop_signals,
     )
 
 

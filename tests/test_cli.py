@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from children import default_stop_signals
 from click.testing import CliRunner
 
 from agentx.cli import main
@@ -158,7 +159,11 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "0.2", "--delay-scale", "0.1"]
     args += ["--grace", "1", "--out", str(out), "--json"]
     child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "agentx.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_stop_signals,
     )
     deadline = time.monotonic() + 60
     while not (out / "records.arrow").exists() and time.monotonic() < deadline:
@@ -178,6 +183,47 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     assert run_file["summary"]["counts"] == summary["counts"]
 
 
+def _ignore_hangups() -> None:
+    default_stop_signals()
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_replay_started_under_nohup_rides_out_a_hangup(tmp_path: Path, workers: str) -> None:
+    """`nohup agentx replay ...`: a closed terminal's SIGHUP is ignored at every phase, the run's included; the user's
+    Ctrl-C still stops it."""
+    import signal
+    import time
+
+    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    out = tmp_path / "run"
+    args = ["replay", str(sample), "--mode", "closed", "--concurrency", "2", "--sim-time-scale", "0.2"]
+    args += ["--delay-scale", "0.1", "--grace", "1", "--workers", workers, "--out", str(out), "--json"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agentx.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_hangups,
+    )
+    first = out / "records.arrow" if workers == "1" else out / "workers" / "0" / "records.arrow"
+    child.send_signal(signal.SIGHUP)  # while it starts
+    deadline = time.monotonic() + 60
+    while not first.exists() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    child.send_signal(signal.SIGHUP)  # while it runs
+    time.sleep(1.5)
+    assert child.poll() is None, child.communicate()[1]
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, stderr
+    assert json.loads((out / "run.json").read_text())["run"]["interrupted"] is True
+    assert json.loads(stdout)["counts"]["profiling"] >= 1
+
+
 def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path: Path) -> None:
     import signal
     import time
@@ -187,7 +233,11 @@ def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "1", "--delay-scale", "0.1"]
     args += ["--mode", "closed", "--grace", "600", "--out", str(out), "--json"]
     child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "agentx.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_stop_signals,
     )
     deadline = time.monotonic() + 60
     while not (out / "records.arrow").exists() and time.monotonic() < deadline:

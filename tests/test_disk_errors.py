@@ -27,6 +27,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
+from children import default_stop_signals
 from click.testing import CliRunner
 
 from agentx.cli import main
@@ -371,7 +372,14 @@ def _replay(out: Path, sim: SimServer, *extra: str, grace: str = "2") -> subproc
     args = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model]
     args += ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.1", "--grace", grace, "--out", str(out)]
     args += ["--json", *extra]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_stop_signals,
+    )
 
 
 def _started(child: subprocess.Popen[str], path: Path, settle_s: float) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from children import default_stop_signals
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentx.errors import RecordsError
@@ -156,7 +157,9 @@ def _long_run(sim: SimServer, cluster: Cluster, out: Path, *extra: str) -> subpr
         "--duration", "60", "--delay-scale", "0.001", "--ray", cluster.address, "--workers", "2",
         "--stream-usage", "continuous", "--grace", "5", "--out", str(out), "--json", *extra,
     )  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_stop_signals
+    )
 
 
 def _wait_for_records(path: Path, rows: int, process: subprocess.Popen[str], timeout_s: float = 60.0) -> None:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pyarrow.ipc as ipc
 import pytest
+from children import default_stop_signals
 from click.testing import CliRunner
 from strategies import record_identity
 
@@ -144,7 +145,9 @@ def _replay_child(sim: SimServer, out: Path) -> subprocess.Popen[str]:
     args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "2", "--mode", "closed"]
     args += ["--delay-scale", "0.05", "--grace", "2", "--out", str(out), "--json"]
     command = [sys.executable, "-m", "agentx.cli", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_stop_signals
+    )
 
 
 def _wait_for_rows(path: Path, count: int, child: subprocess.Popen[str]) -> int:

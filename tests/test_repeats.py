@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 import pytest
+from children import default_stop_signals
 from click.testing import CliRunner, Result
 
 from agentx.cli import main
@@ -259,7 +260,11 @@ def test_ctrl_c_ends_the_set_after_the_current_repeat_and_exits_130(trace_path: 
     args = ["replay", str(trace_path), "--mode", "closed", "--concurrency", "2", "--duration", "1.5", "--grace", "1"]
     args += ["--sim-time-scale", "0.05", "--delay-scale", "0", "--seed", "4", "--repeat", "3", "--out", str(out)]
     child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "agentx.cli", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_stop_signals,
     )
     deadline = time.monotonic() + 120
     while not (out / "r2" / RECORDS_FILE).exists() and time.monotonic() < deadline and child.poll() is None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from children import default_stop_signals
 from strategies import record_identity
 
 from agentx.errors import RecordsError, ServerUnreachable
@@ -185,7 +186,14 @@ def _replay(sim: SimServer, out: Path, extra: list[str]) -> subprocess.Popen[byt
     stdout = (out.parent / f"{out.name}.stdout").open("wb")
     stderr = (out.parent / f"{out.name}.stderr").open("wb")
     with stdout, stderr:
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=REPO)
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=REPO,
+            preexec_fn=default_stop_signals,
+        )
 
 
 MODES = {

@@ -301,7 +301,8 @@ def stop_signals_raise() -> Iterator[None]:
 
 async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     """Run `work`; Ctrl-C, SIGTERM or SIGHUP cancels it, and the replay turns that into a graceful stop (grace, flush,
-    run.json, the partial summary, exit 130). The handlers before are back afterwards (`stop_signals_raise`'s)."""
+    run.json, the partial summary, exit 130); one the process was started with ignored (`nohup`) stays ignored. The
+    handlers before are back afterwards (`stop_signals_raise`'s)."""
     import asyncio
 
     task = asyncio.ensure_future(work)
@@ -312,7 +313,11 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
 
     # signal.signal, not loop.add_signal_handler: removing the loop's handler puts the default action back before the
     # one before can return, and a SIGTERM in that instant would end the process without its summary.
-    previous = {stop_signal: signal.signal(stop_signal, cancel) for stop_signal in STOP_SIGNALS}
+    previous = {
+        stop_signal: signal.signal(stop_signal, cancel)
+        for stop_signal in STOP_SIGNALS
+        if signal.getsignal(stop_signal) is not signal.SIG_IGN
+    }
     try:
         return await task
     finally:

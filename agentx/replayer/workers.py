@@ -86,7 +86,8 @@ class WorkerStops:
 
     @contextlib.contextmanager
     def on_signals(self) -> Iterator[None]:
-        """While entered, each stop signal is one `stop()` instead of its default action (KeyboardInterrupt, exit)."""
+        """While entered, each stop signal is one `stop()` instead of its default action (KeyboardInterrupt, exit);
+        one the process was started with ignored (`nohup`) stays ignored."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -94,7 +95,11 @@ class WorkerStops:
         def on_signal(number: int, frame: FrameType | None) -> None:
             self.stop()
 
-        previous = {number: signal.signal(number, on_signal) for number in STOP_SIGNALS}
+        previous = {
+            number: signal.signal(number, on_signal)
+            for number in STOP_SIGNALS
+            if signal.getsignal(number) is not signal.SIG_IGN  # `nohup`: the user's wish
+        }
         try:
             yield
         finally:
