@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,17 @@ def test_replay_against_an_unreachable_url_is_a_clear_error(weka_file: Path, tmp
         assert "pa55w0rd" not in result.output and "127.0.0.1" in result.output
 
 
+def _agentx(args: list[str], signals: Callable[[], None] = default_stop_signals) -> subprocess.Popen[str]:
+    """`agentx ARGS` as a child with its output piped, its stop signals set by `signals` (a `preexec_fn`)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentx.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=signals,
+    )
+
+
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path, stop_signal: str) -> None:
     """Ctrl-C, SIGTERM as schedulers and `timeout` send it, and SIGHUP as a closed terminal or ssh session sends it:
@@ -158,13 +170,7 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     out = tmp_path / "run"
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "0.2", "--delay-scale", "0.1"]
     args += ["--grace", "1", "--out", str(out), "--json"]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_stop_signals,
-    )
+    child = _agentx(args)
     deadline = time.monotonic() + 60
     while not (out / "records.arrow").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -201,13 +207,7 @@ def test_a_replay_started_under_nohup_rides_out_a_hangup(tmp_path: Path, workers
     out = tmp_path / "run"
     args = ["replay", str(sample), "--mode", "closed", "--concurrency", "2", "--sim-time-scale", "0.2"]
     args += ["--delay-scale", "0.1", "--grace", "1", "--workers", workers, "--out", str(out), "--json"]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_ignore_hangups,
-    )
+    child = _agentx(args, signals=_ignore_hangups)
     first = out / "records.arrow" if workers == "1" else out / "workers" / "0" / "records.arrow"
     child.send_signal(signal.SIGHUP)  # while it starts
     deadline = time.monotonic() + 60
@@ -232,13 +232,7 @@ def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path
     out = tmp_path / "run"
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "1", "--delay-scale", "0.1"]
     args += ["--mode", "closed", "--grace", "600", "--out", str(out), "--json"]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "agentx.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_stop_signals,
-    )
+    child = _agentx(args)
     deadline = time.monotonic() + 60
     while not (out / "records.arrow").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
