@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from strategies import WEKA_SUBAGENT, WEKA_TRACE
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -37,3 +38,7 @@ def weka_trace() -> dict[str, Any]:
 def weka_subagent() -> dict[str, Any]:
     """A fresh copy of WEKA_SUBAGENT to modify."""
     return copy.deepcopy(WEKA_SUBAGENT)
+
+
+# `pytest --hypothesis-profile=thorough`: every property test with far more examples, to look for rare failures.
+settings.register_profile("thorough", max_examples=2000)

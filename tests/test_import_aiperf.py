@@ -24,7 +24,7 @@ from agentx.records.record import RequestRecord, RunInfo, read_records, run_info
 from agentx.records.writer import RecordWriter
 from agentx.results.export.export_run import aiperf_summary, load_run, write_aiperf_jsonl
 from agentx.results.imports.aiperf_folder import JSONL_FILE, SUMMARY_FILE, ImportedRun, import_aiperf
-from agentx.results.imports.aiperf_records import requested_osl, spread
+from agentx.results.imports.aiperf_records import ErrorDetails, error_kind, requested_osl, spread
 from agentx.results.report.folders import read_run_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "aiperf_artifacts"
@@ -344,6 +344,14 @@ def test_agentx_own_export_imports_back_to_the_same_records(records: list[Reques
             assert (imported.ttft_s, imported.e2el_s) == (original.ttft_s, original.e2el_s)
             assert imported.osl_tokens == original.osl_tokens
             assert imported.cached_tokens == original.cached_tokens
+
+
+def test_a_servers_499_is_an_http_error_and_only_aiperfs_own_mark_is_a_cancellation() -> None:
+    answered = ErrorDetails(code=499, type="HTTP 499", message="client closed request")
+    assert error_kind(answered, cancelled=False, overflow=False) == ("http", 499)
+    marked = ErrorDetails(code=499, type="RequestCancellationError", message="cancelled")
+    assert error_kind(marked, cancelled=False, overflow=False) == ("cancelled", None)
+    assert error_kind(answered, cancelled=True, overflow=False) == ("cancelled", None)
 
 
 # ---------------------------------------------------------------------------------------------

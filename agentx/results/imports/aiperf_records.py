@@ -32,7 +32,8 @@ the order of its first start, takes the lowest lane whose previous play has ende
 numbers AIPerf's worker ids by first appearance. `phase` = `benchmark_phase`.
 
 **Errors.** A record with an `error` (or `was_cancelled`, or `context_overflow_skip`) is `status = "error"`;
-`error_kind` (`error_kind`): `cancelled` for a cancellation (code 499, `RequestCancellationError`),
+`error_kind` (`error_kind`): `cancelled` for a cancellation (`was_cancelled`, or the type `RequestCancellationError`, as AIPerf
+marks one; its code 499 alone is not taken for one, as a server may answer 499 itself),
 `context_overflow` when its text names one, `http` for a status ≥ 400 (`http_status` = the code), `timeout` and
 `connection` by the exception's name and text (`ClientConnectorError`, a reset, `ClientPayloadError`: the stream was
 cut), else `protocol`; agentx's own kinds as `type` (its export) are taken as they are. `error_message` = type and
@@ -59,7 +60,6 @@ from agentx.replayer.http.exchange import CONTEXT_OVERFLOW_SUBSTRINGS, overflows
 
 NS_PER_UNIT: Final = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
 """Nanoseconds in each time unit AIPerf displays a duration in."""
-CANCELLED_CODE: Final = 499
 CANCELLATION_TYPE: Final = "RequestCancellationError"
 ERROR_KINDS: Final[dict[str, ErrorKind]] = {kind: kind for kind in get_args(ErrorKind)}
 """agentx's error kinds by name: its own export writes a non-HTTP failure's kind as the error's `type`."""
@@ -257,7 +257,8 @@ def error_kind(error: ErrorDetails | None, cancelled: bool, overflow: bool) -> t
     code = error.code if error is not None else None
     status = code if code is not None and 100 <= code <= 599 else None
     kind_name = (error.type or "") if error is not None else ""
-    if cancelled or kind_name == CANCELLATION_TYPE or code == CANCELLED_CODE:
+    # AIPerf marks its own cancellation by `was_cancelled` and the type; code 499 alone may be a server's answer.
+    if cancelled or kind_name == CANCELLATION_TYPE:
         return "cancelled", None
     if (own := ERROR_KINDS.get(kind_name)) is not None:
         return own, status
