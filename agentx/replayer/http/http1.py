@@ -223,6 +223,16 @@ class HttpConnection(asyncio.Protocol):
         if state == _LENGTH and len(data) < self._left and not self._buffer:
             self._left -= len(data)  # the common case: one read, part of a known-length body
             return data
+        if state == _CHUNK_SIZE and not self._buffer:
+            # The common case of a stream: one read, one whole chunk (its size line, its data, its CRLF).
+            eol = data.find(b"\r\n", 0, 18)
+            if eol > 0:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:
+                    size = 0  # an extension, or a malformed line: the general path below decides
+                if size > 0 and len(data) == eol + size + 4 and data.endswith(b"\r\n"):
+                    return data[eol + 2 : eol + 2 + size]
         if self._buffer:
             data, self._buffer = self._buffer + data, b""
         pieces: list[bytes] = []

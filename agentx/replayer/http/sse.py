@@ -44,6 +44,19 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[Event]:
         if not chunk:
             return []
+        if (
+            self._data is None
+            and not self._tail
+            and not self._at_start
+            and not self._skip_lf
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+        ):
+            # The common case of a stream: one read, one whole event of one data line.
+            event, self._event = self._event, b""
+            return [(event, chunk[6:-2])]
         if self._at_start:
             chunk = self._strip_bom(chunk)
             if not chunk:

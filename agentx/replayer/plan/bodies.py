@@ -4,21 +4,36 @@
 construction; `--api chat` sends the messages of the agent's conversation so far, rendered to calibrated text
 (agentx.replayer.prompts.conversation, agentx.replayer.prompts.chat). Both carry the play's cache-bust marker (in the
 prompt or as `cache_salt`) and force the output length.
+
+The prompt goes into the body as JSON text kept per agent of the play (`Play.last_text`): the token ids' text up to
+the last block the agent's previous turn shares (agentx.replayer.prompts.token_json), the messages the previous turn
+sent unchanged (`ChatRenderer.render_json`); so a turn costs what it adds, and the bytes are the ones the lists
+would encode to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
+
+import msgspec
 
 from agentx.records.record import Phase
 from agentx.replayer.http.probe import STREAM_OPTIONS
 from agentx.replayer.options.replay import AgentxLoad, ReplayOptions
-from agentx.replayer.plan.play import Play
+from agentx.replayer.plan.play import Play, PreparedSession
 from agentx.replayer.plan.steps import Step
-from agentx.replayer.prompts.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, chat_body
+from agentx.replayer.prompts.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, MessagesText, chat_body
 from agentx.replayer.prompts.conversation import ChatTurn
-from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
+from agentx.replayer.prompts.token_json import IdText, PromptText, prompt_text
+from agentx.replayer.prompts.tokens import (
+    BlockTokens,
+    TokenSpace,
+    common_prefix_length,
+    completions_body,
+    default_cache_blocks,
+    filler_ids,
+)
 from agentx.trace.model import Trace
 
 COMPLETIONS_PATH: Final = "/v1/completions"
@@ -44,7 +59,9 @@ class BodyBuilder:
         self.max_output_tokens = options.scenario.max_output_tokens
         self.block_size = trace.block_size
         self.session_scope = trace.hash_id_scope == "session"
-        self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space)
+        # Completions cache each block's text (`IdText`), not its tokens: the token cache stays empty.
+        self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space, cache_blocks=0)
+        self.ids = IdText(self.blocks, default_cache_blocks(trace.block_size)) if renderer is None else None
         self.extra_body = options.server.extra_body
         self.path = CHAT_PATH if options.server.api == "chat" else COMPLETIONS_PATH
         self.marker_tokens = MARKER_WORDS if options.server.api == "chat" else MARKER_TOKENS
@@ -77,30 +94,75 @@ class BodyBuilder:
         room = out if context is None else context - prompt_tokens
         return min(out, room) if room >= 1 else out
 
+    def new_tokens(self, tree: Play, step: Step) -> int:
+        """About how many of `step`'s prompt tokens its agent's last prompt does not hold: what building it writes."""
+        request = step.request
+        previous = tree.last_text(step.agent_id)
+        if isinstance(previous, PromptText):
+            hash_ids = tree.prepared.hash_ids[step.index]
+            covered = min(len(hash_ids), request.in_tokens // self.block_size)
+            return request.in_tokens - common_prefix_length(previous.covered, hash_ids[:covered]) * self.block_size
+        if isinstance(previous, MessagesText):
+            return abs(request.in_tokens - previous.tokens)
+        return request.in_tokens
+
+    def warm(self, prepared: PreparedSession, indices: Iterable[int]) -> None:
+        """Make and cache the text of the blocks the steps `indices` of `prepared` carry, so that their bodies, built
+        when their play starts, are assembled from it."""
+        session_id = prepared.plan.session_id
+        scope = session_id if self.session_scope else ""
+        steps = prepared.plan.steps
+        for index in indices:
+            hash_ids = prepared.hash_ids[index]
+            covered = hash_ids[: min(len(hash_ids), steps[index].request.in_tokens // self.block_size)]
+            if self.renderer is not None:
+                self.renderer.block_texts(scope, covered)
+            elif self.ids is not None:
+                self.ids.block_texts(scope, covered)
+
     def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
         """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
         if self.renderer is not None:
             return self._build_chat(tree, step, self.renderer, phase)
+        assert self.ids is not None
         session_id = tree.prepared.plan.session_id
-        marker_ids: list[int] = []
+        marker_text = b""
+        marker_tokens = 0
         if tree.marker is not None and self.cache_bust == "marker":
-            marker_ids = filler(self.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
-        prompt = prompt_token_ids(
-            step.request,
-            tree.prepared.hash_ids[step.index],
-            self.block_size,
-            self.blocks,
-            session_id,
-            f"{step.agent_id}:{step.turn}",
+            marker_tokens = MARKER_TOKENS
+            marker_text = self.ids.text(
+                filler_ids(self.seed, f"marker:{tree.marker}", 0, MARKER_TOKENS, self.blocks.space)
+            )
+        # The prompt of `prompt_token_ids` (agentx.replayer.prompts.tokens), written as text.
+        in_tokens = step.request.in_tokens
+        hash_ids = tree.prepared.hash_ids[step.index]
+        covered = min(len(hash_ids), in_tokens // self.block_size)
+        rest = in_tokens - covered * self.block_size
+        filler_text = b""
+        if rest > 0:
+            turn_key = f"{step.agent_id}:{step.turn}"
+            filler_text = self.ids.text(filler_ids(self.seed, session_id, turn_key, rest, self.blocks.space))
+        previous = tree.last_text(step.agent_id)
+        text = prompt_text(
+            self.ids,
             session_id if self.session_scope else "",
-            prefix_ids=marker_ids,
+            tuple(hash_ids[:covered]),
+            filler_text,
+            marker_text,
+            previous if isinstance(previous, PromptText) else None,
         )
+        tree.keep_text(step.agent_id, text)
+        sent_tokens = marker_tokens + in_tokens
         out = self.max_tokens(tree, step, phase)
         model = tree.prepared.models[step.index]
         body = completions_body(
-            model, prompt, out, min_tokens=self.min_tokens(model, len(prompt), out), **self._common(tree)
+            model,
+            msgspec.Raw(text.text),
+            out,
+            min_tokens=self.min_tokens(model, sent_tokens, out),
+            **self._common(tree),
         )
-        return len(prompt), body
+        return sent_tokens, body
 
     def _common(self, tree: Play) -> dict[str, Any]:
         return {
@@ -126,17 +188,24 @@ class BodyBuilder:
         marker = ("", 0)
         if tree.marker is not None and self.cache_bust == "marker":
             marker = renderer.marker_text(tree.marker)
-        messages, sent_tokens = renderer.render(
+        previous = tree.last_text(agent)
+        messages, sent_tokens = renderer.render_json(
             turn.segments,
             target_tokens=step.request.in_tokens,
             scope_key=session_id if self.session_scope else "",
             session_id=session_id,
             marker=marker,
+            previous=previous if isinstance(previous, MessagesText) else None,
         )
+        tree.keep_text(agent, messages)
         model = tree.prepared.models[step.index]
         out = self.max_tokens(tree, step, phase)
         body = chat_body(
-            model, messages, out, min_tokens=self.min_tokens(model, sent_tokens, out), **self._common(tree)
+            model,
+            msgspec.Raw(messages.text),
+            out,
+            min_tokens=self.min_tokens(model, sent_tokens, out),
+            **self._common(tree),
         )
         return sent_tokens, body
 

@@ -19,11 +19,16 @@ import numpy as np
 from agentx.replayer.plan.sessions import ReplaySessions
 from agentx.replayer.plan.steps import ChildOffset, SessionPlan, Step, plan_session
 from agentx.replayer.plan.tstar import Snapshot
+from agentx.replayer.prompts.chat import MessagesText
 from agentx.replayer.prompts.conversation import ChatState
+from agentx.replayer.prompts.token_json import PromptText
 from agentx.trace.chains import CHAIN_KINDS
 from agentx.trace.model import Agent, Request, Session
 from agentx.trace.stats import StartOrderHits, prefix_cache_hits
 
+_MADE: Final = threading.Lock()
+"""Held while a play makes its chat state or its table of last prompts, which builds on two threads may ask for at
+once (agentx.replayer.schedule.offloop)."""
 CHECKPOINT_TURNS: Final = 64
 """`StepIds` keeps an agent's full hash ids every this many turns."""
 
@@ -272,13 +277,15 @@ class Play:
     `snapshot` (agentx mode, a lane's first tree) says which steps are settled at t* without a request and
     when the first live ones are due; `marker` is the tree's cache-bust marker (None: no cache-bust). Its state
     changes only through its methods (`begin`, `mark_sent`, `complete`, `settle`, `end_agent`, the prebuilt
-    bodies' and the chat's); other modules read it. It is small (slots, flags and times as arrays, its chat, headers
-    and prebuilt bodies made when first used): a lane holds one from before its first request on.
+    bodies', the last prompts' and the chat's); other modules read it. It is small (slots, flags and times as arrays,
+    its chat, headers, last prompts and prebuilt bodies made when first used): a lane holds one from before its first
+    request on.
     """
 
     __slots__ = (
         "_chat",
         "_headers",
+        "_texts",
         "affinity_headers",
         "completed_ns",
         "correlation_ids",
@@ -325,6 +332,7 @@ class Play:
         self.prebuilt: dict[int, tuple[str, int, bytes]] | None = None
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
         self._chat: ChatState | None = None
+        self._texts: dict[str, PromptText | MessagesText] | None = None
         self.snapshot = snapshot
         self.marker = marker
         self.ended_agents: frozenset[str] = frozenset()
@@ -339,7 +347,9 @@ class Play:
     def chat(self) -> ChatState:
         """`--api chat`: each agent's conversation, advanced in turn order (a turn's anchor is its previous turn)."""
         if self._chat is None:
-            self._chat = ChatState()
+            with _MADE:  # a body built on the worker thread and one on the loop may both ask first
+                if self._chat is None:
+                    self._chat = ChatState()
         return self._chat
 
     def begin(self, start_ns: int) -> None:
@@ -366,6 +376,22 @@ class Play:
     def end_agent(self, agent_id: str) -> None:
         """`agent_id`'s context overflowed: its later turns are not sent (the root's: the whole tree's)."""
         self.ended_agents |= {agent_id}
+
+    def last_text(self, agent_id: str) -> PromptText | MessagesText | None:
+        """`agent_id`'s last prompt as JSON text (agentx.replayer.plan.bodies), None before its first."""
+        return None if self._texts is None else self._texts.get(agent_id)
+
+    def keep_text(self, agent_id: str, text: PromptText | MessagesText) -> None:
+        """`text` is `agent_id`'s last prompt: its next turn's is built from it."""
+        if self._texts is None:
+            with _MADE:
+                if self._texts is None:
+                    self._texts = {}
+        self._texts[agent_id] = text
+
+    def forget_texts(self) -> None:
+        """The play is over: its agents' last prompts are not needed."""
+        self._texts = None
 
     def keep_prebuilt(self, index: int, phase: str, sent_tokens: int, body: bytes) -> None:
         """Step `index`'s body, built for `phase` before the play's clock started."""

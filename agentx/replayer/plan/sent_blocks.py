@@ -23,6 +23,7 @@ from typing import Final, NamedTuple
 
 from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.steps import Step
+from agentx.replayer.prompts.tokens import common_prefix_length
 
 DENSE_IDS: Final = 1 << 24
 """Ids below this are kept one byte each (traces number their blocks densely from 0 or 1); others in a set."""
@@ -55,11 +56,12 @@ class Seen:
         twin._sparse = set(self._sparse)
         return twin
 
-    def hit_then_add(self, ids: tuple[int, ...]) -> int:
-        """How many of `ids`, from the first, were seen before; then every one of them is seen."""
+    def hit_then_add(self, ids: tuple[int, ...], known: int = 0) -> int:
+        """How many of `ids`, from the first, were seen before; then every one of them is seen. The first `known`
+        ids are known to be seen already (an agent's previous prompt sent them): they are not looked at again."""
         dense, sparse = self._dense, self._sparse
-        hit = 0
-        for block in ids:
+        hit = known
+        for block in ids[known:] if known else ids:
             if 0 <= block < DENSE_IDS:
                 if block >= len(dense) or not dense[block]:
                     break
@@ -134,28 +136,37 @@ class SentBlocks:
         """Per namespace, the ids sent under any marker, made when a marked play first sends in it (until then the
         unmarked table is the same set)."""
         self.lru = LruBlocks(lru_blocks) if lru_blocks is not None else None
+        self._last: dict[int, dict[str, tuple[int, ...]]] = {}
+        """Per live play (by `id(play)`), per agent: the ids of its last prompt, which every table it reaches holds."""
 
     def hit(self, play: Play, step: Step) -> BlockHits:
         """What the caches held of `step`'s prompt, then its blocks counted as sent."""
         ids = play.prepared.hash_ids[step.index]
         name = play.prepared.plan.session_id if self.session_scope else ""
+        # An agent's turn resends its last prompt's leading ids, which every table it reaches holds since: only the
+        # ids past them are looked up, so a turn costs what it adds, not its whole context.
+        last = self._last.setdefault(id(play), {})
+        previous = last.get(step.agent_id)
+        known = 0 if previous is None else common_prefix_length(previous, ids)
+        last[step.agent_id] = ids
         if play.marker is None:
-            replayed = self._seen(play).hit_then_add(ids)
+            replayed = self._seen(play).hit_then_add(ids, known)
             seen_any = self._any.get(name)
-            any_scope = replayed if seen_any is None else seen_any.hit_then_add(ids)
+            any_scope = replayed if seen_any is None else seen_any.hit_then_add(ids, known)
         else:
             seen_any = self._any.get(name)
             if seen_any is None:
                 unmarked = self._unmarked.get(name)
                 seen_any = self._any[name] = unmarked.copy() if unmarked is not None else Seen()
-            replayed = self._seen(play).hit_then_add(ids)
-            any_scope = seen_any.hit_then_add(ids)
+            replayed = self._seen(play).hit_then_add(ids, known)
+            any_scope = seen_any.hit_then_add(ids, known)
         lru = None if self.lru is None else self.lru.hit_then_use((play.marker is not None, play.marker or name), ids)
         return BlockHits(replayed, any_scope, lru)
 
     def forget(self, play: Play) -> None:
         """`play` ended: its marker's blocks can never be sent again."""
         self._marked.pop(id(play), None)
+        self._last.pop(id(play), None)
 
     def _seen(self, play: Play) -> Seen:
         if play.marker is not None:

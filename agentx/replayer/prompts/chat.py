@@ -20,7 +20,6 @@ template add its own, docs/agentx.md §2a–§2d.)
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -33,13 +32,39 @@ from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, filler
 CHAT_PATH: Final = "/v1/chat/completions"
 MARKER_WORDS: Final = 4
 """A marker of 4 words from a vocabulary of thousands: ~10^14 distinct markers, as unlikely to collide as 12 hex."""
-MESSAGE_CACHE: Final = 8192
-"""Message texts kept: a session resends its whole history every turn, one message at a time."""
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 class _Message(msgspec.Struct):
     role: str
     content: str
+
+
+class MessagesText:
+    """One agent's last messages as JSON text (`text`, the array), with what each message was made of (its segment,
+    its token budget, whether it carries the marker) and its own text, so that the next turn writes only the messages
+    that changed (`ChatRenderer.render_json`)."""
+
+    __slots__ = ("budgets", "encoded", "marked", "marker", "segments", "text", "tokens")
+
+    def __init__(
+        self,
+        segments: Sequence[Segment],
+        budgets: list[int],
+        encoded: list[bytes],
+        marked: int,
+        marker: str,
+        tokens: int,
+    ) -> None:
+        self.segments = segments
+        self.budgets = budgets
+        self.encoded = encoded
+        self.marked = marked
+        """The index of the message that carries the marker (-1: none)."""
+        self.marker = marker
+        self.tokens = tokens
+        """The prompt tokens the server counts for them."""
+        self.text = b"[" + b",".join(encoded) + b"]"
 
 
 class ChatRenderer:
@@ -54,24 +79,38 @@ class ChatRenderer:
         self.block_size = block_size
         self.space = TokenSpace(0, len(calibration.words))
         self.blocks = BlockTokens(seed, words_per_block, self.space)
-        # Blocks are resent every turn (the whole history), so their text is cached, not rebuilt.
-        self._texts: OrderedDict[tuple[str, int], str] = OrderedDict()
+        # Blocks are resent every turn (the whole history), so their text is cached, not rebuilt: as many as the token
+        # cache holds (~4M tokens of text), direct-mapped as `BlockTokens` is, so that a body built on the worker
+        # thread and one built on the loop share it safely.
+        self._slot_count = self.blocks.cache_blocks
+        self._texts: list[tuple[int, str, str] | None] = [None] * self._slot_count
         self._spaced = [" " + word for word in calibration.words]
-        self._messages: OrderedDict[tuple[Segment, int, str, str], str] = OrderedDict()
 
     def block_text(self, scope_key: str, hash_id: int) -> str:
-        key = (scope_key, hash_id)
-        texts = self._texts
-        text = texts.get(key)
-        if text is not None:
-            texts.move_to_end(key)
-            return text
-        spaced = self._spaced
-        text = self.calibration.separator + "".join([spaced[i] for i in self.blocks.block(scope_key, hash_id)])
-        texts[key] = text
-        if len(texts) > self.blocks.cache_blocks:  # as many as the token cache: ~4M tokens of text
-            texts.popitem(last=False)
-        return text
+        return self.block_texts(scope_key, (hash_id,))[0]
+
+    def block_texts(self, scope_key: str, hash_ids: Sequence[int]) -> list[str]:
+        """The text of each block of `hash_ids`: the separator, then its words; those not cached made together."""
+        count, slots = self._slot_count, self._texts
+        salt = hash(scope_key)
+        texts: list[str | None] = []
+        missing: dict[int, str] = {}
+        for hash_id in hash_ids:
+            text = None
+            if count:
+                held = slots[(hash_id ^ salt) % count]
+                if held is not None and held[0] == hash_id and held[1] == scope_key:
+                    text = held[2]
+            if text is None:
+                missing[hash_id] = ""
+            texts.append(text)
+        if missing:
+            spaced, separator = self._spaced, self.calibration.separator
+            for hash_id, words in zip(missing, self.blocks.blocks(scope_key, list(missing)), strict=True):
+                made = missing[hash_id] = separator + "".join([spaced[i] for i in words])
+                if count:
+                    slots[(hash_id ^ salt) % count] = (hash_id, scope_key, made)
+        return [missing[hash_id] if text is None else text for hash_id, text in zip(hash_ids, texts, strict=True)]
 
     def filler_text(self, session_id: str, key: str, n_tokens: int) -> str:
         spaced = self._spaced
@@ -98,6 +137,52 @@ class ChatRenderer:
     ) -> tuple[list[_Message], int]:
         """The messages of `segments` and the prompt tokens the server will count (aimed at `target_tokens`),
         with `marker` (text, tokens: `marker_text`) right after the head of the first user message."""
+        budgets, predicted = self._budgets(segments, target_tokens)
+        marked = _marked(segments, marker)
+        messages = [
+            _Message(
+                segment.role, self._content(segment, budget, scope_key, session_id, marker[0] if i == marked else "")
+            )
+            for i, (segment, budget) in enumerate(zip(segments, budgets, strict=True))
+        ]
+        return messages, predicted + (marker[1] if marked >= 0 else 0)
+
+    def render_json(
+        self,
+        segments: Sequence[Segment],
+        *,
+        target_tokens: int,
+        scope_key: str,
+        session_id: str,
+        marker: tuple[str, int] = ("", 0),
+        previous: MessagesText | None = None,
+    ) -> tuple[MessagesText, int]:
+        """`render`'s messages as the JSON text `msgspec` writes for them, and the tokens the server will count; each
+        message the agent's `previous` messages hold unchanged (the same segment, budget and marker) is taken from
+        there, so a turn writes only the messages it changed or added."""
+        budgets, predicted = self._budgets(segments, target_tokens)
+        marked = _marked(segments, marker)
+        words = marker[0]
+        reusable = previous is not None and previous.marker == words
+        encoded: list[bytes] = []
+        for i, (segment, budget) in enumerate(zip(segments, budgets, strict=True)):
+            if (
+                reusable
+                and previous is not None
+                and i < len(previous.segments)
+                and previous.segments[i] is segment
+                and previous.budgets[i] == budget
+                and (previous.marked == i) == (marked == i)
+            ):
+                encoded.append(previous.encoded[i])
+                continue
+            content = self._content(segment, budget, scope_key, session_id, words if i == marked else "")
+            encoded.append(_ENCODER.encode(_Message(segment.role, content)))
+        predicted += marker[1] if marked >= 0 else 0
+        return MessagesText(segments, budgets, encoded, marked, words, predicted), predicted
+
+    def _budgets(self, segments: Sequence[Segment], target_tokens: int) -> tuple[list[int], int]:
+        """Each message's content tokens, and the prompt tokens they make with the template's (module docstring)."""
         if not segments:
             raise ValueError("a chat request needs at least one segment")
         calibration = self.calibration
@@ -119,34 +204,23 @@ class ChatRenderer:
                 taken = min(excess, budgets[index])
                 budgets[index] -= taken
                 excess -= taken
-        predicted = target_tokens + max(0, excess)
-        messages = [
-            _Message(segment.role, self._message_text(segment, budget, scope_key, session_id))
-            for segment, budget in zip(segments, budgets, strict=True)
-        ]
-        marker_words, marker_tokens = marker
+        return budgets, target_tokens + max(0, excess)
+
+    def _content(self, segment: Segment, budget: int, scope_key: str, session_id: str, marker_words: str) -> str:
+        """A message's text, with `marker_words` right after its head."""
+        text = self._message_text(segment, budget, scope_key, session_id)
         if marker_words:
-            for message in messages:
-                if message.role == "user":
-                    head = self.calibration.head
-                    message.content = head + marker_words + message.content[len(head) :]
-                    predicted += marker_tokens
-                    break
-        return messages, predicted
+            head = self.calibration.head
+            return head + marker_words + text[len(head) :]
+        return text
 
     def _message_text(self, segment: Segment, budget: int, scope_key: str, session_id: str) -> str:
         """The head, then `budget` tokens of the segment: whole blocks, a cut block, filler (extended if the
         budget asks for more than the segment holds)."""
-        key = (segment, budget, scope_key, session_id)
-        texts = self._messages
-        text = texts.get(key)
-        if text is not None:
-            texts.move_to_end(key)
-            return text
         bs = self.block_size
         whole = min(len(segment.hash_ids), budget // bs)
         parts = [self.calibration.head]
-        parts.extend(self.block_text(scope_key, hash_id) for hash_id in segment.hash_ids[:whole])
+        parts.extend(self.block_texts(scope_key, segment.hash_ids[:whole]))
         rest = budget - whole * bs
         if whole < len(segment.hash_ids):
             if rest > 0:
@@ -154,11 +228,7 @@ class ChatRenderer:
         elif rest > 0:
             # Filler is a prefix-stable stream, so a shortened filler is the start of the full one.
             parts.append(self.filler_text(session_id, segment.filler_key, rest))
-        text = "".join(parts)
-        texts[key] = text
-        if len(texts) > MESSAGE_CACHE:
-            texts.popitem(last=False)
-        return text
+        return "".join(parts)
 
     def _cut_block(self, scope_key: str, hash_id: int, n_tokens: int) -> str:
         """The first `n_tokens` tokens of a block: its separator, then its first words."""
@@ -173,7 +243,7 @@ class ChatRenderer:
 
 def chat_body(
     model: str,
-    messages: Sequence[_Message],
+    messages: Sequence[_Message] | msgspec.Raw,
     max_tokens: int,
     *,
     stream_options: Mapping[str, object] | None,
@@ -181,10 +251,11 @@ def chat_body(
     cache_salt: str | None = None,
     min_tokens: int | None = None,
 ) -> bytes:
-    """The JSON body of a streamed chat request forcing exactly `max_tokens` output tokens.
+    """The JSON body of a streamed chat request forcing exactly `max_tokens` output tokens (`messages` as a list, or as
+    their JSON text: `msgspec.Raw`).
 
-    Both `max_tokens` and `max_completion_tokens` are sent (servers differ in which one they honour),
-    with `min_tokens` (`max_tokens` unless given) and `ignore_eos`; `extra_body` is merged at the top level last.
+        Both `max_tokens` and `max_completion_tokens` are sent (servers differ in which one they honour),
+        with `min_tokens` (`max_tokens` unless given) and `ignore_eos`; `extra_body` is merged at the top level last.
     """
     body: dict[str, object] = {
         "model": model,
@@ -202,3 +273,10 @@ def chat_body(
     if extra_body:
         body.update(extra_body)
     return msgspec.json.encode(body)
+
+
+def _marked(segments: Sequence[Segment], marker: tuple[str, int]) -> int:
+    """The index of the message that carries `marker`: the first user message (-1: no marker, or no user message)."""
+    if not marker[0]:
+        return -1
+    return next((i for i, segment in enumerate(segments) if segment.role == "user"), -1)

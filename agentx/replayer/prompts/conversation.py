@@ -34,6 +34,8 @@ from typing import Literal
 
 import msgspec
 
+from agentx.replayer.prompts.tokens import common_prefix_length
+
 Role = Literal["system", "user", "assistant"]
 
 
@@ -134,7 +136,7 @@ class Conversation:
         filler_key: str,
         prev_out_tokens: int | None,
     ) -> ChatTurn:
-        lcp_blocks = _common_prefix_length(self._covered_ids, covered)
+        lcp_blocks = common_prefix_length(self._covered_ids, covered)
         kept: list[Segment] = []
         start_block = 0
         for segment in previous:
@@ -215,18 +217,3 @@ class ChatState:
     def keep(self, agent_id: str, turn: int, chat_turn: ChatTurn) -> None:
         """`chat_turn` is `agent_id`'s latest, turn `turn`."""
         self._latest[agent_id] = (turn, chat_turn)
-
-
-def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """Length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the usual growth turn, compared at C speed
-        return n
-    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
-    while high - low > 1:
-        mid = (low + high) // 2
-        if a[low:mid] == b[low:mid]:
-            low = mid
-        else:
-            high = mid
-    return low

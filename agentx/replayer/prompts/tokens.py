@@ -189,9 +189,22 @@ class BlockTokens:
         for hash_id, tokens in zip(hash_ids, found, strict=True):
             extend(missing[hash_id] if tokens is None else tokens)
 
+    def blocks(self, scope_key: str, hash_ids: Sequence[int]) -> list[tuple[int, ...]]:
+        """The tokens of each block of `hash_ids` in scope `scope_key`, the missing ones made together (shared: do not
+        modify)."""
+        out: list[int] = []
+        self.extend(out, scope_key, hash_ids)
+        size = self.block_size
+        return [tuple(out[start : start + size]) for start in range(0, len(out), size)]
+
     def _make(self, scope_key: str, hash_ids: list[int]) -> list[tuple[int, ...]]:
-        """The blocks of `hash_ids` (distinct) in one scope: a counter-based hash (splitmix64) of the scope's
-        key, the id and the position, so each block is the same whichever others it is made with."""
+        rows: list[list[int]] = self._ids[self.matrix(scope_key, hash_ids)].tolist()
+        return list(map(tuple, rows))
+
+    def matrix(self, scope_key: str, hash_ids: Sequence[int]) -> np.ndarray[tuple[int, int], np.dtype[np.int64]]:
+        """The tokens of the blocks of `hash_ids` in one scope, a row each, made anew (no cache): a counter-based hash
+        (splitmix64) of the scope's key, the id and the position, so each block is the same whichever others it is
+        made with."""
         scope = self._scope
         if scope is None or scope[0] != scope_key:
             # Misses cluster by session, so remembering the last scope's keys is enough (and bounded).
@@ -211,23 +224,44 @@ class BlockTokens:
             base = _mix64(ids.view(np.uint64) * _GOLDEN + scope_key64)
             matrix[:, 2:] = _mix64(base[:, None] + positions[None, :]) % np.uint64(width)
         matrix += low
-        rows: list[list[int]] = self._ids[matrix[:, :size]].tolist()
-        return list(map(tuple, rows))
+        return matrix[:, :size]
 
     def __len__(self) -> int:
         """Blocks held by the cache."""
         return self._filled
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id sequences (tuples compare at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual growth turn
+        return n
+    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[low:mid] == b[low:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
 def filler(seed: int, session_id: str, turn_key: int | str, n: int, space: TokenSpace | None = None) -> list[int]:
     """`n` filler tokens for one turn of one session, deterministic, drawn from the filler range only
     (disjoint from every block's tokens)."""
+    result: list[int] = filler_ids(seed, session_id, turn_key, n, space).tolist()
+    return result
+
+
+def filler_ids(
+    seed: int, session_id: str, turn_key: int | str, n: int, space: TokenSpace | None = None
+) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
+    """`filler`'s tokens as an array."""
     if n <= 0:
-        return []
+        return np.zeros(0, dtype=np.int64)
     space = space if space is not None else TokenSpace()
     draws = _digest_u32(f"{seed}:{session_id}:turn_{turn_key}:filler", n) % space.filler_width + space.filler_low
-    result: list[int] = draws.tolist()
-    return result
+    return draws.astype(np.int64)
 
 
 def prompt_token_ids(
@@ -262,7 +296,7 @@ def prompt_token_ids(
 
 def completions_body(
     model: str,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | msgspec.Raw,
     max_tokens: int,
     *,
     min_tokens: int | None = None,
@@ -272,7 +306,7 @@ def completions_body(
     extra_body: Mapping[str, object] | None = None,
     cache_salt: str | None = None,
 ) -> bytes:
-    """The JSON body of a streamed `POST /v1/completions` with a token-id prompt.
+    """The JSON body of a streamed `POST /v1/completions` with a token-id prompt (or its JSON text, as `msgspec.Raw`).
 
     `min_tokens` defaults to `max_tokens` and `ignore_eos` to true, so the server generates exactly the
     recorded output length. `stream_options=None` omits the field (for servers that reject

@@ -8,13 +8,14 @@ profiling gate (agentx.replayer.schedule.warmup), idle caps (agentx.replayer.sch
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import itertools
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -79,6 +80,11 @@ class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
     on_sent: Callable[[], None] | None = None
     on_in_flight: OnRecord | None = None
     on_profiling: Callable[[], None] | None = None
+
+
+def _ended_ns(tree: Play) -> int:
+    """When `tree`'s last request ended (or its last step settled): its lane's next tree is due then."""
+    return max(tree.completed_ns, default=0) or time.perf_counter_ns()
 
 
 def _caps_output(extra_body: Mapping[str, Any] | None) -> bool:
@@ -214,6 +220,11 @@ class Runner:
         self.skipped = 0
         self.trees_started = 0
         self.trees_finished = 0
+        self._upcoming: collections.deque[tuple[int, int]] = collections.deque()
+        """Trees of the shared order looked at ahead of their draw (`_peek_tree`), not drawn yet."""
+        self._prefetched: set[int] = set()
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        """Work done ahead of when it is needed (`_prefetch`): cancelled when the run ends."""
 
     # -- run control
 
@@ -263,12 +274,19 @@ class Runner:
                         else scenario.tree_idle_cap_s,
                         system_idle_cap_s=scenario.system_idle_cap_s,
                     )
+                    # Their first live turns are built before profiling can start: lanes due together go together.
+                    phase: Phase = "warmup" if load.warmup_requests_per_lane > 0 else "profiling"
+                    await self._prebuild(self.firsts, phase)
                     primed_ns = time.perf_counter_ns()
                     for play in self.firsts:
                         play.begin(primed_ns)
                     self.gate.begin_pressure(
                         self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
                     )
+                elif isinstance(load, LaneLoad):
+                    firsts = await self._first_trees()
+                    await self._prebuild(list(firsts.values()), "profiling")
+                    self.gate.open()
                 else:
                     self.gate.open()
                 if isinstance(load, TraceLoad | RateLoad):
@@ -281,7 +299,7 @@ class Runner:
             else:
                 failure = self.warmup_failure
             finally:
-                for task in background:
+                for task in [*background, *self._side_tasks]:
                     task.cancel()
                 self.idle.close()
                 self.off_loop.close()
@@ -315,6 +333,24 @@ class Runner:
             await slices.pause()
         return firsts
 
+    async def _first_trees(self) -> dict[int, Play]:
+        """Closed loop: each lane's first tree, drawn in lane order as the lanes would draw them, before the run's
+        origin, so that their first bodies are built before they are due (`_prebuild`); a stop ends it, and so does
+        the first lane left without a tree."""
+        firsts: dict[int, Play] = {}
+        slices = Slices()
+        for lane in self.lanes:
+            drawn = self._next_tree()
+            if drawn is None:
+                break
+            position, index = drawn
+            self.trees_started += 1
+            marker = self._marker(index, lane)
+            firsts[lane] = self._play(await self._prepared_off_loop(index), lane, position, marker)
+            await slices.pause()
+        self._prefetch_next()
+        return firsts
+
     async def _start_lanes(self, lane_tasks: asyncio.TaskGroup, firsts: dict[int, Play]) -> None:
         """Start each lane's task in `lane_tasks`, in slices of the event loop (agentx.replayer.schedule.slices), each
         once its ramp offset (`ramp_s`) has passed: a lane costs nothing before it starts, and one with no tree to
@@ -326,10 +362,13 @@ class Runner:
         slices = Slices()
         for lane in self.lanes:
             first = firsts.get(lane)
-            stopped = ramp_s > 0 and await self._sleep_until(origin_ns + int(ramp_s * lane / concurrency * 1e9))
+            due_ns = origin_ns + int(ramp_s * lane / concurrency * 1e9)
+            stopped = ramp_s > 0 and await self._sleep_until(due_ns)
             if first is not None and (stopped or self.stopped.is_set()):
                 self._unplayed(first)
                 first = None
+            if first is not None and first.snapshot is None:
+                first.begin(due_ns)  # its body is built: it is due at the lane's start, not when its task runs
             if first is None and not self._may_draw():
                 self.gate.lane_done(lane)  # holds no cache-pressure stage back
                 continue
@@ -366,10 +405,11 @@ class Runner:
             freeze_new()
         return prepared
 
-    async def _build_off_loop(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
-        """`bodies.build`, a large completions prompt built off the loop (agentx.replayer.schedule.offloop; a chat body
-        advances its play's conversation, which stays on the loop)."""
-        if self.bodies.renderer is not None or step.request.in_tokens < OFF_LOOP_TOKENS:
+    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
+        """`step`'s body for `phase` (`bodies.build`), off the loop when it writes many tokens its agent's last prompt
+        does not hold (agentx.replayer.schedule.offloop): a turn that adds little to a long history is assembled on the
+        loop."""
+        if self.bodies.new_tokens(tree, step) < OFF_LOOP_TOKENS:
             return self.bodies.build(tree, step, phase)
         return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
 
@@ -465,7 +505,15 @@ class Runner:
         """(play = position in the shared order, session index), or None when no tree may start."""
         if not self._may_draw():
             return None
-        return next(self.order, None)
+        return self._upcoming.popleft() if self._upcoming else next(self.order, None)
+
+    def _peek_tree(self) -> tuple[int, int] | None:
+        """The tree `_next_tree` draws next, if one may still start; not drawn."""
+        if not self._may_draw():
+            return None
+        if not self._upcoming and (upcoming := next(self.order, None)) is not None:
+            self._upcoming.append(upcoming)
+        return self._upcoming[0] if self._upcoming else None
 
     def _unplayed(self, tree: Play) -> None:
         """A lane's first tree that the run stopped before the lane started: counted as `_run_play` counts a tree
@@ -482,27 +530,56 @@ class Runner:
 
     async def _lane(self, lane: int, first: Play | None = None) -> None:
         try:
+            free_ns = time.perf_counter_ns()
             if first is not None:
                 await self._run_play(first)
+                free_ns = _ended_ns(first)
             while (drawn := self._next_tree()) is not None:
                 position, index = drawn
                 self.trees_started += 1
                 marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
+                self._prefetch_next()
                 prepared = await self._prepared_off_loop(index)
                 play = self._play(prepared, lane, position, marker)
-                await self._prebuild(play)
+                # Due as the lane's last tree ended: what its plan and bodies take is dispatch lag, and said as such.
+                play.begin(free_ns)
+                await self._prebuild([play], "profiling" if self.gate.started.is_set() else "warmup")
                 await self._run_play(play)
+                free_ns = _ended_ns(play)
         finally:
             self.gate.lane_done(lane)  # a lane with nothing left to send holds no cache-pressure stage back
 
-    async def _prebuild(self, tree: Play) -> None:
-        """Build the bodies of a new tree's turns due at its start before its clock starts: they go out at once,
-        and a 100k-token prompt takes milliseconds to build, which would otherwise be dispatch lag."""
-        phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
-        steps = tree.prepared.plan.steps
-        for index in tree.prepared.plan.roots:
-            if steps[index].delay_s == 0 and not self.stopped.is_set():
-                tree.keep_prebuilt(index, phase, *await self._build_off_loop(tree, steps[index], phase))
+    async def _prebuild(self, trees: Sequence[Play], phase: Phase) -> None:
+        """Build the bodies of the turns each tree sends first before its clock starts (its first live turns, at a t*;
+        else its roots due at its start): a 100k-token prompt takes milliseconds to build, which would otherwise be
+        dispatch lag, and lanes due together would go out one build after another."""
+        for tree in trees:
+            steps = tree.prepared.plan.steps
+            if tree.snapshot is not None:
+                indices: Iterable[int] = tree.snapshot.first_live
+            else:
+                indices = (index for index in tree.prepared.plan.roots if steps[index].delay_s == 0)
+            for index in indices:
+                if self.stopped.is_set():
+                    return
+                tree.keep_prebuilt(index, phase, *await self.build_body(tree, steps[index], phase))
+
+    def _prefetch_next(self) -> None:
+        """Plan the next tree of the shared order and make the text of its first turns' blocks, off the loop, while
+        the trees before it play: whichever lane draws it then only assembles its bodies."""
+        upcoming = self._peek_tree()
+        if upcoming is None or upcoming[1] in self._prefetched:
+            return
+        self._prefetched.add(upcoming[1])
+        task = asyncio.get_running_loop().create_task(self._prefetch(upcoming[1]))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _prefetch(self, index: int) -> None:
+        prepared = await self._prepared_off_loop(index)
+        steps = prepared.plan.steps
+        roots = [index for index in prepared.plan.roots if steps[index].delay_s == 0]
+        await self.off_loop.run("body", self.bodies.warm, prepared, roots)
 
     async def _arrivals(self, load: TraceLoad | RateLoad) -> None:
         """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
@@ -526,11 +603,10 @@ class Runner:
                 self.trees_started += 1
                 play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
                 play.begin(due_ns)
-                trees.create_task(self._run_play(play, started=True))
+                trees.create_task(self._run_play(play))
 
-    async def _run_play(self, tree: Play, *, started: bool = False) -> None:
-        if tree.snapshot is None and not started:
-            tree.begin(time.perf_counter_ns())
+    async def _run_play(self, tree: Play) -> None:
+        """Play `tree`, begun already (its clock set to when it was due)."""
         self.live_plays.add(tree)
         self.gate.release(tree.lane)  # a lane held for its next tree (`ProfilingGate.hold`) has it now
         try:
@@ -541,6 +617,7 @@ class Runner:
             self.live_plays.discard(tree)
             self.sender.sent_blocks.forget(tree)
             self.idle.forget(tree)
+            tree.forget_texts()
         self.trees_finished += 1
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
@@ -590,7 +667,7 @@ class Runner:
             if prebuilt is not None and prebuilt[0] == phase:
                 _, sent_tokens, body = prebuilt
             else:
-                sent_tokens, body = await self._build_off_loop(tree, step, phase)
+                sent_tokens, body = await self.build_body(tree, step, phase)
             # Under the harness's join rule the subagents joined are waited for after the turn's own deadline,
             # which runs meanwhile (§3a); otherwise every dependency first.
             joins_after = self.rules.join_waits_delay and bool(step.joins)
@@ -622,7 +699,7 @@ class Runner:
                 self.skipped += 1
                 return
             if phase != "profiling":
-                sent_tokens, body = await self._build_off_loop(tree, step, "profiling")
+                sent_tokens, body = await self.build_body(tree, step, "profiling")
             release = self._due(tree, step, (id(tree), step.index) in self.handoff)
             first_live = state is not None and step.index in state.first_live
             child_start = step.depth > 0 and step.turn == 0 and not first_live

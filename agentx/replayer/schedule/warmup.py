@@ -19,7 +19,7 @@ from typing import Final, Protocol
 import msgspec
 
 from agentx.errors import WarmupFailed
-from agentx.records.record import RequestRecord
+from agentx.records.record import Phase, RequestRecord
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.plan.play import Play, PreparedSession
 from agentx.replayer.plan.steps import Step
@@ -134,6 +134,8 @@ class Dispatcher(Protocol):
 
     def notice(self, message: str) -> None: ...
 
+    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]: ...
+
 
 async def send_primers(
     run: Dispatcher,
@@ -175,12 +177,12 @@ async def send_primers(
     start_ns = time.perf_counter_ns()
     failures: list[RequestRecord] = []
     # A primer's body is built when it is due, never before: it carries its turn's whole prefix (~200 KB of body at
-    # 30k tokens), and a spread warmup holds thousands of primers for minutes. Builds take the lock and, once they
-    # have held the event loop for a slice, yield it with the lock held: primers due at once (a burst, or leads at
-    # the cap) then build one per turn of the loop rather than all in one turn that would hold every body and the
-    # loop (a Ctrl-C with it) for seconds. The primers' tasks are made under the same lock, so none goes out before
-    # every primer's timer is set, as the reference sets them all at the warmup's start (an idle cap's shift sees
-    # them all). A primer's dispatch lag is not a profiling figure.
+    # 30k tokens), and a spread warmup holds thousands of primers for minutes. Builds take the lock (a large one off
+    # the loop) and, once they have held the event loop for a slice, yield it with the lock held: primers due at once
+    # (a burst, or leads at the cap) then build one per turn of the loop rather than all in one turn that would hold
+    # every body and the loop (a Ctrl-C with it) for seconds. The primers' tasks are made under the same lock, so none
+    # goes out before every primer's timer is set, as the reference sets them all at the warmup's start (an idle cap's
+    # shift sees them all). A primer's dispatch lag is not a profiling figure.
     building = asyncio.Lock()
     slices = Slices()
 
@@ -194,7 +196,7 @@ async def send_primers(
             await slices.pause()
             if run.stopped.is_set():
                 return
-            sent_tokens, body = run.bodies.build(play, step, phase="warmup")
+            sent_tokens, body = await run.build_body(play, step, "warmup")
         record = await run.sender.send(play, step, due_ns, sent_tokens, body, phase="warmup")
         if record.status == "error" and step.depth == 0 and not failures and not run.stopped.is_set():
             # The first failed root primer ends the run at once, in-flight primers cancelled (reference:

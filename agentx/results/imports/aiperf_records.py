@@ -32,8 +32,8 @@ the order of its first start, takes the lowest lane whose previous play has ende
 numbers AIPerf's worker ids by first appearance. `phase` = `benchmark_phase`.
 
 **Errors.** A record with an `error` (or `was_cancelled`, or `context_overflow_skip`) is `status = "error"`;
-`error_kind` (`error_kind`): `cancelled` for a cancellation (`was_cancelled`, or the type `RequestCancellationError`, as AIPerf
-marks one; its code 499 alone is not taken for one, as a server may answer 499 itself),
+`error_kind` (`error_kind`): `cancelled` for a cancellation (`was_cancelled`, or the type `RequestCancellationError`,
+as AIPerf marks one; its code 499 alone is not taken for one, as a server may answer 499 itself),
 `context_overflow` when its text names one, `http` for a status ≥ 400 (`http_status` = the code), `timeout` and
 `connection` by the exception's name and text (`ClientConnectorError`, a reset, `ClientPayloadError`: the stream was
 cut), else `protocol`; agentx's own kinds as `type` (its export) are taken as they are. `error_message` = type and
