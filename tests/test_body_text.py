@@ -21,7 +21,7 @@ from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.prompts.calibrate import ChatCalibration
 from agentx.replayer.prompts.chat import ChatRenderer, chat_body
-from agentx.replayer.prompts.token_json import IdText
+from agentx.replayer.prompts.token_json import id_text
 from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, completions_body, filler, prompt_token_ids
 from agentx.synth.generation import generate
 from agentx.synth.presets import agentic_coding
@@ -38,10 +38,12 @@ _CALIBRATION = ChatCalibration(
 )
 
 
-def _builder(trace: Trace, api: Api, cache_bust: str, seed: int = 5) -> tuple[BodyBuilder, ReplayOptions]:
+def _builder(
+    trace: Trace, api: Api, cache_bust: str, seed: int = 5, extra_body: dict[str, Any] | None = None
+) -> tuple[BodyBuilder, ReplayOptions]:
     load = AgentxLoad(concurrency=1, cache_bust=cache_bust) if cache_bust != "none" else ClosedLoad(concurrency=1)  # type: ignore[arg-type]
     options = ReplayOptions(
-        server=Server(url="http://127.0.0.1:1", model="m", api=api),
+        server=Server(url="http://127.0.0.1:1", model="m", api=api, extra_body=extra_body),
         out_dir=Path("unused"),
         load=load,
         scenario=Scenario(seed=seed),
@@ -94,10 +96,12 @@ def _expected(
     return tokens, chat_body(model, messages, out, min_tokens=bodies.min_tokens(model, tokens, out), **common)
 
 
-def _check_trace(trace: Trace, api: Api, cache_bust: str, order: str = "plan") -> int:
+def _check_trace(
+    trace: Trace, api: Api, cache_bust: str, order: str = "plan", extra_body: dict[str, Any] | None = None
+) -> int:
     """Build every step of every session, in plan order (or agents interleaved, last first), each checked; returns
     how many bodies were checked."""
-    bodies, options = _builder(trace, api, cache_bust)
+    bodies, options = _builder(trace, api, cache_bust, extra_body=extra_body)
     prepared = prepare_trace(trace, options)
     fresh: BlockTokens | ChatRenderer = (
         BlockTokens(bodies.seed, bodies.block_size, bodies.blocks.space, cache_blocks=0)
@@ -142,9 +146,13 @@ def _shorter(trace: Trace) -> Trace:
     api=st.sampled_from(["completions", "chat"]),
     cache_bust=st.sampled_from(["marker", "salt", "none"]),
     order=st.sampled_from(["plan", "interleaved"]),
+    extra_body=st.sampled_from([None, {"temperature": 0.5}, {"prompt": [7, 8]}, {"messages": [], "seed": 1}]),
 )
-def test_every_body_is_the_bytes_its_lists_encode_to(trace: Trace, api: Api, cache_bust: str, order: str) -> None:
-    _check_trace(trace, api, cache_bust, order)
+def test_every_body_is_the_bytes_its_lists_encode_to(
+    trace: Trace, api: Api, cache_bust: str, order: str, extra_body: dict[str, Any] | None
+) -> None:
+    """`extra_body` too: a field it names replaces the body's own, the prompt's included."""
+    _check_trace(trace, api, cache_bust, order, extra_body)
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -163,7 +171,7 @@ def test_the_real_weka_sample_encodes_the_same(weka_sample_files: list[Path], ap
 
 @given(ids=st.lists(st.integers(0, 29_999), max_size=300), low=st.integers(0, 5))
 def test_id_text_is_the_json_of_the_ids(ids: list[int], low: int) -> None:
-    text = IdText(BlockTokens(1, 4, TokenSpace(low, 30_000)), 0)
+    text = id_text(BlockTokens(1, 4, TokenSpace(low, 30_000)), 0)
     assert b"[" + text.text(ids)[:-1] + b"]" == msgspec.json.encode(ids) or not ids
 
 

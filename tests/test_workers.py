@@ -49,6 +49,25 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
     assert sharded.loop_lag_s and sharded.stream_usage == "continuous"
 
 
+def test_the_workers_lanes_start_together_on_one_agreed_instant(tmp_path: Path) -> None:
+    """Each worker builds its lanes' first bodies, then waits for the others: the first requests of every lane are
+    due at one instant and go out together, however long each worker took to start."""
+    with SimServer(time_scale=0.002) as sim:
+        options = ReplayOptions(
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path,
+            load=ClosedLoad(concurrency=4),
+            scenario=Scenario(sessions=4, delay_scale=0.0),
+        )
+        result = run_workers(SAMPLE, options, workers=2)
+    records = to_records(read_records(result.records_path))
+    firsts = [min((r for r in records if r.lane == lane), key=lambda r: r.sent_ns) for lane in range(4)]
+    due = [r.scheduled_ns for r in firsts]
+    assert {r.worker for r in firsts} == {0, 1}
+    assert max(due) - min(due) < 2_000_000  # one instant, on the merged clock (the mapping's error aside)
+    assert max(r.sent_ns for r in firsts) - min(due) < 50_000_000
+
+
 def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
     with SimServer(time_scale=0.002) as sim:
         options = ReplayOptions(

@@ -58,7 +58,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -117,6 +117,7 @@ async def run_replay(
     start_at_ns: int | None = None,
     on_batch: OnBatch | None = None,
     on_in_flight: OnRecord | None = None,
+    on_ready: Callable[[], Awaitable[int]] | None = None,
 ) -> RunResult:
     """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
     `on_profiling()` is called once, as the profiling phase starts (after the warmup), `on_start` as the run starts.
@@ -124,7 +125,9 @@ async def run_replay(
     A shard of a `--ray` run (agentx.replayer.cluster) starts at `start_at_ns` (`perf_counter_ns`), the instant its
     shards agreed on, once its probes are done: its records count from that instant, so a shard that starts late
     shows it as dispatch lag. `on_batch(batch)` gets each batch of records as it is written, and
-    `on_in_flight(record)` each request as it goes out, with the record it keeps if its answer never arrives.
+    `on_in_flight(record)` each request as it goes out, with the record it keeps if its answer never arrives. A shard
+    of a `--workers` run awaits `on_ready()` once it has built what it sends first: the instant its lanes (or
+    arrivals) start, which the shards agree on (agentx.replayer.workers).
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
@@ -230,7 +233,13 @@ async def run_replay(
                 renderer=renderer,
                 context_lengths={model: length for model, length in context_lengths.items() if length},
             )
-            hooks = RunHooks(on_record=on_record, on_sent=on_sent, on_in_flight=on_in_flight, on_profiling=on_profiling)
+            hooks = RunHooks(
+                on_record=on_record,
+                on_sent=on_sent,
+                on_in_flight=on_in_flight,
+                on_profiling=on_profiling,
+                on_ready=on_ready,
+            )
             capacity_tokens = server_cache.capacity_tokens if server_cache is not None else None
             runner = Runner(
                 prepared,

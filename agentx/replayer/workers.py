@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from multiprocessing.connection import Connection, wait
@@ -73,6 +74,12 @@ def stop_signals_to(handler: Callable[[int, FrameType | None], None]) -> Iterato
 
 
 _STOP: Final = b"s"
+_GO: Final = b"g"
+"""Parent → worker: `_GO` and the start instant (`perf_counter_ns`, 8 bytes): the lanes' agreed start."""
+_READY: Final = "ready"
+"""Worker → parent: it has built what it sends first and waits for the start (`_StartGate`)."""
+START_MARGIN_NS: Final = 20_000_000
+"""The agreed start is this long after the last worker was ready: time for the word to reach every worker."""
 
 
 class WorkerStops:
@@ -119,6 +126,15 @@ class WorkerStops:
             yield
 
 
+def _send_go(pipes: Iterator[Connection]) -> None:
+    """The agreed start, `START_MARGIN_NS` from now (`perf_counter_ns` is the system's monotonic clock: the same in
+    every process)."""
+    start_ns = time.perf_counter_ns() + START_MARGIN_NS
+    for pipe in pipes:
+        with contextlib.suppress(OSError):
+            pipe.send_bytes(_GO + start_ns.to_bytes(8, "little"))
+
+
 def _send_stop(pipe: Connection) -> None:
     with contextlib.suppress(OSError):  # the worker has ended: nothing to stop
         pipe.send_bytes(_STOP)
@@ -138,8 +154,9 @@ def _work(
     outcome: RunResult | Exception | None
     try:
         trace = load_trace(trace_path, format=trace_format, block_size=block_size)
+        gate = _StartGate(pipe)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            outcome = runner.run(_stoppable(run_replay(trace, options), pipe))
+            outcome = runner.run(_stoppable(run_replay(trace, options, on_ready=gate.ready), pipe, gate))
     except (AgentxError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
     except asyncio.CancelledError:
@@ -147,19 +164,43 @@ def _work(
     pipe.send(outcome)
 
 
-async def _stoppable(work: Coroutine[Any, Any, T], pipe: Connection) -> T:
+class _StartGate:
+    """A worker's side of the agreed start: `ready()` tells the parent the worker has built what it sends first, and
+    gives the instant the parent answers once every worker is (`_GO`)."""
+
+    def __init__(self, pipe: Connection) -> None:
+        self.pipe = pipe
+        self.start: asyncio.Future[int] | None = None
+
+    async def ready(self) -> int:
+        self.start = asyncio.get_running_loop().create_future()
+        self.pipe.send(_READY)
+        return await self.start
+
+    def go(self, message: bytes) -> None:
+        if self.start is not None and not self.start.done():
+            self.start.set_result(int.from_bytes(message[1:], "little"))
+
+
+async def _stoppable(work: Coroutine[Any, Any, T], pipe: Connection, gate: _StartGate) -> T:
     """Run `work`, cancelling it once for each stop the parent sends through `pipe`, and once if the parent is gone
-    (the replay turns cancellations into its graceful stop, agentx.replayer.run_replay)."""
+    (the replay turns cancellations into its graceful stop, agentx.replayer.run_replay); the parent's word to start
+    goes to `gate`."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     handle = pipe.fileno()
 
     def on_stop() -> None:
         try:
-            pipe.recv_bytes()
+            message = pipe.recv_bytes()
         except (EOFError, OSError):  # the parent is gone: stop once, and listen no more
             loop.remove_reader(handle)
-        task.cancel()
+            task.cancel()
+            return
+        if message[:1] == _GO:
+            gate.go(message)
+        else:
+            task.cancel()
 
     loop.add_reader(handle, on_stop)
     try:
@@ -225,13 +266,28 @@ def run_workers(
             stops.attach(home)
             processes.append((process, home))
         waiting = {home: index for index, (_, home) in enumerate(processes)}
+        started: set[int] = set()
+        gone = False
         while waiting:
             for ready in wait(list(waiting)):
                 assert isinstance(ready, Connection)
-                index = waiting.pop(ready)
-                with contextlib.suppress(EOFError, OSError):  # ended without an outcome: said below
-                    outcomes[index] = ready.recv()
-                if not isinstance(outcomes.get(index), RunResult) and stops.count == 0:
+                index = waiting[ready]
+                try:
+                    message = ready.recv()
+                except (EOFError, OSError):  # ended without an outcome: said below
+                    message = None
+                    del waiting[ready]
+                else:
+                    if message == _READY:
+                        started.add(index)
+                    else:
+                        outcomes[index] = message
+                        del waiting[ready]
+                if not gone and waiting and started >= set(waiting.values()):
+                    # Every worker still running is ready: they start together, lanes due at once going at once.
+                    _send_go(iter(waiting))
+                    gone = True
+                if message != _READY and not isinstance(outcomes.get(index), RunResult) and stops.count == 0:
                     # An error, or no outcome: the run cannot stand without this worker's share (a full disk is the
                     # others' too), so they stop with it, as on an interrupt, and keep what they measured.
                     stops.stop(interrupt=False)

@@ -5,18 +5,16 @@ construction; `--api chat` sends the messages of the agent's conversation so far
 (agentx.replayer.prompts.conversation, agentx.replayer.prompts.chat). Both carry the play's cache-bust marker (in the
 prompt or as `cache_salt`) and force the output length.
 
-The prompt goes into the body as JSON text kept per agent of the play (`Play.last_text`): the token ids' text up to
-the last block the agent's previous turn shares (agentx.replayer.prompts.token_json), the messages the previous turn
-sent unchanged (`ChatRenderer.render_json`); so a turn costs what it adds, and the bytes are the ones the lists
-would encode to.
+The prompt goes into the body as pieces of JSON text kept per agent of the play (`Play.last_text`): the token ids'
+text up to the last block the agent's previous turn shares (agentx.replayer.prompts.token_json), the messages the
+previous turn sent unchanged (`ChatRenderer.render_json`), joined once into the body (agentx.replayer.prompts.spliced);
+so a turn costs what it adds, and the bytes are the ones the lists would encode to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
-
-import msgspec
 
 from agentx.records.record import Phase
 from agentx.replayer.http.probe import STREAM_OPTIONS
@@ -25,7 +23,8 @@ from agentx.replayer.plan.play import Play, PreparedSession
 from agentx.replayer.plan.steps import Step
 from agentx.replayer.prompts.chat import CHAT_PATH, MARKER_WORDS, ChatRenderer, MessagesText, chat_body
 from agentx.replayer.prompts.conversation import ChatTurn
-from agentx.replayer.prompts.token_json import IdText, PromptText, prompt_text
+from agentx.replayer.prompts.spliced import HOLE, spliced
+from agentx.replayer.prompts.token_json import PromptText, id_text, prompt_text
 from agentx.replayer.prompts.tokens import (
     BlockTokens,
     TokenSpace,
@@ -61,7 +60,7 @@ class BodyBuilder:
         self.session_scope = trace.hash_id_scope == "session"
         # Completions cache each block's text (`IdText`), not its tokens: the token cache stays empty.
         self.blocks = BlockTokens(options.scenario.seed, trace.block_size, space, cache_blocks=0)
-        self.ids = IdText(self.blocks, default_cache_blocks(trace.block_size)) if renderer is None else None
+        self.ids = id_text(self.blocks, default_cache_blocks(trace.block_size)) if renderer is None else None
         self.extra_body = options.server.extra_body
         self.path = CHAT_PATH if options.server.api == "chat" else COMPLETIONS_PATH
         self.marker_tokens = MARKER_WORDS if options.server.api == "chat" else MARKER_TOKENS
@@ -103,7 +102,8 @@ class BodyBuilder:
             covered = min(len(hash_ids), request.in_tokens // self.block_size)
             return request.in_tokens - common_prefix_length(previous.covered, hash_ids[:covered]) * self.block_size
         if isinstance(previous, MessagesText):
-            return abs(request.in_tokens - previous.tokens)
+            # Its last message is written again too: no longer last, it gives up only its own template tokens.
+            return abs(request.in_tokens - previous.tokens) + previous.budgets[-1]
         return request.in_tokens
 
     def warm(self, prepared: PreparedSession, indices: Iterable[int]) -> None:
@@ -116,7 +116,7 @@ class BodyBuilder:
             hash_ids = prepared.hash_ids[index]
             covered = hash_ids[: min(len(hash_ids), steps[index].request.in_tokens // self.block_size)]
             if self.renderer is not None:
-                self.renderer.block_texts(scope, covered)
+                self.renderer.block_jsons(scope, covered)
             elif self.ids is not None:
                 self.ids.block_texts(scope, covered)
 
@@ -155,14 +155,10 @@ class BodyBuilder:
         sent_tokens = marker_tokens + in_tokens
         out = self.max_tokens(tree, step, phase)
         model = tree.prepared.models[step.index]
-        body = completions_body(
-            model,
-            msgspec.Raw(text.text),
-            out,
-            min_tokens=self.min_tokens(model, sent_tokens, out),
-            **self._common(tree),
+        fields = completions_body(
+            model, HOLE, out, min_tokens=self.min_tokens(model, sent_tokens, out), **self._common(tree)
         )
-        return sent_tokens, body
+        return sent_tokens, spliced(fields, text.json())
 
     def _common(self, tree: Play) -> dict[str, Any]:
         return {
@@ -200,14 +196,8 @@ class BodyBuilder:
         tree.keep_text(agent, messages)
         model = tree.prepared.models[step.index]
         out = self.max_tokens(tree, step, phase)
-        body = chat_body(
-            model,
-            msgspec.Raw(messages.text),
-            out,
-            min_tokens=self.min_tokens(model, sent_tokens, out),
-            **self._common(tree),
-        )
-        return sent_tokens, body
+        fields = chat_body(model, HOLE, out, min_tokens=self.min_tokens(model, sent_tokens, out), **self._common(tree))
+        return sent_tokens, spliced(fields, messages.json())
 
 
 def _advance(tree: Play, step: Step) -> ChatTurn:

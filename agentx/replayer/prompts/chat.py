@@ -20,11 +20,13 @@ template add its own, docs/agentx.md §2a–§2d.)
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
 
+from agentx.replayer.prompts.block_text import BlockText
 from agentx.replayer.prompts.calibrate import ChatCalibration
 from agentx.replayer.prompts.conversation import Segment
 from agentx.replayer.prompts.tokens import BlockTokens, TokenSpace, filler
@@ -41,17 +43,17 @@ class _Message(msgspec.Struct):
 
 
 class MessagesText:
-    """One agent's last messages as JSON text (`text`, the array), with what each message was made of (its segment,
-    its token budget, whether it carries the marker) and its own text, so that the next turn writes only the messages
-    that changed (`ChatRenderer.render_json`)."""
+    """One agent's last messages as pieces of JSON text, a list of them per message (`encoded`; the second message and
+    later open with a comma), with what each message was made of (its segment, its token budget, whether it carries
+    the marker), so that the next turn writes only the messages that changed (`ChatRenderer.render_json`)."""
 
-    __slots__ = ("budgets", "encoded", "marked", "marker", "segments", "text", "tokens")
+    __slots__ = ("budgets", "encoded", "marked", "marker", "segments", "tokens")
 
     def __init__(
         self,
         segments: Sequence[Segment],
         budgets: list[int],
-        encoded: list[bytes],
+        encoded: list[list[bytes]],
         marked: int,
         marker: str,
         tokens: int,
@@ -64,7 +66,10 @@ class MessagesText:
         self.marker = marker
         self.tokens = tokens
         """The prompt tokens the server counts for them."""
-        self.text = b"[" + b",".join(encoded) + b"]"
+
+    def json(self) -> list[bytes]:
+        """The pieces of the array's JSON text, in order."""
+        return [b"[", *itertools.chain.from_iterable(self.encoded), b"]"]
 
 
 class ChatRenderer:
@@ -85,6 +90,17 @@ class ChatRenderer:
         self._slot_count = self.blocks.cache_blocks
         self._texts: list[tuple[int, str, str] | None] = [None] * self._slot_count
         self._spaced = [" " + word for word in calibration.words]
+        # The same text as it stands inside a JSON string: JSON escapes a string a character at a time, so the escaped
+        # words, joined, are the escaped block (`render_json` writes messages without encoding their text again).
+        self._block_jsons = BlockText(
+            self.blocks, [_escaped(word) for word in self._spaced], self._slot_count, _escaped(calibration.separator)
+        )
+        self._head_json = _escaped(calibration.head)
+        self._opens = {
+            (role, first): (b"" if first else b",") + b'{"role":' + _ENCODER.encode(role) + b',"content":"'
+            for role in ("system", "user", "assistant")
+            for first in (True, False)
+        }
 
     def block_text(self, scope_key: str, hash_id: int) -> str:
         return self.block_texts(scope_key, (hash_id,))[0]
@@ -111,6 +127,10 @@ class ChatRenderer:
                 if count:
                     slots[(hash_id ^ salt) % count] = (hash_id, scope_key, made)
         return [missing[hash_id] if text is None else text for hash_id, text in zip(hash_ids, texts, strict=True)]
+
+    def block_jsons(self, scope_key: str, hash_ids: Sequence[int]) -> list[bytes]:
+        """`block_texts`'s texts as they stand inside a JSON string, cached apart; those not cached made together."""
+        return self._block_jsons.block_texts(scope_key, hash_ids)
 
     def filler_text(self, session_id: str, key: str, n_tokens: int) -> str:
         spaced = self._spaced
@@ -157,14 +177,14 @@ class ChatRenderer:
         marker: tuple[str, int] = ("", 0),
         previous: MessagesText | None = None,
     ) -> tuple[MessagesText, int]:
-        """`render`'s messages as the JSON text `msgspec` writes for them, and the tokens the server will count; each
-        message the agent's `previous` messages hold unchanged (the same segment, budget and marker) is taken from
-        there, so a turn writes only the messages it changed or added."""
+        """`render`'s messages as the JSON text `msgspec` writes for them (`MessagesText.json`), and the tokens the
+        server will count; each message the agent's `previous` messages hold unchanged (the same segment, budget and
+        marker) is taken from there, so a turn writes only the messages it changed or added."""
         budgets, predicted = self._budgets(segments, target_tokens)
         marked = _marked(segments, marker)
         words = marker[0]
         reusable = previous is not None and previous.marker == words
-        encoded: list[bytes] = []
+        encoded: list[list[bytes]] = []
         for i, (segment, budget) in enumerate(zip(segments, budgets, strict=True)):
             if (
                 reusable
@@ -176,8 +196,8 @@ class ChatRenderer:
             ):
                 encoded.append(previous.encoded[i])
                 continue
-            content = self._content(segment, budget, scope_key, session_id, words if i == marked else "")
-            encoded.append(_ENCODER.encode(_Message(segment.role, content)))
+            marker_words = words if i == marked else ""
+            encoded.append(self._message_json(segment, budget, scope_key, session_id, marker_words, first=i == 0))
         predicted += marker[1] if marked >= 0 else 0
         return MessagesText(segments, budgets, encoded, marked, words, predicted), predicted
 
@@ -213,6 +233,25 @@ class ChatRenderer:
             head = self.calibration.head
             return head + marker_words + text[len(head) :]
         return text
+
+    def _message_json(
+        self, segment: Segment, budget: int, scope_key: str, session_id: str, marker_words: str, *, first: bool
+    ) -> list[bytes]:
+        """`_content`'s message as pieces of the JSON `msgspec` writes for it (after a comma unless `first`)."""
+        bs = self.block_size
+        whole = min(len(segment.hash_ids), budget // bs)
+        parts = [self._opens[segment.role, first], self._head_json]
+        if marker_words:
+            parts.append(_escaped(marker_words))
+        parts += self.block_jsons(scope_key, segment.hash_ids[:whole])
+        rest = budget - whole * bs
+        if whole < len(segment.hash_ids):
+            if rest > 0:
+                parts.append(_escaped(self._cut_block(scope_key, segment.hash_ids[whole], rest)))
+        elif rest > 0:
+            parts.append(_escaped(self.filler_text(session_id, segment.filler_key, rest)))
+        parts.append(b'"}')
+        return parts
 
     def _message_text(self, segment: Segment, budget: int, scope_key: str, session_id: str) -> str:
         """The head, then `budget` tokens of the segment: whole blocks, a cut block, filler (extended if the
@@ -280,3 +319,8 @@ def _marked(segments: Sequence[Segment], marker: tuple[str, int]) -> int:
     if not marker[0]:
         return -1
     return next((i for i, segment in enumerate(segments) if segment.role == "user"), -1)
+
+
+def _escaped(text: str) -> bytes:
+    """`text` as it stands inside a JSON string that `msgspec` writes."""
+    return _ENCODER.encode(text)[1:-1]

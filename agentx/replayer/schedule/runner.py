@@ -15,7 +15,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -74,12 +74,15 @@ def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
 class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
     """What a run calls as it goes, given when it is made: `on_record` with each record written, `on_sent` as each
     request goes out, `on_in_flight` with the record a request keeps if its answer never arrives (a `--ray` shard
-    tells its driver), `on_profiling` once, as the profiling phase starts."""
+    tells its driver), `on_profiling` once, as the profiling phase starts; `on_ready` is awaited once the run has
+    built what it sends first, before its lanes or arrivals start, and gives the instant (`perf_counter_ns`) they
+    start at (the shards of a `--workers` run agree on one, so that lanes due together across them go together)."""
 
     on_record: OnRecord | None = None
     on_sent: Callable[[], None] | None = None
     on_in_flight: OnRecord | None = None
     on_profiling: Callable[[], None] | None = None
+    on_ready: Callable[[], Awaitable[int]] | None = None
 
 
 def _ended_ns(tree: Play) -> int:
@@ -119,6 +122,7 @@ class Runner:
         self.played: set[int] = set()
         """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
         self.off_loop = OffLoop(fast_switch=options.runtime.fast_thread_switch)
+        self.on_ready = hooks.on_ready
         self.options = options
         self.client = client
         self.writer = writer
@@ -277,23 +281,26 @@ class Runner:
                     # Their first live turns are built before profiling can start: lanes due together go together.
                     phase: Phase = "warmup" if load.warmup_requests_per_lane > 0 else "profiling"
                     await self._prebuild(self.firsts, phase)
-                    primed_ns = time.perf_counter_ns()
+                    primed_ns = await self._start_instant()
                     for play in self.firsts:
                         play.begin(primed_ns)
                     self.gate.begin_pressure(
                         self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
                     )
+                    origin_ns = primed_ns
                 elif isinstance(load, LaneLoad):
                     firsts = await self._first_trees()
                     await self._prebuild(list(firsts.values()), "profiling")
+                    origin_ns = await self._start_instant()
                     self.gate.open()
                 else:
+                    origin_ns = await self._start_instant()
                     self.gate.open()
                 if isinstance(load, TraceLoad | RateLoad):
-                    await self._arrivals(load)
+                    await self._arrivals(load, origin_ns)
                 else:
                     async with asyncio.TaskGroup() as lane_tasks:
-                        await self._start_lanes(lane_tasks, firsts)
+                        await self._start_lanes(lane_tasks, firsts, origin_ns)
             except WarmupFailed as exc:
                 failure = exc  # raised out of the group below, as itself rather than inside an ExceptionGroup
             else:
@@ -351,14 +358,31 @@ class Runner:
         self._prefetch_next()
         return firsts
 
-    async def _start_lanes(self, lane_tasks: asyncio.TaskGroup, firsts: dict[int, Play]) -> None:
+    async def _start_instant(self) -> int:
+        """When the lanes or arrivals start: now, or the instant the shards of a `--workers` run agreed on
+        (`RunHooks.on_ready`), waited for (a stop meanwhile: now)."""
+        if self.on_ready is None:
+            return time.perf_counter_ns()
+        agreed = asyncio.ensure_future(self.on_ready())
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        try:
+            await asyncio.wait({agreed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            agreed.cancel()
+        if not agreed.done() or agreed.cancelled():
+            return time.perf_counter_ns()
+        start_ns = agreed.result()
+        await self._sleep_until(start_ns)
+        return start_ns
+
+    async def _start_lanes(self, lane_tasks: asyncio.TaskGroup, firsts: dict[int, Play], origin_ns: int) -> None:
         """Start each lane's task in `lane_tasks`, in slices of the event loop (agentx.replayer.schedule.slices), each
         once its ramp offset (`ramp_s`) has passed: a lane costs nothing before it starts, and one with no tree to
         play (its first, or one left to draw) gets no task."""
         load = self.options.load
         ramp_s = load.ramp_s if isinstance(load, LaneLoad) else 0.0
         concurrency = lanes(load)
-        origin_ns = time.perf_counter_ns()
         slices = Slices()
         for lane in self.lanes:
             first = firsts.get(lane)
@@ -410,6 +434,8 @@ class Runner:
         does not hold (agentx.replayer.schedule.offloop): a turn that adds little to a long history is assembled on the
         loop."""
         if self.bodies.new_tokens(tree, step) < OFF_LOOP_TOKENS:
+            # What is due now goes first: lanes starting together send their first turns before any builds its next.
+            await asyncio.sleep(0)
             return self.bodies.build(tree, step, phase)
         return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
 
@@ -581,8 +607,9 @@ class Runner:
         roots = [index for index in prepared.plan.roots if steps[index].delay_s == 0]
         await self.off_loop.run("body", self.bodies.warm, prepared, roots)
 
-    async def _arrivals(self, load: TraceLoad | RateLoad) -> None:
-        """Open loop: start each tree at its arrival time, whatever is still in flight (no lanes)."""
+    async def _arrivals(self, load: TraceLoad | RateLoad, start_ns: int) -> None:
+        """Open loop: start each tree at its arrival time, counted from `start_ns`, whatever is still in flight (no
+        lanes)."""
         options = self.options
         shard_index, shard_count = options.runtime.shard
         if isinstance(load, TraceLoad):
@@ -590,8 +617,8 @@ class Runner:
         else:
             order = session_order(len(self.trace.sessions), options.scenario.session_order, options.scenario.seed)
             schedule = zip(rate_arrivals(load.rate, load.burstiness, options.scenario.seed), order, strict=False)
-        # The schedule starts one lead from now, so that the first trees' bodies are built before they are due too.
-        origin_ns = time.perf_counter_ns() + ARRIVAL_LEAD_NS
+        # The schedule starts one lead after the start, so that the first trees' bodies are built before they are due.
+        origin_ns = start_ns + ARRIVAL_LEAD_NS
         async with asyncio.TaskGroup() as trees:
             for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
                 if self.tree_limit is not None and self.trees_started >= self.tree_limit:
