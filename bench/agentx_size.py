@@ -21,8 +21,8 @@ while it runs. Modes:
   sessions (each resumed mid-conversation, as AgentX resumes a lane at its t*, so that contexts are AgentX-size from
   the first request on): 16 lanes, no think time, every lane due at the start;
 - *rate*: `--mode rate --rate R --delay-scale 0` over windows of 8 consecutive turns of the same sessions (a session
-  arrives mid-conversation, with the context it had there), so that ~R × 8 requests a second reach a steady state
-  within seconds.
+  arrives mid-conversation, with the context it had there), so that ~R × 7.7 requests a second (15 sessions/s: ~115
+  requests/s) reach a steady state within ~9 s; its window starts 12 s after the first request.
 
 Figures, each beside its target (never a failure):
 
@@ -83,9 +83,14 @@ RATE_TURNS = 8
 """Rate mode: each arriving session is this many consecutive turns of a generated one."""
 WARMUP_S = 5.0
 """The active window starts this long after the first request reached the server."""
+RATE_WARMUP_S = 12.0
+"""Rate mode: sessions of 8 turns take ~9 s, so the requests in flight reach their steady state after that."""
 SAMPLE_S = 0.2
 MOCK_CPU = 0
 MOCK_NICE = -5
+CLIENT_CPU = 1
+"""One process of agentx runs on the other core, as setups A–C run it; `--workers`, the harness and the floor get both
+cores (the mock's has its priority)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 TARGET_CPU_MS = 2.0
@@ -584,7 +589,8 @@ def _run(args: argparse.Namespace, mode: str, api: str, workers: int, client: st
             command, env = _harness_command(args, mode, traces["harness"], url, out)
         out.parent.mkdir(parents=True, exist_ok=True)
         console = open(out.parent / f"{out.name}.console.txt", "w")  # noqa: SIM115 (closed below)
-        process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT, env=env)
+        pin = (lambda: os.sched_setaffinity(0, {CLIENT_CPU})) if client == "agentx" and workers == 1 else None
+        process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT, env=env, preexec_fn=pin)
         sampler = _Sampler(process.pid)
         sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
@@ -641,7 +647,7 @@ def _figures(
     figures: dict[str, float | None] = {"requests": len(log)}
     if not log:
         return figures
-    w0 = log[0].first_byte_ns + int(WARMUP_S * 1e9)
+    w0 = log[0].first_byte_ns + int((WARMUP_S if run.mode == "closed" else RATE_WARMUP_S) * 1e9)
     w1 = log[-1].first_byte_ns
     window = [row for row in log if w0 <= row.first_byte_ns <= w1]
     span_s = (w1 - w0) / 1e9
@@ -665,8 +671,9 @@ def _figures(
     ]
     figures["gap_p50_ms"] = _percentile(gaps, 50)
     figures["gap_p99_ms"] = _percentile(gaps, 99)
-    first = log[:LANES]
-    figures["first_spread_ms"] = (first[-1].first_byte_ns - first[0].first_byte_ns) / 1e6
+    if run.mode == "closed":  # the lanes' first requests are due together
+        first = log[:LANES]
+        figures["first_spread_ms"] = (first[-1].first_byte_ns - first[0].first_byte_ns) / 1e6
     figures["body_kb"] = statistics.fmean(row.body_bytes for row in log) / 1e3
     if run.client == "agentx":
         _agentx_figures(figures, log, window, cpu_s, out)
@@ -703,7 +710,8 @@ def _agentx_figures(
         (firsts if row.request_id in late else served).append(lag_ms)
     figures["server_lag_p50_ms"] = _percentile(served, 50)
     figures["server_lag_p99_ms"] = _percentile(served, 99)
-    figures["first_last_late_ms"] = (log[min(LANES, len(log)) - 1].first_byte_ns - origin_ns) / 1e6
+    if figures.get("first_spread_ms") is not None:
+        figures["first_last_late_ms"] = (log[min(LANES, len(log)) - 1].first_byte_ns - origin_ns) / 1e6
     run_json = out / "run.json"
     if run_json.exists():
         summary = json.loads(run_json.read_text()).get("summary") or {}
@@ -824,6 +832,7 @@ def _print_table(title: str, runs: list[_Run]) -> None:
         [label, *(_cell([r.figures.get(key) for r in group], fmt) for group in columns.values()), target]
         for label, key, fmt, target in ROWS
     ]
+    rows = [row for row in rows if any(cell != "—" for cell in row[1:-1])]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
@@ -867,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", default="1", help="comma-separated --workers values for agentx")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--duration", type=float, default=40.0)
-    parser.add_argument("--rate", type=float, default=12.5, help="rate mode: sessions (of 8 turns) a second")
+    parser.add_argument("--rate", type=float, default=15.0, help="rate mode: sessions (of 8 turns) a second")
     parser.add_argument("--tokens-per-chunk", type=int, default=4)
     parser.add_argument("--harness", action="store_true", help="also agentx-harness 1.0.12 (closed, chat)")
     parser.add_argument("--no-floor", action="store_true", help="skip the raw client measured as the floor (closed)")

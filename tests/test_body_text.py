@@ -123,7 +123,8 @@ def _check_trace(
                         steps.append(queue.pop(0))
         for step in steps:
             for phase in ("warmup", "profiling"):  # the same turn built again for its phase
-                got = bodies.build(tree, step, phase)
+                tokens, body = bodies.build(tree, step, phase)
+                got = (tokens, body if isinstance(body, bytes) else b"".join(body))
                 assert got == _expected(bodies, tree, step, phase, fresh), (trace.sessions[index].session_id, step)
                 checked += 1
     return checked

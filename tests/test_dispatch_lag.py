@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentx.records.record import RequestRecord, read_records, to_records
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.run_replay import run_replay
@@ -68,7 +69,7 @@ def _slow_builds(monkeypatch: pytest.MonkeyPatch, slow: Any) -> None:
     timestamps it takes, go on meanwhile)."""
     real_build = BodyBuilder.build
 
-    def build(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, bytes]:
+    def build(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
         if slow(tree, step):
             time.sleep(SLOW_S)
         return real_build(self, tree, step, phase)
@@ -113,7 +114,7 @@ def test_lanes_due_together_go_together_however_long_their_bodies_take(
     monkeypatch.setattr(runner_module, "OFF_LOOP_TOKENS", 1)
     real_build = BodyBuilder.build
 
-    def slow_first(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, bytes]:
+    def slow_first(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
         if step.turn == 0:
             time.sleep(0.3)
         return real_build(self, tree, step, phase)

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from agentx.records.record import read_records, to_records
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.run_replay import run_replay
@@ -71,10 +72,10 @@ def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> d
     bodies: dict[tuple[object, ...], str] = {}
     real_build = BodyBuilder.build
 
-    def recording_build(self: Any, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, bytes]:
+    def recording_build(self: Any, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
         sent, body = real_build(self, tree, step, phase)
         key = (phase, tree.prepared.plan.session_id, step.agent_id, step.turn)
-        bodies[key] = hashlib.sha256(body).hexdigest()
+        bodies[key] = hashlib.sha256(body if isinstance(body, bytes) else b"".join(body)).hexdigest()
         return sent, body
 
     monkeypatch.setattr(BodyBuilder, "build", recording_build)

@@ -31,7 +31,7 @@ from agentx.replayer.http.exchange import (
     MESSAGE_MAX_CHARS,
     Exchange,
 )
-from agentx.replayer.http.http1 import Endpoint, encode_headers
+from agentx.replayer.http.http1 import Body, Endpoint, encode_headers
 from agentx.replayer.http.pool import SPARE_CONNECTIONS, Pool
 from agentx.replayer.http.streaming import WATCHDOG_PERIOD_MAX_S, StreamResponse, Streams
 from agentx.replayer.http.tls import DEFAULT_TLS, TLSSettings, ssl_context
@@ -211,7 +211,7 @@ class Client:
     async def stream(
         self,
         path: str,
-        body: bytes,
+        body: Body,
         *,
         extra_headers: Mapping[str, str] | None = None,
         into: Exchange | None = None,
@@ -224,7 +224,7 @@ class Client:
     async def complete(
         self,
         path: str,
-        body: bytes,
+        body: Body,
         *,
         extra_headers: Mapping[str, str] | None = None,
         into: Exchange | None = None,

@@ -22,6 +22,7 @@ import asyncio
 import re
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -99,15 +100,22 @@ def encode_headers(headers: dict[str, str] | None) -> bytes:
     return b"\r\n".join(lines) + b"\r\n"
 
 
-Payload = tuple[bytes, bytes]
+Body = bytes | Sequence[bytes | memoryview]
+"""A request's body: bytes, or pieces of them written one after the other (a long prompt's text, kept in pieces:
+agentx.replayer.prompts.spliced), never joined into one buffer."""
+Payload = tuple[bytes, Body]
 """One request's bytes in two parts: its head and its body (written one after the other, so a large body, a long
 prompt, is never copied into a second buffer while it is in flight)."""
 
 
-def encode_request(method: str, target: str, head: bytes, body: bytes | None = None) -> Payload:
+def body_length(body: Body) -> int:
+    return len(body) if isinstance(body, bytes) else sum(map(len, body))
+
+
+def encode_request(method: str, target: str, head: bytes, body: Body | None = None) -> Payload:
     """One request: the request line, `head` (encoded header lines, `Host` among them), `Content-Length` when there
     is a body (a GET has none) and the blank line; then the body."""
-    length = b"Content-Length: %d\r\n" % len(body) if body is not None else b""
+    length = b"Content-Length: %d\r\n" % body_length(body) if body is not None else b""
     return b"".join((b"%s %s HTTP/1.1\r\n" % (method.encode(), target.encode()), head, length, b"\r\n")), body or b""
 
 
@@ -190,8 +198,11 @@ class HttpConnection(asyncio.Protocol):
         self.requests += 1
         head, body = payload
         self.transport.write(head)  # asyncio's TCP transports set TCP_NODELAY: no wait between the two
-        if body:
-            self.transport.write(body)
+        if isinstance(body, bytes):
+            if body:
+                self.transport.write(body)
+        else:
+            self.transport.writelines(body)  # uvloop writes the pieces as they are (a vectored write)
         return done
 
     def abort(self) -> None:

@@ -30,7 +30,7 @@ from agentx.replayer.http.exchange import (
     error_message,
     overflows,
 )
-from agentx.replayer.http.http1 import HTTPProtocolError, Payload, encode_headers, encode_request
+from agentx.replayer.http.http1 import Body, HTTPProtocolError, Payload, encode_headers, encode_request
 from agentx.replayer.http.pool import Pool, send
 from agentx.replayer.http.sse import DONE, ERROR_EVENT, SSEParser
 
@@ -313,12 +313,12 @@ class Streams:
             self._watchdog.cancel()
             self._watchdog = None
 
-    def request_parts(self, path: str, body: bytes, extra_headers: Mapping[str, str] | None) -> Payload:
+    def request_parts(self, path: str, body: Body, extra_headers: Mapping[str, str] | None) -> Payload:
         head = self.head + encode_headers(dict(extra_headers)) if extra_headers else self.head
         return encode_request("POST", self.pool.endpoint.prefix + path, head, body)
 
     async def exchange(
-        self, path: str, body: bytes, extra_headers: Mapping[str, str] | None, response: StreamResponse
+        self, path: str, body: Body, extra_headers: Mapping[str, str] | None, response: StreamResponse
     ) -> Exchange:
         """POST `body` to `path` and record the answer in `response.exchange`; never raises but for a
         cancellation (or an invalid extra header: ValueError)."""

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from agentx.records.record import Phase
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.http.probe import STREAM_OPTIONS
 from agentx.replayer.options.replay import AgentxLoad, ReplayOptions
 from agentx.replayer.plan.play import Play, PreparedSession
@@ -120,8 +121,8 @@ class BodyBuilder:
             elif self.ids is not None:
                 self.ids.block_texts(scope, covered)
 
-    def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, bytes]:
-        """The request body of `step` and the prompt tokens it carries (as the server will count them)."""
+    def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, Body]:
+        """The request body of `step` (in pieces) and the prompt tokens it carries (as the server will count them)."""
         if self.renderer is not None:
             return self._build_chat(tree, step, self.renderer, phase)
         assert self.ids is not None
@@ -167,7 +168,7 @@ class BodyBuilder:
             "cache_salt": tree.marker if self.cache_bust == "salt" else None,
         }
 
-    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, bytes]:
+    def _build_chat(self, tree: Play, step: Step, renderer: ChatRenderer, phase: Phase) -> tuple[int, Body]:
         session_id = tree.prepared.plan.session_id
         agent = step.agent_id
         chat = tree.chat

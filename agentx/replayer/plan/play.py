@@ -16,6 +16,7 @@ from typing import Final, overload
 import msgspec
 import numpy as np
 
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.plan.sessions import ReplaySessions
 from agentx.replayer.plan.steps import ChildOffset, SessionPlan, Step, plan_session
 from agentx.replayer.plan.tstar import Snapshot
@@ -329,7 +330,7 @@ class Play:
         """When each step's request went out (0: not sent)."""
         self.request_ids = [""] * n
         """Per step sent: its request's `X-Request-ID` ("": not sent), which the requests it releases record."""
-        self.prebuilt: dict[int, tuple[str, int, bytes]] | None = None
+        self.prebuilt: dict[int, tuple[str, int, Body]] | None = None
         """Bodies built before the play's clock started: step → (phase, prompt tokens, body)."""
         self._chat: ChatState | None = None
         self._texts: dict[str, PromptText | MessagesText] | None = None
@@ -393,13 +394,13 @@ class Play:
         """The play is over: its agents' last prompts are not needed."""
         self._texts = None
 
-    def keep_prebuilt(self, index: int, phase: str, sent_tokens: int, body: bytes) -> None:
+    def keep_prebuilt(self, index: int, phase: str, sent_tokens: int, body: Body) -> None:
         """Step `index`'s body, built for `phase` before the play's clock started."""
         if self.prebuilt is None:
             self.prebuilt = {}
         self.prebuilt[index] = (phase, sent_tokens, body)
 
-    def take_prebuilt(self, index: int) -> tuple[str, int, bytes] | None:
+    def take_prebuilt(self, index: int) -> tuple[str, int, Body] | None:
         """Step `index`'s prebuilt body (phase, prompt tokens, body), once; None if there is none."""
         return None if self.prebuilt is None else self.prebuilt.pop(index, None)
 

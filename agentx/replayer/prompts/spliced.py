@@ -1,10 +1,11 @@
 """A request body whose prompt is written in afterwards, from pieces of JSON text.
 
 A body's fields are encoded with `HOLE` in place of the prompt's value (a token-id list, or the chat messages), and
-`spliced` joins the encoded fields around the value's pieces: the body is made in one copy, whatever the pieces
-(agentx.replayer.prompts.token_json, agentx.replayer.prompts.chat). A NUL byte never appears in JSON text (inside a
-string it is escaped), so the hole is found without doubt; a user's `extra_body` that replaces the prompt's field
-leaves none, and the body is then the fields as encoded.
+`spliced` puts the value's pieces between the encoded fields: a body in pieces, which the connection writes as they
+are (agentx.replayer.http.http1: a vectored write), so a 100k-token prompt, whose pieces are the cached text of its
+blocks (agentx.replayer.prompts.token_json, agentx.replayer.prompts.chat), is never copied into a body of its own. A
+NUL byte never appears in JSON text (inside a string it is escaped), so the hole is found without doubt; a user's
+`extra_body` that replaces the prompt's field leaves none, and the body is then the fields as encoded.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import msgspec
 HOLE: Final = msgspec.Raw(b"\0")
 
 
-def spliced(encoded: bytes, pieces: Sequence[bytes | memoryview]) -> bytes:
-    """`encoded` with `pieces`, joined, in place of `HOLE`."""
+def spliced(encoded: bytes, pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """The pieces of `encoded` with `pieces` in place of `HOLE`."""
     head, hole, tail = encoded.partition(b"\0")
     if not hole:
-        return encoded
-    return b"".join([head, *pieces, tail])
+        return [encoded]
+    return [head, *pieces, tail]

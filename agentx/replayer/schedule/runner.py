@@ -24,6 +24,7 @@ from agentx.errors import WarmupFailed
 from agentx.records.record import Phase, RequestRecord
 from agentx.records.writer import RecordWriter
 from agentx.replayer.http.client import Client
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.options.limits import shard_share, tree_limit
 from agentx.replayer.options.replay import AgentxLoad, LaneLoad, RateLoad, ReplayOptions, TraceLoad, lanes
 from agentx.replayer.plan.arrivals import rate_arrivals, trace_arrivals
@@ -57,6 +58,10 @@ FLUSH_EVERY_S = 0.05
 written in a gap between due requests (`QUIET_SPAN_NS`), so at most 0.1 s after they ended."""
 LOOP_LAG_TICK_S = 0.1
 """How often the event-loop lag is sampled."""
+PREFETCH_LEAD_NS = 500_000_000
+"""Open-loop trees are planned, and their first turns' blocks made, this long before their arrival, in the
+background: at 15 arrivals/s of AgentX-size sessions that work takes ~10% of the interpreter, which it then spreads
+over a half second instead of the arrival's last 20 ms (bench/README.md, setup D)."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (bench/README.md, setup C: dispatch lag p99 2.7 → 1.9 ms)."""
@@ -226,7 +231,8 @@ class Runner:
         self.trees_finished = 0
         self._upcoming: collections.deque[tuple[int, int]] = collections.deque()
         """Trees of the shared order looked at ahead of their draw (`_peek_tree`), not drawn yet."""
-        self._prefetched: set[int] = set()
+        self._prefetching: set[int] = set()
+        """Sessions being planned and warmed ahead (`_prefetch`)."""
         self._side_tasks: set[asyncio.Task[None]] = set()
         """Work done ahead of when it is needed (`_prefetch`): cancelled when the run ends."""
 
@@ -429,7 +435,7 @@ class Runner:
             freeze_new()
         return prepared
 
-    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]:
+    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, Body]:
         """`step`'s body for `phase` (`bodies.build`), off the loop when it writes many tokens its agent's last prompt
         does not hold (agentx.replayer.schedule.offloop): a turn that adds little to a long history is assembled on the
         loop."""
@@ -594,22 +600,37 @@ class Runner:
         """Plan the next tree of the shared order and make the text of its first turns' blocks, off the loop, while
         the trees before it play: whichever lane draws it then only assembles its bodies."""
         upcoming = self._peek_tree()
-        if upcoming is None or upcoming[1] in self._prefetched:
-            return
-        self._prefetched.add(upcoming[1])
-        task = asyncio.get_running_loop().create_task(self._prefetch(upcoming[1]))
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
+        if upcoming is not None:
+            self._prefetch(upcoming[1])
 
-    async def _prefetch(self, index: int) -> None:
-        prepared = await self._prepared_off_loop(index)
+    def _prefetch(self, index: int) -> None:
+        """Plan session `index` and make the text of its first turns' blocks on the worker threads, in the
+        background (unless that is under way)."""
+        if index in self._prefetching:
+            return
+        self._prefetching.add(index)
+        task = asyncio.get_running_loop().create_task(self._prefetched_session(index))
+        self._side_tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._side_tasks.discard(task)
+            self._prefetching.discard(index)
+
+        task.add_done_callback(done)
+
+    async def _prefetched_session(self, index: int) -> None:
+        prepared = self.prepared.cached(index)
+        if prepared is None:
+            prepared = await self.off_loop.run("plan", self.prepared.prepared, index)
+            if self.options.runtime.quiet_gc:
+                freeze_new()
         steps = prepared.plan.steps
         roots = [index for index in prepared.plan.roots if steps[index].delay_s == 0]
         await self.off_loop.run("body", self.bodies.warm, prepared, roots)
 
     async def _arrivals(self, load: TraceLoad | RateLoad, start_ns: int) -> None:
         """Open loop: start each tree at its arrival time, counted from `start_ns`, whatever is still in flight (no
-        lanes)."""
+        lanes); each is planned, and its first turns' blocks made, `PREFETCH_LEAD_NS` ahead (`_prefetch`)."""
         options = self.options
         shard_index, shard_count = options.runtime.shard
         if isinstance(load, TraceLoad):
@@ -619,11 +640,23 @@ class Runner:
             schedule = zip(rate_arrivals(load.rate, load.burstiness, options.scenario.seed), order, strict=False)
         # The schedule starts one lead after the start, so that the first trees' bodies are built before they are due.
         origin_ns = start_ns + ARRIVAL_LEAD_NS
+        arrivals = itertools.islice(enumerate(schedule), shard_index, None, shard_count)
+        ahead: collections.deque[tuple[int, int, int]] = collections.deque()
+        """(position, due, session index) of the arrivals prefetched, in order."""
         async with asyncio.TaskGroup() as trees:
-            for position, (offset_s, index) in itertools.islice(enumerate(schedule), shard_index, None, shard_count):
-                if self.tree_limit is not None and self.trees_started >= self.tree_limit:
+            while True:
+                horizon_ns = time.perf_counter_ns() + PREFETCH_LEAD_NS
+                while not ahead or ahead[-1][1] < horizon_ns:
+                    arrival = next(arrivals, None)
+                    if arrival is None:
+                        break
+                    position, (offset_s, index) = arrival
+                    ahead.append((position, origin_ns + int(offset_s * 1e9), index))
+                    if self.tree_limit is None or self.trees_started + len(ahead) <= self.tree_limit:
+                        self._prefetch(index)
+                if not ahead or (self.tree_limit is not None and self.trees_started >= self.tree_limit):
                     break
-                due_ns = origin_ns + int(offset_s * 1e9)
+                position, due_ns, index = ahead.popleft()
                 # Wake a little early: the tree's first body is built before its due time, not after.
                 if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
                     break
@@ -759,7 +792,7 @@ class Runner:
         finally:
             tree.settle(step.index)
 
-    async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: bytes) -> RequestRecord:
+    async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: Body) -> RequestRecord:
         """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as
         the references abort on any failed root request of their warmup (`aiperf/credit/callback_handler.py`,
         `_handle_warmup_failure`; docs/agentx.md §5)."""

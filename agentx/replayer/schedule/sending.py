@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from agentx.records.record import Phase, RequestRecord
 from agentx.replayer.http.client import Client, Exchange
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.sent_blocks import BlockHits, SentBlocks
 from agentx.replayer.plan.steps import Step
@@ -97,7 +98,7 @@ class Sender:
         step: Step,
         scheduled_ns: int,
         sent_tokens: int,
-        body: bytes,
+        body: Body,
         phase: Phase = "profiling",
         *,
         outside_caps: bool = False,

@@ -20,6 +20,7 @@ import msgspec
 
 from agentx.errors import WarmupFailed
 from agentx.records.record import Phase, RequestRecord
+from agentx.replayer.http.http1 import Body
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.plan.play import Play, PreparedSession
 from agentx.replayer.plan.steps import Step
@@ -134,7 +135,7 @@ class Dispatcher(Protocol):
 
     def notice(self, message: str) -> None: ...
 
-    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, bytes]: ...
+    async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, Body]: ...
 
 
 async def send_primers(
