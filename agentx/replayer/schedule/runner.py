@@ -440,8 +440,6 @@ class Runner:
         does not hold (agentx.replayer.schedule.offloop): a turn that adds little to a long history is assembled on the
         loop."""
         if self.bodies.new_tokens(tree, step) < OFF_LOOP_TOKENS:
-            # What is due now goes first: lanes starting together send their first turns before any builds its next.
-            await asyncio.sleep(0)
             return self.bodies.build(tree, step, phase)
         return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
 
@@ -605,8 +603,11 @@ class Runner:
 
     def _prefetch(self, index: int) -> None:
         """Plan session `index` and make the text of its first turns' blocks on the worker threads, in the
-        background (unless that is under way)."""
-        if index in self._prefetching:
+        background (unless that is under way), when that is work enough to be worth a thread's round trip: a session
+        the runner would plan off the loop, or a first prompt it would build there."""
+        session = self.trace.sessions[index]
+        first = session.root.requests[0].in_tokens if session.root.requests else 0
+        if index in self._prefetching or (session.request_count < OFF_LOOP_REQUESTS and first < OFF_LOOP_TOKENS):
             return
         self._prefetching.add(index)
         task = asyncio.get_running_loop().create_task(self._prefetched_session(index))
@@ -719,6 +720,10 @@ class Runner:
             # anchor's dispatch keeps at most ~2 bodies per agent alive.
             if step.anchor is not None:
                 await tree.sent.wait(step.anchor)
+                if not tree.completed_ns[step.anchor]:
+                    # Not due before its anchor ends: what is due now goes first (lanes starting together send their
+                    # first turns before any builds its next).
+                    await asyncio.sleep(0)
             if self.stopped.is_set():
                 self.skipped += 1
                 return
