@@ -124,7 +124,8 @@ def _check_trace(
         for step in steps:
             for phase in ("warmup", "profiling"):  # the same turn built again for its phase
                 tokens, body = bodies.build(tree, step, phase)
-                got = (tokens, body if isinstance(body, bytes) else b"".join(body))
+                got = (tokens, body if isinstance(body, bytes) else b"".join(body.parts))
+                assert isinstance(body, bytes) or body.length == len(got[1])
                 assert got == _expected(bodies, tree, step, phase, fresh), (trace.sessions[index].session_id, step)
                 checked += 1
     return checked

@@ -75,7 +75,7 @@ def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> d
     def recording_build(self: Any, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
         sent, body = real_build(self, tree, step, phase)
         key = (phase, tree.prepared.plan.session_id, step.agent_id, step.turn)
-        bodies[key] = hashlib.sha256(body if isinstance(body, bytes) else b"".join(body)).hexdigest()
+        bodies[key] = hashlib.sha256(body if isinstance(body, bytes) else b"".join(body.parts)).hexdigest()
         return sent, body
 
     monkeypatch.setattr(BodyBuilder, "build", recording_build)

@@ -23,7 +23,7 @@ import re
 import ssl
 import time
 from collections.abc import Sequence
-from typing import Final, Protocol, cast
+from typing import Final, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
 
 HEAD_MAX_BYTES: Final = 64 * 1024
@@ -100,16 +100,23 @@ def encode_headers(headers: dict[str, str] | None) -> bytes:
     return b"\r\n".join(lines) + b"\r\n"
 
 
-Body = bytes | Sequence[bytes | memoryview]
-"""A request's body: bytes, or pieces of them written one after the other (a long prompt's text, kept in pieces:
-agentx.replayer.prompts.spliced), never joined into one buffer."""
+class Pieces(NamedTuple):
+    """A body in pieces, written one after the other (a vectored write), never joined into one buffer (a long
+    prompt's text, kept in pieces: agentx.replayer.prompts.spliced); and its length in bytes."""
+
+    parts: Sequence[bytes | memoryview]
+    length: int
+
+
+Body = bytes | Pieces
+"""A request's body."""
 Payload = tuple[bytes, Body]
 """One request's bytes in two parts: its head and its body (written one after the other, so a large body, a long
 prompt, is never copied into a second buffer while it is in flight)."""
 
 
 def body_length(body: Body) -> int:
-    return len(body) if isinstance(body, bytes) else sum(map(len, body))
+    return len(body) if isinstance(body, bytes) else body.length
 
 
 def encode_request(method: str, target: str, head: bytes, body: Body | None = None) -> Payload:
@@ -202,7 +209,7 @@ class HttpConnection(asyncio.Protocol):
             if body:
                 self.transport.write(body)
         else:
-            self.transport.writelines(body)  # uvloop writes the pieces as they are (a vectored write)
+            self.transport.writelines(body.parts)  # uvloop writes the pieces as they are (a vectored write)
         return done
 
     def abort(self) -> None:

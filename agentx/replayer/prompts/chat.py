@@ -26,6 +26,7 @@ from typing import Final
 
 import msgspec
 
+from agentx.replayer.http.http1 import Pieces
 from agentx.replayer.prompts.block_text import BlockText
 from agentx.replayer.prompts.calibrate import ChatCalibration
 from agentx.replayer.prompts.conversation import Segment
@@ -47,13 +48,14 @@ class MessagesText:
     later open with a comma), with what each message was made of (its segment, its token budget, whether it carries
     the marker), so that the next turn writes only the messages that changed (`ChatRenderer.render_json`)."""
 
-    __slots__ = ("budgets", "encoded", "marked", "marker", "segments", "tokens")
+    __slots__ = ("budgets", "encoded", "lengths", "marked", "marker", "segments", "tokens")
 
     def __init__(
         self,
         segments: Sequence[Segment],
         budgets: list[int],
         encoded: list[list[bytes]],
+        lengths: list[int],
         marked: int,
         marker: str,
         tokens: int,
@@ -61,15 +63,17 @@ class MessagesText:
         self.segments = segments
         self.budgets = budgets
         self.encoded = encoded
+        self.lengths = lengths
+        """Each message's length in bytes."""
         self.marked = marked
         """The index of the message that carries the marker (-1: none)."""
         self.marker = marker
         self.tokens = tokens
         """The prompt tokens the server counts for them."""
 
-    def json(self) -> list[bytes]:
-        """The pieces of the array's JSON text, in order."""
-        return [b"[", *itertools.chain.from_iterable(self.encoded), b"]"]
+    def json(self) -> Pieces:
+        """The array's JSON text in pieces, in order."""
+        return Pieces([b"[", *itertools.chain.from_iterable(self.encoded), b"]"], 2 + sum(self.lengths))
 
 
 class ChatRenderer:
@@ -185,6 +189,7 @@ class ChatRenderer:
         words = marker[0]
         reusable = previous is not None and previous.marker == words
         encoded: list[list[bytes]] = []
+        lengths: list[int] = []
         for i, (segment, budget) in enumerate(zip(segments, budgets, strict=True)):
             if (
                 reusable
@@ -195,11 +200,14 @@ class ChatRenderer:
                 and (previous.marked == i) == (marked == i)
             ):
                 encoded.append(previous.encoded[i])
+                lengths.append(previous.lengths[i])
                 continue
             marker_words = words if i == marked else ""
-            encoded.append(self._message_json(segment, budget, scope_key, session_id, marker_words, first=i == 0))
+            message = self._message_json(segment, budget, scope_key, session_id, marker_words, first=i == 0)
+            encoded.append(message)
+            lengths.append(sum(map(len, message)))
         predicted += marker[1] if marked >= 0 else 0
-        return MessagesText(segments, budgets, encoded, marked, words, predicted), predicted
+        return MessagesText(segments, budgets, encoded, lengths, marked, words, predicted), predicted
 
     def _budgets(self, segments: Sequence[Segment], target_tokens: int) -> tuple[list[int], int]:
         """Each message's content tokens, and the prompt tokens they make with the template's (module docstring)."""

@@ -10,17 +10,18 @@ NUL byte never appears in JSON text (inside a string it is escaped), so the hole
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 import msgspec
 
+from agentx.replayer.http.http1 import Body, Pieces
+
 HOLE: Final = msgspec.Raw(b"\0")
 
 
-def spliced(encoded: bytes, pieces: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
-    """The pieces of `encoded` with `pieces` in place of `HOLE`."""
+def spliced(encoded: bytes, value: Pieces) -> Body:
+    """`encoded` with `value`'s pieces in place of `HOLE`."""
     head, hole, tail = encoded.partition(b"\0")
     if not hole:
-        return [encoded]
-    return [head, *pieces, tail]
+        return encoded
+    return Pieces([head, *value.parts, tail], len(head) + value.length + len(tail))

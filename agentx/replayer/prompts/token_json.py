@@ -17,6 +17,7 @@ byte:
 
 from __future__ import annotations
 
+from agentx.replayer.http.http1 import Pieces
 from agentx.replayer.prompts.block_text import BlockText
 from agentx.replayer.prompts.tokens import BlockTokens, common_prefix_length
 
@@ -31,21 +32,25 @@ class PromptText:
     """One agent's last prompt as the pieces of its JSON text: `pieces[0]` opens the list (`[` and the marker's ids),
     then one piece per block of `covered`, then the filler's, each id followed by a comma (`json` closes the list)."""
 
-    __slots__ = ("covered", "marker", "pieces")
+    __slots__ = ("covered", "ends", "marker", "pieces")
 
-    def __init__(self, pieces: list[bytes], covered: tuple[int, ...], marker: bytes) -> None:
+    def __init__(self, pieces: list[bytes], ends: list[int], covered: tuple[int, ...], marker: bytes) -> None:
         self.pieces = pieces
+        self.ends = ends
+        """`ends[k]`: the length of the first k + 1 pieces."""
         self.covered = covered
         self.marker = marker
 
-    def json(self) -> list[bytes | memoryview]:
-        """The pieces of the list's JSON text, in order: the last id's comma becomes the closing bracket."""
+    def json(self) -> Pieces:
+        """The list's JSON text in pieces, in order: the last id's comma becomes the closing bracket."""
         pieces: list[bytes | memoryview] = list(self.pieces)
+        length = self.ends[-1] + 1
         last = pieces[-1]
         if last[-1:] == b",":
             pieces[-1] = memoryview(last)[:-1]
+            length -= 1
         pieces.append(b"]")
-        return pieces
+        return Pieces(pieces, length)
 
 
 def prompt_text(
@@ -64,10 +69,16 @@ def prompt_text(
         kept = common_prefix_length(previous.covered, covered)
     if kept:
         assert previous is not None
-        pieces = previous.pieces[: kept + 1]
+        pieces, ends = previous.pieces[: kept + 1], previous.ends[: kept + 1]
     else:
         pieces = [b"[" + marker_text]
-    pieces += ids.block_texts(scope_key, covered[kept:])
+        ends = [len(pieces[0])]
+    added = ids.block_texts(scope_key, covered[kept:])
     if filler_text:
-        pieces.append(filler_text)
-    return PromptText(pieces, covered, marker_text)
+        added.append(filler_text)
+    end = ends[-1]
+    for piece in added:
+        end += len(piece)
+        ends.append(end)
+    pieces += added
+    return PromptText(pieces, ends, covered, marker_text)
