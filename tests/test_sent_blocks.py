@@ -84,3 +84,13 @@ def test_sent_blocks_counts_the_same_key_and_any_marker_as_sets_would(
         )
         same.setdefault(key, set()).update(ids)
         any_marker.setdefault(namespace, set()).update(ids)
+
+
+def test_a_play_never_forgotten_does_not_lend_its_last_prompt_to_a_later_play() -> None:
+    """Plays made and dropped one after another (as a caller that never calls `forget` does) may reuse one address;
+    each new session's first prompt still hits nothing."""
+    sent = SentBlocks(session_scope=True)
+    for number in range(200):
+        play = _play(f"s{number}", [(0, 1)], None)
+        assert sent.hit(play, play.prepared.plan.steps[0]).replayed == 0
+        del play

@@ -136,8 +136,9 @@ class SentBlocks:
         """Per namespace, the ids sent under any marker, made when a marked play first sends in it (until then the
         unmarked table is the same set)."""
         self.lru = LruBlocks(lru_blocks) if lru_blocks is not None else None
-        self._last: dict[int, dict[str, tuple[int, ...]]] = {}
-        """Per live play (by `id(play)`), per agent: the ids of its last prompt, which every table it reaches holds."""
+        self._last: dict[int, tuple[Play, dict[str, tuple[int, ...]]]] = {}
+        """Per live play (by `id(play)`, the play held so that its id is not another's until `forget`), per agent:
+        the ids of its last prompt, which every table it reaches holds."""
 
     def hit(self, play: Play, step: Step) -> BlockHits:
         """What the caches held of `step`'s prompt, then its blocks counted as sent."""
@@ -145,7 +146,7 @@ class SentBlocks:
         name = play.prepared.plan.session_id if self.session_scope else ""
         # An agent's turn resends its last prompt's leading ids, which every table it reaches holds since: only the
         # ids past them are looked up, so a turn costs what it adds, not its whole context.
-        last = self._last.setdefault(id(play), {})
+        last = self._last.setdefault(id(play), (play, {}))[1]
         previous = last.get(step.agent_id)
         known = 0 if previous is None else common_prefix_length(previous, ids)
         last[step.agent_id] = ids
