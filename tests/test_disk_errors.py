@@ -175,7 +175,7 @@ def test_a_refused_write_mid_run_stops_it_and_says_what_was_kept(
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     out = tmp_path / "run"
-    budget = 60_000  # the schema and a few batches
+    budget = 250_000  # the schema and a few batches (of up to 16 rows, FLUSH_ROWS)
     disk = _Disk(monkeypatch, RECORDS, budget=budget, code=code)
     trace = load_trace(SAMPLE)
     with pytest.raises(WriteFailed) as caught:

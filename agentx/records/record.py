@@ -10,11 +10,12 @@ While a run goes the file is an uncompressed Arrow IPC **stream**: a sequence of
 messages, so after a crash (even SIGKILL) every record batch written before it reads back, whereas the IPC
 file format is only readable once its footer is written. `RecordWriter` (agentx.records.writer)
 buffers rows column-wise and writes a batch every `flush_rows` rows, once `flush_interval_s` (1 s by default)
-has passed, and whenever its owner calls `flush`: a replay does every 50 ms (agentx.replayer.run_replay,
-`FLUSH_EVERY_S`). When the writer closes (any end but a hard kill) it rewrites the stream as an IPC **file**
-(with footer, what `polars.read_ipc`, `pyarrow.feather` and Arrow's other file readers expect) and swaps it in
-atomically. `read_records` (`RecordsReader`) opens both containers and returns the complete batches, ignoring a
-killed run's torn last one; a finished file that reads short (cut short since) is refused (`RecordsDamaged`).
+has passed, and whenever its owner calls `flush`: a replay does once 16 rows wait or 0.5 s passed
+(agentx.replayer.schedule.runner, `FLUSH_ROWS`). When the writer closes (any end but a hard kill) it rewrites the
+stream as an IPC **file** (with footer, what `polars.read_ipc`, `pyarrow.feather` and Arrow's other file readers
+expect) and swaps it in atomically. `read_records` (`RecordsReader`) opens both containers and returns the complete
+batches, ignoring a killed run's torn last one; a finished file that reads short (cut short since) is refused
+(`RecordsDamaged`).
 The layout is described in `schemas/records.arrow.md`, generated from `describe_layout()`.
 
 Secrets cannot enter a record (it has no header or free-form options field; error messages are
@@ -452,8 +453,8 @@ def describe_layout() -> str:
         "One row per request sent by a replay run, warmup included. After a run that ended (by itself, or",
         "stopped by Ctrl-C or SIGTERM) the file is an Arrow IPC **file** (zstd buffers, with its footer): it opens",
         "in `pyarrow.ipc.open_file`, `pyarrow.feather.read_table`, `polars.read_ipc` and every Arrow file reader.",
-        "While the run goes it is an Arrow IPC **stream** (uncompressed), written a record batch at a time (every",
-        "50 ms during a replay), so a killed run's file reads back up to its last complete batch: open it with",
+        "While the run goes it is an Arrow IPC **stream** (uncompressed), written a record batch at a time (16",
+        "rows or 0.5 s during a replay), so a killed run's file reads back up to its last complete batch: open it with",
         "`agentx.read_records`, `pyarrow.ipc.open_stream` or `polars.read_ipc_stream`, or make it a file with",
         "`agentx export RUN_DIR --format arrow`. The closing writer swaps the file in atomically, so a crash",
         "while it does leaves the whole stream.",
