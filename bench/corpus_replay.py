@@ -1,11 +1,12 @@
 """The AgentX-size corpus replayed in the AgentX scenario: how long the client's own work holds the loop, and (with
 `--peak`) the memory it takes through the command line.
 
-Large sessions (over 100 ms to split and plan) and 100k-token prompts (10–30 ms to make) are made on worker threads
-(agentx.replayer.schedule.offloop). This runs the corpus of `startup.py` against the built-in simulator, with the
-simulator's times and the trace's delays scaled by `--scale`, once with that off-loop work and once with every plan and
-body made on the loop, alternating, and prints the profiling requests' dispatch lag and the event loop's lag (how late a
-100 ms timer fires) for each.
+Large sessions (over 100 ms to split and plan) are planned on a worker thread (agentx.replayer.schedule.offloop), and
+the new blocks of a large prompt (~4 ms for 80k tokens) are made a group at a time on the loop, what is due going
+between groups (agentx.replayer.schedule.runner, `WARM_TOKENS`). This runs the corpus of `startup.py` against the
+built-in simulator, with the simulator's times and the trace's delays scaled by `--scale`, once that way and once with
+every plan and body made at once on the loop, alternating, and prints the profiling requests' dispatch lag and the
+event loop's lag (how late a 100 ms timer fires) for each.
 
 `--peak` instead runs `agentx replay CORPUS --concurrency LANES` (its own simulator, `--sim-time-scale` and
 `--delay-scale` at `--scale`) `--repeat` times and prints its peak RSS through the run (start-up, warmup, profiling and
@@ -40,8 +41,9 @@ from agentx.trace.io import load_trace
 from agentx.trace.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-OFF_LOOP_THRESHOLDS = ("OFF_LOOP_REQUESTS", "OFF_LOOP_TOKENS")
-"""The runner's sizes from which plans and bodies go off the loop (agentx.replayer.schedule.offloop)."""
+OFF_LOOP_THRESHOLDS = ("OFF_LOOP_REQUESTS", "WARM_TOKENS")
+"""The runner's sizes from which plans go off the loop (agentx.replayer.schedule.offloop) and bodies' new blocks are
+made a group at a time (agentx.replayer.schedule.runner)."""
 
 
 def _one_run(trace: Trace, lanes: int, duration_s: float, scale: float, off_loop: bool) -> dict[str, float]:

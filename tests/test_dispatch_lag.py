@@ -65,23 +65,24 @@ def _replay(
 
 
 def _slow_builds(monkeypatch: pytest.MonkeyPatch, slow: Any) -> None:
-    """Builds that sleep `SLOW_S` where `slow(tree, step)` says so, on the body thread (so the loop, and the
-    timestamps it takes, go on meanwhile)."""
-    real_build = BodyBuilder.build
+    """Builds whose blocks take `SLOW_S` to make where `slow(prepared, step)` says so, in groups between which the loop
+    goes on (so the timestamps it takes meanwhile stay right)."""
+    real_warm = runner_module.Runner._warm
 
-    def build(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
-        if slow(tree, step):
-            time.sleep(SLOW_S)
-        return real_build(self, tree, step, phase)
+    async def warm(self: runner_module.Runner, prepared: Any, indices: Any) -> None:
+        indices = list(indices)
+        if any(slow(prepared, prepared.plan.steps[index]) for index in indices):
+            await asyncio.sleep(SLOW_S)
+        await real_warm(self, prepared, indices)
 
-    monkeypatch.setattr(BodyBuilder, "build", build)
-    monkeypatch.setattr(runner_module, "OFF_LOOP_TOKENS", 1)
+    monkeypatch.setattr(runner_module.Runner, "_warm", warm)
+    monkeypatch.setattr(runner_module, "WARM_TOKENS", 1)
 
 
 def test_a_turn_whose_build_outlasts_its_anchor_is_late_by_the_build_and_said(
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _slow_builds(monkeypatch, lambda tree, step: step.turn == 2)
+    _slow_builds(monkeypatch, lambda prepared, step: step.turn == 2)
     result, records = _replay(sim, tmp_path / "run", Trace(sessions=[_session("s", 4, 0)], block_size=BLOCK), 1, 1)
     late = next(record for record in records if record.turn == 2)
     previous = next(record for record in records if record.turn == 1)
@@ -95,7 +96,7 @@ def test_a_lanes_next_tree_is_due_as_its_last_one_ended_however_long_it_takes_to
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lane's second tree: due at its first tree's end, so the build of its first turn is dispatch lag."""
-    _slow_builds(monkeypatch, lambda tree, step: tree.prepared.plan.session_id == "b" and step.turn == 0)
+    _slow_builds(monkeypatch, lambda prepared, step: prepared.plan.session_id == "b" and step.turn == 0)
     trace = Trace(sessions=[_session("a", 2, 0), _session("b", 2, 100)], block_size=BLOCK)
     result, records = _replay(sim, tmp_path / "run", trace, 1, 2)
     first_tree_end = max(record.end_ns for record in records if record.session_id == "a")
@@ -111,7 +112,7 @@ def test_lanes_due_together_go_together_however_long_their_bodies_take(
     """Four lanes whose first bodies take 0.3 s each: built before the run's origin, so the four first requests are
     due, and sent, together."""
     lanes = 4
-    monkeypatch.setattr(runner_module, "OFF_LOOP_TOKENS", 1)
+    monkeypatch.setattr(runner_module, "WARM_TOKENS", 1)
     real_build = BodyBuilder.build
 
     def slow_first(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:

@@ -92,7 +92,7 @@ def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> d
     return bodies
 
 
-def test_plans_and_bodies_made_off_the_loop_equal_those_made_on_it(
+def test_plans_made_off_the_loop_and_blocks_made_in_groups_give_the_bodies_made_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with SimServer(time_scale=0.01, block_size=16) as sim:
@@ -106,7 +106,16 @@ def test_plans_and_bodies_made_off_the_loop_equal_those_made_on_it(
 
         monkeypatch.setattr(OffLoop, "run", counting_run)
         monkeypatch.setattr(runner_module, "OFF_LOOP_REQUESTS", 1)
-        monkeypatch.setattr(runner_module, "OFF_LOOP_TOKENS", 1)
+        monkeypatch.setattr(runner_module, "WARM_TOKENS", 1)
+        monkeypatch.setattr(runner_module, "WARM_GROUP_BLOCKS", 1)
+        groups: list[int] = []
+        real_warm_blocks = BodyBuilder.warm_blocks
+
+        def counting_warm_blocks(self: BodyBuilder, scope_key: str, hash_ids: Any) -> None:
+            groups.append(len(hash_ids))
+            real_warm_blocks(self, scope_key, hash_ids)
+
+        monkeypatch.setattr(BodyBuilder, "warm_blocks", counting_warm_blocks)
         off_loop = _replay(sim, tmp_path / "off", monkeypatch)
-    assert "plan" in calls and "body" in calls
+    assert "plan" in calls and len(groups) > 8 and set(groups) == {1}  # a block at a time
     assert off_loop == on_loop  # the same bodies, byte for byte

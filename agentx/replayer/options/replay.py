@@ -218,7 +218,7 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
     also unfreezes what the host had frozen), so it is off for library callers; the CLI turns it on
     (bench/replay_overhead.py measures what it buys)."""
     fast_thread_switch: bool = False
-    """While large bodies are built on worker threads, shorten the interpreter's thread switch interval
+    """While large sessions are planned on a worker thread, shorten the interpreter's thread switch interval
     (`sys.setswitchinterval`, process-wide; restored after). Off for library callers; the CLI turns it on."""
 
     def __post_init__(self) -> None:

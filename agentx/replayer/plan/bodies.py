@@ -13,7 +13,7 @@ so a turn costs what it adds, and the bytes are the ones the lists would encode 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from agentx.records.record import Phase
@@ -107,19 +107,19 @@ class BodyBuilder:
             return abs(request.in_tokens - previous.tokens) + previous.budgets[-1]
         return request.in_tokens
 
-    def warm(self, prepared: PreparedSession, indices: Iterable[int]) -> None:
-        """Make and cache the text of the blocks the steps `indices` of `prepared` carry, so that their bodies, built
-        when their play starts, are assembled from it."""
-        session_id = prepared.plan.session_id
-        scope = session_id if self.session_scope else ""
-        steps = prepared.plan.steps
-        for index in indices:
-            hash_ids = prepared.hash_ids[index]
-            covered = hash_ids[: min(len(hash_ids), steps[index].request.in_tokens // self.block_size)]
-            if self.renderer is not None:
-                self.renderer.block_jsons(scope, covered)
-            elif self.ids is not None:
-                self.ids.block_texts(scope, covered)
+    def step_blocks(self, prepared: PreparedSession, index: int) -> tuple[str, Sequence[int]]:
+        """The scope key and hash ids of the whole blocks step `index` of `prepared` carries."""
+        hash_ids = prepared.hash_ids[index]
+        covered = hash_ids[: min(len(hash_ids), prepared.plan.steps[index].request.in_tokens // self.block_size)]
+        return (prepared.plan.session_id if self.session_scope else ""), covered
+
+    def warm_blocks(self, scope_key: str, hash_ids: Sequence[int]) -> None:
+        """Make and cache the text of `hash_ids`' blocks not cached yet, so that a body that carries them is assembled
+        from it (the runner makes them a group at a time, letting what is due go between groups)."""
+        if self.renderer is not None:
+            self.renderer.block_jsons(scope_key, hash_ids)
+        elif self.ids is not None:
+            self.ids.block_texts(scope_key, hash_ids)
 
     def build(self, tree: Play, step: Step, phase: Phase = "profiling") -> tuple[int, Body]:
         """The request body of `step` (in pieces) and the prompt tokens it carries (as the server will count them)."""

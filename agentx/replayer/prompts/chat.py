@@ -54,7 +54,7 @@ class MessagesText:
         self,
         segments: Sequence[Segment],
         budgets: list[int],
-        encoded: list[list[bytes]],
+        encoded: list[tuple[bytes, ...]],
         lengths: list[int],
         marked: int,
         marker: str,
@@ -73,7 +73,7 @@ class MessagesText:
 
     def json(self) -> Pieces:
         """The array's JSON text in pieces, in order."""
-        return Pieces([b"[", *itertools.chain.from_iterable(self.encoded), b"]"], 2 + sum(self.lengths))
+        return Pieces((b"[", *itertools.chain.from_iterable(self.encoded), b"]"), 2 + sum(self.lengths))
 
 
 class ChatRenderer:
@@ -188,7 +188,7 @@ class ChatRenderer:
         marked = _marked(segments, marker)
         words = marker[0]
         reusable = previous is not None and previous.marker == words
-        encoded: list[list[bytes]] = []
+        encoded: list[tuple[bytes, ...]] = []
         lengths: list[int] = []
         for i, (segment, budget) in enumerate(zip(segments, budgets, strict=True)):
             if (
@@ -244,8 +244,10 @@ class ChatRenderer:
 
     def _message_json(
         self, segment: Segment, budget: int, scope_key: str, session_id: str, marker_words: str, *, first: bool
-    ) -> list[bytes]:
-        """`_content`'s message as pieces of the JSON `msgspec` writes for it (after a comma unless `first`)."""
+    ) -> tuple[bytes, ...]:
+        """`_content`'s message as pieces of the JSON `msgspec` writes for it (after a comma unless `first`): a tuple
+        of bytes, which the garbage collector stops tracking at its first look (a message's list of a few thousand
+        pieces was walked at every collection of its generation while the agent lived)."""
         bs = self.block_size
         whole = min(len(segment.hash_ids), budget // bs)
         parts = [self._opens[segment.role, first], self._head_json]
@@ -259,7 +261,7 @@ class ChatRenderer:
         elif rest > 0:
             parts.append(_escaped(self.filler_text(session_id, segment.filler_key, rest)))
         parts.append(b'"}')
-        return parts
+        return tuple(parts)
 
     def _message_text(self, segment: Segment, budget: int, scope_key: str, session_id: str) -> str:
         """The head, then `budget` tokens of the segment: whole blocks, a cut block, filler (extended if the

@@ -24,4 +24,4 @@ def spliced(encoded: bytes, value: Pieces) -> Body:
     head, hole, tail = encoded.partition(b"\0")
     if not hole:
         return encoded
-    return Pieces([head, *value.parts, tail], len(head) + value.length + len(tail))
+    return Pieces((head, *value.parts, tail), len(head) + value.length + len(tail))

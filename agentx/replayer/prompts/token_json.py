@@ -17,6 +17,8 @@ byte:
 
 from __future__ import annotations
 
+import itertools
+
 from agentx.replayer.http.http1 import Pieces
 from agentx.replayer.prompts.block_text import BlockText
 from agentx.replayer.prompts.tokens import BlockTokens, common_prefix_length
@@ -34,7 +36,9 @@ class PromptText:
 
     __slots__ = ("covered", "ends", "marker", "pieces")
 
-    def __init__(self, pieces: list[bytes], ends: list[int], covered: tuple[int, ...], marker: bytes) -> None:
+    def __init__(
+        self, pieces: tuple[bytes, ...], ends: tuple[int, ...], covered: tuple[int, ...], marker: bytes
+    ) -> None:
         self.pieces = pieces
         self.ends = ends
         """`ends[k]`: the length of the first k + 1 pieces."""
@@ -43,14 +47,10 @@ class PromptText:
 
     def json(self) -> Pieces:
         """The list's JSON text in pieces, in order: the last id's comma becomes the closing bracket."""
-        pieces: list[bytes | memoryview] = list(self.pieces)
-        length = self.ends[-1] + 1
-        last = pieces[-1]
+        pieces, last = self.pieces, self.pieces[-1]
         if last[-1:] == b",":
-            pieces[-1] = memoryview(last)[:-1]
-            length -= 1
-        pieces.append(b"]")
-        return Pieces(pieces, length)
+            return Pieces((*pieces[:-1], last[:-1], b"]"), self.ends[-1])
+        return Pieces((*pieces, b"]"), self.ends[-1] + 1)
 
 
 def prompt_text(
@@ -71,14 +71,16 @@ def prompt_text(
         assert previous is not None
         pieces, ends = previous.pieces[: kept + 1], previous.ends[: kept + 1]
     else:
-        pieces = [b"[" + marker_text]
-        ends = [len(pieces[0])]
+        opening = b"[" + marker_text
+        pieces, ends = (opening,), (len(opening),)
     added = ids.block_texts(scope_key, covered[kept:])
     if filler_text:
         added.append(filler_text)
-    end = ends[-1]
-    for piece in added:
-        end += len(piece)
-        ends.append(end)
-    pieces += added
-    return PromptText(pieces, ends, covered, marker_text)
+    # Tuples of bytes and ints: the garbage collector stops tracking them at its first look, where lists of a prompt's
+    # ~2,000 pieces were walked again at every collection of their generation (pauses of several ms at 100 requests/s).
+    return PromptText(
+        pieces + tuple(added),
+        ends + tuple(itertools.accumulate(map(len, added), initial=ends[-1]))[1:],
+        covered,
+        marker_text,
+    )

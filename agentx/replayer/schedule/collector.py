@@ -4,8 +4,8 @@ allocated.
 CPython's automatic collection pauses the event loop at arbitrary moments; every timestamp taken during a
 pause is late (dispatch lag: bench/README.md, Targets). During a replay, `quiet_gc` freezes what set-up built (the
 trace, the plans: never garbage, never walked again) and switches automatic collection off;
-`collect_on_clock` then collects the young generation every 10 ms (once 700 objects were made), a few thousand at
-most, the middle one every 1–10 s, more rarely as its pause grows with the requests in flight, and the oldest one
+`collect_on_clock` then collects the young generation every 10 ms, a few thousand objects at most, the
+middle one every 1–10 s, more rarely as its pause grows with the requests in flight, and the oldest one
 every 10–60 s on the same rule. The run's own code leaves no reference cycles behind per request, so what
 these collections find is what libraries and errors leave; a cycle that reaches the oldest generation (one
 through a long-lived object, such as a pooled connection or a session tree's play) is freed only by a
@@ -26,9 +26,6 @@ from agentx.replayer.schedule.clock import DispatchClock
 
 YOUNG_EVERY_S: Final = 0.01
 """Short enough that a young collection stays under 1 ms at 1,000 requests/s (every 20 ms: up to 2 ms)."""
-YOUNG_MIN_OBJECTS: Final = 700
-"""A young collection is skipped while fewer objects than this were made since the last (CPython's own threshold):
-at a few requests a second, a pass every 10 ms was most of the collector's cost, and found nothing."""
 MIDDLE_EVERY_S: Final = (1.0, 10.0)
 """The middle generation's period bounds; within them the period is `MIDDLE_PAUSE_SHARE`⁻¹ × its last pause."""
 MIDDLE_PAUSE_SHARE: Final = 0.0005
@@ -88,14 +85,11 @@ async def collect_on_clock(clock: DispatchClock | None = None) -> None:
     oldest_due = now + OLDEST_EVERY_S[0]
     while True:
         await asyncio.sleep(YOUNG_EVERY_S)
-        if gc.get_count()[0] < YOUNG_MIN_OBJECTS and time.perf_counter() < middle_due:
-            continue  # too little made since to be worth a pass, nor a gap's wait
         if clock is not None:
             await clock.until_quiet(QUIET_SPAN_NS, YOUNG_EVERY_S)
         started = time.perf_counter()
         if started < middle_due:
-            if gc.get_count()[0] >= YOUNG_MIN_OBJECTS:
-                gc.collect(0)
+            gc.collect(0)
             continue
         generation = 2 if started >= oldest_due else 1
         gc.collect(generation)

@@ -1,12 +1,12 @@
 """CPU-heavy work of a run on worker threads, so the event loop keeps dispatching meanwhile.
 
-Planning a session and building a body are pure Python: tens of µs for a small session or prompt, but over
-100 ms to split and plan the largest session of the AgentX-size corpus and ~10–30 ms to make a 100k-token
-prompt of new blocks. Done on the loop, that holds every lane's dispatch as long (a replay of that corpus at 32
-lanes: dispatch lag p99 35 ms, max 155 ms). `OffLoop.run` does it on a worker thread (one per kind of work, so a
-body never waits behind a plan) and awaits it, so only the request or lane that needs it waits. While one works,
-the interpreter can hand itself between threads every `SWITCH_INTERVAL_S` (the default, 5 ms, would let a
-worker hold it that long), set back once all are idle. That setting is process-wide, so only an `OffLoop` made
+Planning a session is pure Python: tens of µs for a small session, but over 100 ms to split and plan the largest
+session of the AgentX-size corpus. Done on the loop, that holds every lane's dispatch as long (a replay of that corpus
+at 32 lanes: dispatch lag p99 35 ms, max 155 ms). `OffLoop.run` does it on a worker thread (one per kind of work, so
+one kind never waits behind another) and awaits it, so only the lane or tree that needs it waits. (A body's new
+blocks are made on the loop instead, a group at a time: agentx.replayer.schedule.runner, `WARM_GROUP_BLOCKS`.)
+While one works, the interpreter can hand itself between threads every `SWITCH_INTERVAL_S` (the default, 5 ms, would
+let a worker hold it that long), set back once all are idle. That setting is process-wide, so only an `OffLoop` made
 with `fast_switch` (the CLI's, `Runtime.fast_thread_switch`) changes it.
 """
 
@@ -22,8 +22,6 @@ SWITCH_INTERVAL_S: Final = 0.0005
 """The interpreter's thread switch interval while the worker thread runs."""
 OFF_LOOP_REQUESTS: Final = 64
 """Sessions with at least this many requests are planned off the loop."""
-OFF_LOOP_TOKENS: Final = 16384
-"""Completions prompts of at least this many tokens are built off the loop."""
 
 T = TypeVar("T")
 

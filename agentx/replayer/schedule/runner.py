@@ -33,11 +33,12 @@ from agentx.replayer.plan.play import Play, PreparedSession, PreparedTrace, mark
 from agentx.replayer.plan.sent_blocks import SentBlocks
 from agentx.replayer.plan.steps import Step, session_order
 from agentx.replayer.plan.tstar import Snapshot, snapshot, t_star
+from agentx.replayer.prompts.block_text import GROUP_BLOCKS
 from agentx.replayer.schedule import due
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
 from agentx.replayer.schedule.idle import IdleCaps
-from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OFF_LOOP_TOKENS, OffLoop
+from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OffLoop
 from agentx.replayer.schedule.recorder import OnRecord, Recorder
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sending import Sender
@@ -62,6 +63,14 @@ FLUSH_ROWS = 16
 FLUSH_AT_MOST_S = 0.5
 LOOP_LAG_TICK_S = 0.1
 """How often the event-loop lag is sampled."""
+WARM_TOKENS = 16384
+"""A body that writes at least this many tokens its agent's last prompt does not hold (a first turn, a compaction) has
+their blocks' text made first, `WARM_GROUP_BLOCKS` at a time (`Runner._warm`)."""
+WARM_GROUP_BLOCKS = GROUP_BLOCKS
+"""~8k tokens of 64: ~0.3 ms on the loop, the most a due request waits behind a group. On a worker thread instead, the
+text (~4 ms for 80k tokens of new blocks) held the interpreter half the time meanwhile, so every callback on the loop
+took up to twice as long (setup D's open loop at 105 requests/s, a run each: dispatch lag p99 17-21 ms, against 9-12 ms
+this way)."""
 PREFETCH_LEAD_NS = 500_000_000
 """Open-loop trees are planned, and their first turns' blocks made, this long before their arrival, in the
 background: at 15 arrivals/s of AgentX-size sessions that work takes ~10% of the interpreter, which it then spreads
@@ -440,12 +449,20 @@ class Runner:
         return prepared
 
     async def build_body(self, tree: Play, step: Step, phase: Phase) -> tuple[int, Body]:
-        """`step`'s body for `phase` (`bodies.build`), off the loop when it writes many tokens its agent's last prompt
-        does not hold (agentx.replayer.schedule.offloop): a turn that adds little to a long history is assembled on the
-        loop."""
-        if self.bodies.new_tokens(tree, step) < OFF_LOOP_TOKENS:
-            return self.bodies.build(tree, step, phase)
-        return await self.off_loop.run("body", self.bodies.build, tree, step, phase)
+        """`step`'s body for `phase` (`bodies.build`). When it writes many tokens its agent's last prompt does not hold,
+        their blocks' text is made first, a group at a time (`_warm`); the body is then assembled from it at once."""
+        if self.bodies.new_tokens(tree, step) >= WARM_TOKENS:
+            await self._warm(tree.prepared, (step.index,))
+        return self.bodies.build(tree, step, phase)
+
+    async def _warm(self, prepared: PreparedSession, indices: Iterable[int]) -> None:
+        """Make the text of the blocks the steps `indices` of `prepared` carry, `WARM_GROUP_BLOCKS` blocks at a time
+        on the loop, letting what is due go between groups."""
+        for index in indices:
+            scope_key, hash_ids = self.bodies.step_blocks(prepared, index)
+            for start in range(0, len(hash_ids), WARM_GROUP_BLOCKS):
+                self.bodies.warm_blocks(scope_key, hash_ids[start : start + WARM_GROUP_BLOCKS])
+                await asyncio.sleep(0)
 
     def _marker(self, index: int, lane: int) -> str | None:
         """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
@@ -616,7 +633,7 @@ class Runner:
         the runner would plan off the loop, or a first prompt it would build there."""
         session = self.trace.sessions[index]
         first = session.root.requests[0].in_tokens if session.root.requests else 0
-        if index in self._prefetching or (session.request_count < OFF_LOOP_REQUESTS and first < OFF_LOOP_TOKENS):
+        if index in self._prefetching or (session.request_count < OFF_LOOP_REQUESTS and first < WARM_TOKENS):
             return
         self._prefetching.add(index)
         task = asyncio.get_running_loop().create_task(self._prefetched_session(index))
@@ -635,12 +652,11 @@ class Runner:
             if self.options.runtime.quiet_gc:
                 freeze_new()
         steps = prepared.plan.steps
-        roots = [index for index in prepared.plan.roots if steps[index].delay_s == 0]
-        await self.off_loop.run("body", self.bodies.warm, prepared, roots)
+        await self._warm(prepared, [index for index in prepared.plan.roots if steps[index].delay_s == 0])
 
     async def _arrivals(self, load: TraceLoad | RateLoad, start_ns: int) -> None:
         """Open loop: start each tree at its arrival time, counted from `start_ns`, whatever is still in flight (no
-        lanes); each is planned, and its first turns' blocks made, `PREFETCH_LEAD_NS` ahead (`_prefetch`)."""
+        lanes); each is planned, and its first bodies built, `PREFETCH_LEAD_NS` ahead (`_ready_tree`)."""
         options = self.options
         shard_index, shard_count = options.runtime.shard
         if isinstance(load, TraceLoad):
@@ -651,29 +667,40 @@ class Runner:
         # The schedule starts one lead after the start, so that the first trees' bodies are built before they are due.
         origin_ns = start_ns + ARRIVAL_LEAD_NS
         arrivals = itertools.islice(enumerate(schedule), shard_index, None, shard_count)
-        ahead: collections.deque[tuple[int, int, int]] = collections.deque()
-        """(position, due, session index) of the arrivals prefetched, in order."""
+        ahead: collections.deque[tuple[int, asyncio.Task[Play] | None]] = collections.deque()
+        """(due, its tree being set up) of the arrivals within the lead, in order; None past the tree limit."""
         async with asyncio.TaskGroup() as trees:
             while True:
                 horizon_ns = time.perf_counter_ns() + PREFETCH_LEAD_NS
-                while not ahead or ahead[-1][1] < horizon_ns:
+                while not ahead or ahead[-1][0] < horizon_ns:
                     arrival = next(arrivals, None)
                     if arrival is None:
                         break
                     position, (offset_s, index) = arrival
-                    ahead.append((position, origin_ns + int(offset_s * 1e9), index))
-                    if self.tree_limit is None or self.trees_started + len(ahead) <= self.tree_limit:
-                        self._prefetch(index)
+                    ready = None
+                    if self.tree_limit is None or self.trees_started + len(ahead) < self.tree_limit:
+                        marker = self._marker(index, -1)  # drawn in arrival order, whichever tree is ready first
+                        ready = trees.create_task(self._ready_tree(index, position, marker))
+                    ahead.append((origin_ns + int(offset_s * 1e9), ready))
                 if not ahead or (self.tree_limit is not None and self.trees_started >= self.tree_limit):
                     break
-                position, due_ns, index = ahead.popleft()
-                # Wake a little early: the tree's first body is built before its due time, not after.
-                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                due_ns, ready = ahead.popleft()
+                # Wake a little early: a tree not ready yet (a plan or a build still on a worker thread) has that long.
+                if ready is None or await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                    break
+                play = await ready
+                if self.stopped.is_set():
                     break
                 self.trees_started += 1
-                play = self._play(self._prepared(index), -1, position, self._marker(index, -1))
                 play.begin(due_ns)
                 trees.create_task(self._run_play(play))
+
+    async def _ready_tree(self, index: int, position: int, marker: str | None) -> Play:
+        """An open-loop tree set up ahead of its arrival: planned (a large session on a worker thread) and the bodies
+        it sends first built, so that several arriving close together do not queue behind each other's builds."""
+        play = self._play(await self._prepared_off_loop(index), -1, position, marker)
+        await self._prebuild([play], "profiling" if self.gate.started.is_set() else "warmup")
+        return play
 
     async def _run_play(self, tree: Play) -> None:
         """Play `tree`, begun already (its clock set to when it was due)."""
