@@ -631,9 +631,7 @@ class Runner:
         """Plan session `index` and make the text of its first turns' blocks on the worker threads, in the
         background (unless that is under way), when that is work enough to be worth a thread's round trip: a session
         the runner would plan off the loop, or a first prompt it would build there."""
-        session = self.trace.sessions[index]
-        first = session.root.requests[0].in_tokens if session.root.requests else 0
-        if index in self._prefetching or (session.request_count < OFF_LOOP_REQUESTS and first < WARM_TOKENS):
+        if index in self._prefetching or not self._worth_ahead(index):
             return
         self._prefetching.add(index)
         task = asyncio.get_running_loop().create_task(self._prefetched_session(index))
@@ -644,6 +642,13 @@ class Runner:
             self._prefetching.discard(index)
 
         task.add_done_callback(done)
+
+    def _worth_ahead(self, index: int) -> bool:
+        """Whether session `index` is work enough to set up ahead (a thread's round trip, a task): one the runner
+        plans off the loop, or whose first prompt it builds a group of blocks at a time."""
+        session = self.trace.sessions[index]
+        first = session.root.requests[0].in_tokens if session.root.requests else 0
+        return session.request_count >= OFF_LOOP_REQUESTS or first >= WARM_TOKENS
 
     async def _prefetched_session(self, index: int) -> None:
         prepared = self.prepared.cached(index)
@@ -656,7 +661,7 @@ class Runner:
 
     async def _arrivals(self, load: TraceLoad | RateLoad, start_ns: int) -> None:
         """Open loop: start each tree at its arrival time, counted from `start_ns`, whatever is still in flight (no
-        lanes); each is planned, and its first bodies built, `PREFETCH_LEAD_NS` ahead (`_ready_tree`)."""
+        lanes); a large one is planned, and its first bodies built, `PREFETCH_LEAD_NS` ahead (`_ready_tree`)."""
         options = self.options
         shard_index, shard_count = options.runtime.shard
         if isinstance(load, TraceLoad):
@@ -667,37 +672,45 @@ class Runner:
         # The schedule starts one lead after the start, so that the first trees' bodies are built before they are due.
         origin_ns = start_ns + ARRIVAL_LEAD_NS
         arrivals = itertools.islice(enumerate(schedule), shard_index, None, shard_count)
-        ahead: collections.deque[tuple[int, asyncio.Task[Play] | None]] = collections.deque()
-        """(due, its tree being set up) of the arrivals within the lead, in order; None past the tree limit."""
+        ahead: collections.deque[tuple[int, int, int, str | None, asyncio.Task[Play] | None]] = collections.deque()
+        """(due, position, session index, marker, its tree being set up when that is worth doing ahead) of the
+        arrivals within the lead, in order, up to the tree limit."""
         async with asyncio.TaskGroup() as trees:
             while True:
                 horizon_ns = time.perf_counter_ns() + PREFETCH_LEAD_NS
                 while not ahead or ahead[-1][0] < horizon_ns:
                     arrival = next(arrivals, None)
-                    if arrival is None:
+                    if arrival is None or (
+                        self.tree_limit is not None and self.trees_started + len(ahead) >= self.tree_limit
+                    ):
                         break
                     position, (offset_s, index) = arrival
-                    ready = None
-                    if self.tree_limit is None or self.trees_started + len(ahead) < self.tree_limit:
-                        marker = self._marker(index, -1)  # drawn in arrival order, whichever tree is ready first
-                        ready = trees.create_task(self._ready_tree(index, position, marker))
-                    ahead.append((origin_ns + int(offset_s * 1e9), ready))
+                    marker = self._marker(index, -1)  # drawn in arrival order, whichever tree is ready first
+                    ready = (
+                        trees.create_task(self._ready_tree(index, position, marker))
+                        if self._worth_ahead(index)
+                        else None
+                    )
+                    ahead.append((origin_ns + int(offset_s * 1e9), position, index, marker, ready))
                 if not ahead or (self.tree_limit is not None and self.trees_started >= self.tree_limit):
                     break
-                due_ns, ready = ahead.popleft()
-                # Wake a little early: a tree not ready yet (a plan or a build still on a worker thread) has that long.
-                if ready is None or await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
+                due_ns, position, index, marker, ready = ahead.popleft()
+                # Wake a little early: a small tree is planned then, a large one not ready yet has that long.
+                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
                     break
-                play = await ready
-                if self.stopped.is_set():
-                    break
+                if ready is None:
+                    play = self._play(self._prepared(index), -1, position, marker)
+                else:
+                    play = await ready
+                    if self.stopped.is_set():
+                        break
                 self.trees_started += 1
                 play.begin(due_ns)
                 trees.create_task(self._run_play(play))
 
     async def _ready_tree(self, index: int, position: int, marker: str | None) -> Play:
-        """An open-loop tree set up ahead of its arrival: planned (a large session on a worker thread) and the bodies
-        it sends first built, so that several arriving close together do not queue behind each other's builds."""
+        """A large open-loop tree set up ahead of its arrival: planned (a long session on a worker thread) and the
+        bodies it sends first built, so that several arriving close together do not queue behind each other's builds."""
         play = self._play(await self._prepared_off_loop(index), -1, position, marker)
         await self._prebuild([play], "profiling" if self.gate.started.is_set() else "warmup")
         return play
