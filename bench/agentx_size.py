@@ -21,7 +21,7 @@ while it runs. Modes:
   sessions (each resumed mid-conversation, as AgentX resumes a lane at its t*, so that contexts are AgentX-size from
   the first request on): 16 lanes, no think time, every lane due at the start;
 - *rate*: `--mode rate --rate R --delay-scale 0` over windows of 8 consecutive turns of the same sessions (a session
-  arrives mid-conversation, with the context it had there), so that ~R × 7.7 requests a second (15 sessions/s: ~115
+  arrives mid-conversation, with the context it had there), so that ~R × 7 requests a second (15 sessions/s: ~105
   requests/s) reach a steady state within ~9 s; its window starts 12 s after the first request.
 
 Figures, each beside its target (never a failure):
@@ -37,7 +37,7 @@ Figures, each beside its target (never a failure):
 - peak RSS (`VmHWM`) of the client's main process, and of its whole tree for `--workers`.
 
 Usage: .venv/bin/python bench/agentx_size.py [--modes closed,rate] [--apis completions,chat] [--repeat 2]
-           [--duration 40] [--rate 12.5] [--workers 1,2] [--harness] [--tokens-per-chunk 4] [--out bench/out/setup_d]
+           [--duration 40] [--rate 15] [--workers 1,2] [--harness] [--tokens-per-chunk 4] [--out bench/out/setup_d]
 """
 
 from __future__ import annotations
