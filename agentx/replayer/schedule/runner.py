@@ -72,9 +72,10 @@ text (~4 ms for 80k tokens of new blocks) held the interpreter half the time mea
 took up to twice as long (setup D's open loop at 105 requests/s, a run each: dispatch lag p99 17-21 ms, against 9-12 ms
 this way)."""
 PREFETCH_LEAD_NS = 500_000_000
-"""Open-loop trees are planned, and their first turns' blocks made, this long before their arrival, in the
+"""Large open-loop trees are planned, and their first bodies built, this long before their arrival, in the
 background: at 15 arrivals/s of AgentX-size sessions that work takes ~10% of the interpreter, which it then spreads
-over a half second instead of the arrival's last 20 ms (bench/README.md, setup D)."""
+over a half second instead of the arrival's last 20 ms, and arrivals close together no longer wait for each other's
+builds (bench/README.md, setup D)."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (bench/README.md, setup C: dispatch lag p99 2.7 → 1.9 ms)."""
@@ -438,6 +439,10 @@ class Runner:
     async def _prepared_off_loop(self, index: int) -> PreparedSession:
         """`_prepared`, a large session not planned yet planned off the loop (agentx.replayer.schedule.offloop)."""
         self.played.add(index)
+        return await self._planned(index)
+
+    async def _planned(self, index: int) -> PreparedSession:
+        """Session `index` planned, off the loop when large and not planned yet; not counted as played."""
         cached = self.prepared.cached(index)
         if cached is not None:
             return cached
@@ -628,9 +633,8 @@ class Runner:
             self._prefetch(upcoming[1])
 
     def _prefetch(self, index: int) -> None:
-        """Plan session `index` and make the text of its first turns' blocks on the worker threads, in the
-        background (unless that is under way), when that is work enough to be worth a thread's round trip: a session
-        the runner would plan off the loop, or a first prompt it would build there."""
+        """Plan session `index` (a long one on a worker thread) and make the text of its first turns' blocks (a group
+        at a time), in the background, unless that is under way or not work enough (`_worth_ahead`)."""
         if index in self._prefetching or not self._worth_ahead(index):
             return
         self._prefetching.add(index)
@@ -704,6 +708,7 @@ class Runner:
                     play = await ready
                     if self.stopped.is_set():
                         break
+                    self.played.add(index)
                 self.trees_started += 1
                 play.begin(due_ns)
                 trees.create_task(self._run_play(play))
@@ -711,7 +716,7 @@ class Runner:
     async def _ready_tree(self, index: int, position: int, marker: str | None) -> Play:
         """A large open-loop tree set up ahead of its arrival: planned (a long session on a worker thread) and the
         bodies it sends first built, so that several arriving close together do not queue behind each other's builds."""
-        play = self._play(await self._prepared_off_loop(index), -1, position, marker)
+        play = self._play(await self._planned(index), -1, position, marker)
         await self._prebuild([play], "profiling" if self.gate.started.is_set() else "warmup")
         return play
 
