@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from agentx.records.record import RequestRecord, read_records, to_records
 from agentx.replayer.http.http1 import Body
-from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, TraceLoad
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
@@ -50,12 +51,12 @@ def _session(session_id: str, turns: int, base: int) -> Session:
 
 
 def _replay(
-    sim: SimServer, out: Path, trace: Trace, lanes: int, sessions: int
+    sim: SimServer, out: Path, trace: Trace, lanes: int, sessions: int, open_loop: bool = False
 ) -> tuple[RunResult, list[RequestRecord]]:
     options = ReplayOptions(
         server=Server(url=sim.url, model=sim.model),
         out_dir=out,
-        load=ClosedLoad(concurrency=lanes),
+        load=TraceLoad() if open_loop else ClosedLoad(concurrency=lanes),
         scenario=Scenario(delay_scale=0.0, sessions=sessions),
         runtime=Runtime(grace_s=5.0),
     )
@@ -64,15 +65,15 @@ def _replay(
     return result, records
 
 
-def _slow_builds(monkeypatch: pytest.MonkeyPatch, slow: Any) -> None:
-    """Builds whose blocks take `SLOW_S` to make where `slow(prepared, step)` says so, in groups between which the loop
-    goes on (so the timestamps it takes meanwhile stay right)."""
+def _slow_builds(monkeypatch: pytest.MonkeyPatch, slow: Any, seconds: float = SLOW_S) -> None:
+    """Builds whose blocks take `seconds` to make where `slow(prepared, step)` says so, in groups between which the
+    loop goes on (so the timestamps it takes meanwhile stay right)."""
     real_warm = runner_module.Runner._warm
 
     async def warm(self: runner_module.Runner, prepared: Any, indices: Any) -> None:
         indices = list(indices)
         if any(slow(prepared, prepared.plan.steps[index]) for index in indices):
-            await asyncio.sleep(SLOW_S)
+            await asyncio.sleep(seconds)
         await real_warm(self, prepared, indices)
 
     monkeypatch.setattr(runner_module.Runner, "_warm", warm)
@@ -128,3 +129,20 @@ def test_lanes_due_together_go_together_however_long_their_bodies_take(
     assert len({record.scheduled_ns for record in firsts}) == 1  # one origin
     assert max(record.sent_ns for record in firsts) - min(record.sent_ns for record in firsts) < 50_000_000
     assert all(record.dispatch_lag_s < 0.05 for record in firsts)
+
+
+def test_open_loop_trees_arriving_together_are_built_ahead_and_go_out_when_due(
+    sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four trees arriving within 30 ms, a second into the run, whose first bodies take 0.3 s each: set up half a
+    second ahead of their arrival, all four go out when due (made as each arrives, each would be ~0.3 s late)."""
+    _slow_builds(monkeypatch, lambda prepared, step: prepared.plan.session_id != "first" and step.turn == 0, 0.3)
+    sessions = [_session("first", 1, 0)]
+    for i in range(4):
+        late = _session(f"s{i}", 2, 100 * (i + 1))
+        requests = [msgspec.structs.replace(request, t=request.t + 1.0 + 0.01 * i) for request in late.root.requests]
+        sessions.append(Session(session_id=late.session_id, root=Agent(requests=requests)))
+    _, records = _replay(sim, tmp_path / "run", Trace(sessions=sessions, block_size=BLOCK), 1, 5, open_loop=True)
+    firsts = [record for record in records if record.turn == 0 and record.session_id != "first"]
+    assert len(firsts) == 4
+    assert all(record.dispatch_lag_s < 0.1 for record in firsts), [record.dispatch_lag_s for record in firsts]

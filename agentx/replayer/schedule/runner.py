@@ -14,6 +14,7 @@ import datetime
 import itertools
 import logging
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -72,10 +73,10 @@ text (~4 ms for 80k tokens of new blocks) held the interpreter half the time mea
 took up to twice as long (setup D's open loop at 105 requests/s, a run each: dispatch lag p99 17-21 ms, against 9-12 ms
 this way)."""
 PREFETCH_LEAD_NS = 500_000_000
-"""Large open-loop trees are planned, and their first bodies built, this long before their arrival, in the
-background: at 15 arrivals/s of AgentX-size sessions that work takes ~10% of the interpreter, which it then spreads
-over a half second instead of the arrival's last 20 ms, and arrivals close together no longer wait for each other's
-builds (bench/README.md, setup D)."""
+"""Large open-loop trees are planned, and their first bodies built, between half this and this long before their
+arrival, in the background: at 15 arrivals/s of AgentX-size sessions that work takes ~10% of the interpreter, which
+it then spreads over a quarter to a half second instead of the arrival's last 20 ms, and arrivals close together no
+longer wait for each other's builds (bench/README.md, setup D)."""
 ARRIVAL_LEAD_NS = 20_000_000
 """Open-loop trees are set up this long before their arrival, so a late wake-up of the arrivals loop or a
 long first body (~100k tokens) does not delay the send (bench/README.md, setup C: dispatch lag p99 2.7 → 1.9 ms)."""
@@ -679,16 +680,16 @@ class Runner:
         ahead: collections.deque[tuple[int, int, int, str | None, asyncio.Task[Play] | None]] = collections.deque()
         """(due, position, session index, marker, its tree being set up when that is worth doing ahead) of the
         arrivals within the lead, in order, up to the tree limit."""
+        upcoming = next(arrivals, None)
         async with asyncio.TaskGroup() as trees:
             while True:
+                # Set up every arrival within the lead, up to the tree limit.
                 horizon_ns = time.perf_counter_ns() + PREFETCH_LEAD_NS
-                while not ahead or ahead[-1][0] < horizon_ns:
-                    arrival = next(arrivals, None)
-                    if arrival is None or (
-                        self.tree_limit is not None and self.trees_started + len(ahead) >= self.tree_limit
-                    ):
+                while upcoming is not None and origin_ns + int(upcoming[1][0] * 1e9) < horizon_ns:
+                    if self.tree_limit is not None and self.trees_started + len(ahead) >= self.tree_limit:
+                        upcoming = None
                         break
-                    position, (offset_s, index) = arrival
+                    position, (offset_s, index) = upcoming
                     marker = self._marker(index, -1)  # drawn in arrival order, whichever tree is ready first
                     ready = (
                         trees.create_task(self._ready_tree(index, position, marker))
@@ -696,12 +697,20 @@ class Runner:
                         else None
                     )
                     ahead.append((origin_ns + int(offset_s * 1e9), position, index, marker, ready))
-                if not ahead or (self.tree_limit is not None and self.trees_started >= self.tree_limit):
+                    upcoming = next(arrivals, None)
+                if not ahead and upcoming is None:
                     break
+                # Wake a little early for the next arrival (a small tree is planned then, a large one not ready yet
+                # has that long), or when the one after it is half a lead away, whichever is first: a tree is set up
+                # between half a lead and a lead ahead, and dense arrivals cost no wake-ups of their own.
+                wake_ns = ahead[0][0] - ARRIVAL_LEAD_NS if ahead else sys.maxsize
+                if upcoming is not None:
+                    wake_ns = min(wake_ns, origin_ns + int(upcoming[1][0] * 1e9) - PREFETCH_LEAD_NS // 2)
+                if await self._sleep_until(wake_ns):
+                    break
+                if not ahead or time.perf_counter_ns() < ahead[0][0] - ARRIVAL_LEAD_NS:
+                    continue
                 due_ns, position, index, marker, ready = ahead.popleft()
-                # Wake a little early: a small tree is planned then, a large one not ready yet has that long.
-                if await self._sleep_until(due_ns - ARRIVAL_LEAD_NS):
-                    break
                 if ready is None:
                     play = self._play(self._prepared(index), -1, position, marker)
                 else:
