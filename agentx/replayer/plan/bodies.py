@@ -100,7 +100,7 @@ class BodyBuilder:
         previous = tree.last_text(step.agent_id)
         if isinstance(previous, PromptText):
             hash_ids = tree.prepared.hash_ids[step.index]
-            covered = min(len(hash_ids), request.in_tokens // self.block_size)
+            covered = self._whole_blocks(hash_ids, request.in_tokens)
             return request.in_tokens - common_prefix_length(previous.covered, hash_ids[:covered]) * self.block_size
         if isinstance(previous, MessagesText):
             # Its last message is written again too: no longer last, it gives up only its own template tokens.
@@ -110,8 +110,12 @@ class BodyBuilder:
     def step_blocks(self, prepared: PreparedSession, index: int) -> tuple[str, Sequence[int]]:
         """The scope key and hash ids of the whole blocks step `index` of `prepared` carries."""
         hash_ids = prepared.hash_ids[index]
-        covered = hash_ids[: min(len(hash_ids), prepared.plan.steps[index].request.in_tokens // self.block_size)]
-        return (prepared.plan.session_id if self.session_scope else ""), covered
+        covered = self._whole_blocks(hash_ids, prepared.plan.steps[index].request.in_tokens)
+        return (prepared.plan.session_id if self.session_scope else ""), hash_ids[:covered]
+
+    def _whole_blocks(self, hash_ids: Sequence[int], in_tokens: int) -> int:
+        """How many of a prompt's `hash_ids` it carries whole: the rest of its `in_tokens` is filler."""
+        return min(len(hash_ids), in_tokens // self.block_size)
 
     def warm_blocks(self, scope_key: str, hash_ids: Sequence[int]) -> None:
         """Make and cache the text of `hash_ids`' blocks not cached yet, so that a body that carries them is assembled
@@ -137,7 +141,7 @@ class BodyBuilder:
         # The prompt of `prompt_token_ids` (agentx.replayer.prompts.tokens), written as text.
         in_tokens = step.request.in_tokens
         hash_ids = tree.prepared.hash_ids[step.index]
-        covered = min(len(hash_ids), in_tokens // self.block_size)
+        covered = self._whole_blocks(hash_ids, in_tokens)
         rest = in_tokens - covered * self.block_size
         filler_text = b""
         if rest > 0:
