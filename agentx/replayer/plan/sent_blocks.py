@@ -146,7 +146,10 @@ class SentBlocks:
         name = play.prepared.plan.session_id if self.session_scope else ""
         # An agent's turn resends its last prompt's leading ids, which every table it reaches holds since: only the
         # ids past them are looked up, so a turn costs what it adds, not its whole context.
-        last = self._last.setdefault(id(play), (play, {}))[1]
+        held = self._last.get(id(play))
+        if held is None:
+            held = self._last[id(play)] = (play, {})
+        last = held[1]
         previous = last.get(step.agent_id)
         known = 0 if previous is None else common_prefix_length(previous, ids)
         last[step.agent_id] = ids
