@@ -191,9 +191,11 @@ def test_chat_prompts_are_exactly_what_agentx_meant(agentx_chat: Run) -> None:
 
 
 def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run, spec_a: VllmServer) -> None:
-    """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same; the replay's own
-    bound (an infinite cache of what the run sent) holds every request's hit within what the two block grids
-    explain (`grid_slack`)."""
+    """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same, over the profiling
+    window as agentx scraped them and over the whole run as the test scraped them around it (warmup included, so
+    each against the usage of its own requests: CI saw the two windows differ by 0.012); the replay's own bound (an
+    infinite cache of what the run sent) holds every request's hit within what the two block grids explain
+    (`grid_slack`)."""
     records = agentx_chat.records()
     cache = agentx_chat.run_file["summary"]["cache"]
     ok_records = [r for r in records if r.status == "ok" and r.phase == "profiling"]
@@ -201,15 +203,17 @@ def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run, spec_a: Vll
     prompt = sum(r.isl_server_tokens or 0 for r in ok_records)
     assert all(r.cached_tokens is not None for r in ok_records)
     assert cache["usage_hit_rate"] == pytest.approx(cached / prompt, rel=1e-9)
+    whole_run = [r for r in records if r.status == "ok"]
+    whole_run_usage = sum(r.cached_tokens or 0 for r in whole_run) / sum(r.isl_server_tokens or 0 for r in whole_run)
     hits = delta(agentx_chat.before, agentx_chat.after, HITS)
     queries = delta(agentx_chat.before, agentx_chat.after, QUERIES)
     print(
-        f"hit: usage {cache['usage_hit_rate']:.4f}, vLLM counters {hits / queries:.4f} (this run's delta), "
-        f"agentx's counters {cache['server_hit_rate']:.4f}, the replay's bound {cache['replayed_hit_rate']:.4f}, "
-        f"the trace's per turn {cache['theoretical_hit_rate']:.4f}"
+        f"hit: usage {cache['usage_hit_rate']:.4f}, agentx's counters {cache['server_hit_rate']:.4f} (profiling); "
+        f"usage {whole_run_usage:.4f}, vLLM counters {hits / queries:.4f} (the whole run); the replay's bound "
+        f"{cache['replayed_hit_rate']:.4f}, the trace's per turn {cache['theoretical_hit_rate']:.4f}"
     )
-    assert cache["server_hit_rate"] == pytest.approx(hits / queries, abs=0.01)
     assert cache["usage_hit_rate"] == pytest.approx(cache["server_hit_rate"], abs=0.01)
+    assert whole_run_usage == pytest.approx(hits / queries, abs=0.01)
     below, above = grid_slack(vllm_block_size(spec_a))
     for record in records:  # warmup requests too: they fill the cache the profiling ones hit
         if record.status != "ok":
