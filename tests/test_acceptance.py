@@ -34,6 +34,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 TOLERANCE = 0.05
 PAIRS = [(al, k) for k in (1, 3, 7) for al in (1.0, 1.84, 3.0, 3.78, 6.0) if al <= k + 1]

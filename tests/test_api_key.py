@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from agentx.cli import main
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 KEY = "sk-cli-key-5f1e0c2a9b7d"
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.records.record import read_records, to_records
 from agentx.replayer.options.replay import RateLoad, ReplayOptions, Scenario, Server, TraceLoad
@@ -18,6 +19,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 MOONCAKE = Path(__file__).parent.parent / "traces" / "sample.mooncake.jsonl"
 
@@ -35,7 +38,7 @@ def test_trace_arrivals_follow_recorded_starts_divided_by_the_speedup() -> None:
         trace_arrivals(trace, speedup=0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.floats(1.0, 1000.0), st.floats(0.2, 5.0), st.integers(0, 10))
 def test_rate_arrivals_have_the_asked_mean_rate(rate: float, burstiness: float, seed: int) -> None:
     offsets = np.array(list(itertools.islice(rate_arrivals(rate, burstiness, seed), 20_000)))

@@ -15,6 +15,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
+from strategies import examples
 from strategies import traces as trace_strategy
 
 from agentx.errors import TraceError
@@ -107,7 +108,7 @@ def small_trace() -> Trace:
 # round trips
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(trace_strategy())
 def test_model_to_arrow_to_model(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +117,7 @@ def test_model_to_arrow_to_model(trace: Trace) -> None:
         assert arrow.read_arrow(path) == trace
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(trace_strategy())
 def test_model_to_parquet_to_model(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +126,7 @@ def test_model_to_parquet_to_model(trace: Trace) -> None:
         assert arrow.read_arrow(path) == trace
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(trace_strategy())
 def test_table_round_trip_in_memory(trace: Trace) -> None:
     table = arrow.to_table(trace)

@@ -26,6 +26,8 @@ from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 MS = 1_000_000
 S = 1_000_000_000
 SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import traces
+from strategies import examples, traces
 
 from agentx.records.record import Phase
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Scenario, Server
@@ -142,7 +142,9 @@ def _shorter(trace: Trace) -> Trace:
     return trace
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(
     trace=traces(max_sessions=2).map(_shorter),
     api=st.sampled_from(["completions", "chat"]),

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from agentx.cli import main
 from agentx.trace.io import detect_format, load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BOM = b"\xef\xbb\xbf"
 SAMPLES = Path(__file__).resolve().parent.parent / "traces"
 

@@ -36,6 +36,8 @@ from agentx.replayer.schedule.warmup import ProfilingGate
 from agentx.trace.formats.arrow import arrow_bytes, from_arrow_bytes
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FAST = ["--sim-time-scale", "0.001", "--delay-scale", "0"]
 PROGRESS_EVERY_S = {"AGENTX_PROGRESS_INTERVAL_S": "0.5"}

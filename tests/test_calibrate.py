@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.errors import CalibrationError
 from agentx.records.record import read_records, to_records
@@ -35,6 +36,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import get_tokenizer
 from agentx.trace.io import load_trace
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 
 class SimCounter:
@@ -151,7 +154,7 @@ segments = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(segments, st.integers(-150, 200), st.booleans())
 def test_rendered_messages_count_as_predicted(raw: list[tuple[str, list[int], int]], slack: int, toy: bool) -> None:
     counter = ToyBpeCounter() if toy else SimCounter()

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from strategies import examples
 from strategies import traces as trace_strategy
 
 from agentx.replayer.plan.steps import plan_session
@@ -192,7 +193,7 @@ def explicit_sessions(draw: st.DrawFn) -> Session:
 
 
 @given(explicit_sessions())
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_any_flattened_explicit_tree_splits_back_to_itself(explicit: Session) -> None:
     result = split(flatten(explicit))
     assert shape(result) == shape(explicit)
@@ -201,7 +202,7 @@ def test_any_flattened_explicit_tree_splits_back_to_itself(explicit: Session) ->
 
 
 @given(trace_strategy(max_sessions=2))
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_splitting_any_valid_trace_only_moves_requests(trace: Trace) -> None:
     result, report = split_trace(trace)
     assert [f for f in validate(result) if f.severity == "error"] == []
@@ -483,7 +484,7 @@ def test_chained_compactions_collapse_into_one_chain_and_a_worker_absorbs_its_ow
     assert [[r.t for r in a.requests] for a in result.root.subagents] == [[2, 3, 6]]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     tails=st.lists(st.lists(st.integers(min_value=-2, max_value=3), max_size=6).map(tuple), max_size=12),
     h=st.lists(st.integers(min_value=-2, max_value=3), min_size=1, max_size=7).map(tuple),

@@ -17,6 +17,8 @@ from agentx.cli import main
 from agentx.records.record import read_records
 from agentx.trace.io import load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 TRACE: dict[str, Any] = {
     "id": "abc",
     "models": ["m"],

@@ -15,6 +15,8 @@ from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 
 @pytest.fixture
 def unknown(tmp_path: Path) -> Path:

@@ -18,6 +18,8 @@ from agentx.replayer.http.client import Client, Exchange, ModelNotServed, Server
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 T = TypeVar("T")
 SECRET = "sk-test-0123456789-secret"
 MAX_MODEL_LEN = 4096

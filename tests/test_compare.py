@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from flat import replay_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx import replay_sync
 from agentx.cli import main
@@ -33,6 +34,8 @@ from agentx.sim.engine.config import EngineConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 
 
@@ -40,7 +43,7 @@ BLOCK = 16
 # the bootstrap's statistics equal those of the resampled sample built out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40),
     clusters=st.integers(1, 6),

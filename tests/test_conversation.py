@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.replayer.prompts.conversation import ChatTurn, Conversation, Segment
 from agentx.trace.formats.weka_reader import read_weka
@@ -367,7 +368,7 @@ def check_turn(turn: ChatTurn, step: Step, block_size: int, index: int, previous
         assert segments[-1].filler_key == f"k:turn_{index}"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(session=sessions())
 def test_invariants_over_random_sessions(session: tuple[int, int, list[Step]]) -> None:
     block_size, prefix_blocks, steps = session
@@ -384,7 +385,7 @@ def test_invariants_over_random_sessions(session: tuple[int, int, list[Step]]) -
         previous = turn
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(session=sessions())
 def test_replaying_a_session_is_deterministic(session: tuple[int, int, list[Step]]) -> None:
     block_size, prefix_blocks, steps = session
@@ -394,7 +395,7 @@ def test_replaying_a_session_is_deterministic(session: tuple[int, int, list[Step
         assert first == second
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     block_size=st.integers(min_value=1, max_value=6),
     start=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=6),

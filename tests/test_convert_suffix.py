@@ -13,6 +13,8 @@ from agentx.cli import main
 from agentx.errors import ConfigError
 from agentx.trace.io import detect_format, load_trace, save_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 TRACE = {
     "id": "abc",
     "models": ["m"],

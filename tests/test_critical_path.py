@@ -25,6 +25,8 @@ from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 S = 1_000_000_000
 """One second in ns."""

@@ -32,6 +32,8 @@ from agentx.run.replay import replay_sync
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 SESSIONS = 4
 TURNS = 5

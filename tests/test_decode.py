@@ -14,6 +14,8 @@ from agentx.replayer.options.replay import Connection, DecodeOptions, Server, Sp
 from agentx.run.decode import decode_sync
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 TIME_SCALE = 0.1
 OVERHEAD_S = 0.008
 DECODE_S_PER_TOKEN = 60e-6

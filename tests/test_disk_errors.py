@@ -40,6 +40,8 @@ from agentx.run.replay import RESERVE_FILE, replay_sync
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 RECORDS = "records.arrow"
 

@@ -11,7 +11,11 @@ import tomllib
 import venv
 from pathlib import Path
 
+import pytest
+
 from agentx.distribution import DISTRIBUTION
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

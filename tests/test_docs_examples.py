@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "traces" / "sample.weka.jsonl"
 

@@ -47,6 +47,7 @@ FOREIGN: dict[str, str] = {
     "--num-speculative-tokens": "a server launch script (docs/results.md's --before-level example)",
     # the repository's tools and scripts
     "--strict": "mypy",
+    "--hypothesis-profile": "pytest's Hypothesis plugin (docs/development.md: the fast tier)",
     "--fixture": "scripts/aiperf_export_keys.py",
 }
 """Flags of other tools the documents name, and whose they are."""

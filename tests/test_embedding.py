@@ -18,6 +18,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -20,6 +20,8 @@ from agentx.cli import main
 from agentx.cli.common import EXIT_BAD_INPUT, EXIT_RUN_FAILED, Group, exit_code
 from agentx.errors import AgentxError, ConfigError, RunError, ServerError, StorageError, TraceError
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 KINDS = (TraceError, ConfigError, ServerError, RunError)
 BASES = (StorageError,)
 """Bases of no kind that carry what errors of several kinds share (an OS condition: `OutputUnwritable` is a

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentx.trace.io import load_trace
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--sessions", "2", "--time-scale", "0.01", "--delay-scale", "0"]

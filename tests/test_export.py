@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import record_identity
+from strategies import examples, record_identity
 
 from agentx.cli import main
 from agentx.errors import ExportError
@@ -45,6 +45,8 @@ from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 from scripts import aiperf_export_keys as keys
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 BLOCK = 16
 MS = 1_000_000
@@ -467,7 +469,7 @@ def _records() -> st.SearchStrategy[RequestRecord]:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_records(), max_size=40))
 def test_inferencex_aggregation_equals_summary_on_any_records(records: list[RequestRecord]) -> None:
     records_table = table(records)

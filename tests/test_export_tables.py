@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import record_identity
+from strategies import examples, record_identity
 
 from agentx.cli import main
 from agentx.errors import OutputExists
@@ -26,6 +26,8 @@ from agentx.records.record import COLUMN_NAMES, SCHEMA, RequestRecord, RunInfo, 
 from agentx.records.writer import RecordWriter
 from agentx.results.export.export_run import export_run
 from agentx.results.export.tables import LIST_COLUMNS, csv_table
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"mode": "closed", "seed": 3})
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -113,7 +115,7 @@ def read_csv_back(path: Path) -> pa.Table:
     return table
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(records(), max_size=8))
 def test_parquet_and_csv_round_trip_every_value(tmp_path_factory: pytest.TempPathFactory, batch: list[Any]) -> None:
     run = write_run(tmp_path_factory.mktemp("run"), batch)

@@ -41,6 +41,8 @@ from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = 16
 SEED = 7

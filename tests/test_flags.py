@@ -26,6 +26,8 @@ from agentx.replayer.options.replay import (
     Speculative,
 )
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 SHARED = (Server, Connection, Speculative)
 """Parts every command that talks to a server takes."""

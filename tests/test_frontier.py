@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.results.report.frontier import FrontierOptions, Point, frontier, pareto_front, pchip, pchip_slopes
 
@@ -48,7 +49,7 @@ def decreasing_knots(draw: st.DrawFn) -> tuple[list[float], list[float]]:
     return [float(x) for x in xs], [float(y) for y in ys]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(decreasing_knots(), st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=20))
 def test_pchip_is_exact_at_knots_monotone_between_them_and_never_negative(
     knots: tuple[list[float], list[float]], fractions: list[float]

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
-from strategies import WEKA_SUBAGENT, WEKA_TRACE, traces
+from strategies import WEKA_SUBAGENT, WEKA_TRACE, examples, traces
 
 from agentx.errors import TraceError
 from agentx.trace.formats import arrow, weka_reader, weka_writer
@@ -23,10 +23,11 @@ from agentx.trace.model import Trace
 from agentx.trace.validation import validate
 
 
-def fuzz(examples: int) -> settings:
-    """Settings for a fuzz test: `examples` cases, no per-case deadline (first reads import pyarrow parts)."""
+def fuzz(count: int) -> settings:
+    """Settings for a fuzz test: `count` cases (scaled by the profile), no per-case deadline (first reads import
+    pyarrow parts)."""
     return settings(
-        max_examples=examples,
+        max_examples=examples(count),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
@@ -266,13 +267,13 @@ def _apply(data: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize(("name", "examples"), [("arrow", 1000), ("parquet", 600)])
+@pytest.mark.parametrize(("name", "count"), [("arrow", 1000), ("parquet", 600)])
 def test_native_reader_on_corrupted_files(
-    fuzz_dir: Path, native_files: dict[str, bytes], name: str, examples: int
+    fuzz_dir: Path, native_files: dict[str, bytes], name: str, count: int
 ) -> None:
     valid = native_files[name]
 
-    @fuzz(examples)
+    @fuzz(count)
     @given(corruptions(len(valid)))
     def check(edits: list[tuple[str, int, bytes]]) -> None:
         path = fuzz_dir / f"corrupt.{name}"

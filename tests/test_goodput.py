@@ -30,6 +30,8 @@ from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 MS = 1_000_000
 

@@ -15,6 +15,8 @@ from test_sweep import run_small_sweep
 from agentx.cli import main
 from agentx.results.report.html import PLOT_TITLES
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
 REQUIRE_BROWSER = os.environ.get("AGENTX_REQUIRE_BROWSER") == "1"
 """CI sets it (.ci/run installs Debian's chromium): there a missing browser fails the test instead of skipping it."""

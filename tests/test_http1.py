@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.http1 import (
@@ -26,6 +27,8 @@ from agentx.replayer.http.http1 import (
     encode_request,
 )
 from agentx.replayer.http.pool import Pool
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 
 class FakeTransport:
@@ -102,7 +105,7 @@ HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-
 bodies = st.binary(min_size=0, max_size=300)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     body=bodies,
     sizes=st.lists(st.integers(min_value=1, max_value=64), max_size=8),
@@ -120,7 +123,7 @@ def test_chunked_body_survives_any_split(
     assert sink.body == body
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(body=bodies, cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10))
 def test_content_length_body_survives_any_split(body: bytes, cuts: list[int]) -> None:
     response = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -128,7 +131,7 @@ def test_content_length_body_survives_any_split(body: bytes, cuts: list[int]) ->
     assert outcome is True and sink.status == 400 and sink.body == body
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     body=bodies,
     sizes=st.lists(st.integers(min_value=1, max_value=64), max_size=8),

@@ -15,6 +15,8 @@ from agentx.replayer.http.client import Client
 from agentx.replayer.http.identity import ServerIdentity, identify_server
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 
 @asynccontextmanager
 async def _server(models: object, version: object | None) -> AsyncIterator[str]:

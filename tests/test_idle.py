@@ -17,6 +17,8 @@ from agentx.replayer.schedule.idle import IdleCaps
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 MS = 1_000_000
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import record_identity
+from strategies import examples, record_identity
 
 from agentx.cli import main
 from agentx.errors import ArtifactError, RunExists
@@ -26,6 +26,8 @@ from agentx.results.export.export_run import aiperf_summary, load_run, write_aip
 from agentx.results.imports.aiperf_folder import JSONL_FILE, SUMMARY_FILE, ImportedRun, import_aiperf
 from agentx.results.imports.aiperf_records import ErrorDetails, error_kind, requested_osl, spread
 from agentx.results.report.folders import read_run_file
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "aiperf_artifacts"
 TOOLS = {"harness_1_0_12": "agentx-harness-1.0.12", "aiperf_0_13_0": "aiperf-0.13.0"}
@@ -314,7 +316,7 @@ def agentx_records(draw: st.DrawFn) -> list[RequestRecord]:
     return records
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(agentx_records())
 def test_agentx_own_export_imports_back_to_the_same_records(records: list[RequestRecord]) -> None:
     with tempfile.TemporaryDirectory() as folder:

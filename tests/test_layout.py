@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 from tables80 import BOX, WIDTHS, assert_fits, rendered
 
 from agentx.cli import main
@@ -20,6 +21,8 @@ from agentx.cli.display.layout import Column, FittedTable, text_column
 from agentx.cli.display.tables import stats_tables
 from agentx.trace.io import load_trace
 from agentx.trace.stats import trace_stats
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 SAMPLE = "traces/sample.arrow"
 
@@ -43,7 +46,7 @@ def tables(draw: st.DrawFn) -> FittedTable:
     return FittedTable(" ".join(draw(words)), columns, rows)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(table=tables(), width=st.sampled_from([40, 60, 80, 100, 120, 200]))
 def test_a_number_is_never_cut_at_any_width(table: FittedTable, width: int) -> None:
     assert_fits([table], width)

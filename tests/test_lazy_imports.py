@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agentx
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 INIT = Path(agentx.__file__)
 MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "sample.mooncake.jsonl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import hash_id_lists, traces
+from strategies import examples, hash_id_lists, traces
 
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
 from agentx.trace.validation import validate
@@ -109,7 +109,7 @@ def test_walk_is_depth_first_with_parents_and_depths() -> None:
     assert walked == [("", None, 0), ("b", "", 1), ("c", "b", 2), ("d", "", 1)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(traces())
 def test_request_counts_add_up(trace: Trace) -> None:
     per_session = [sum(len(agent.requests) for agent, _, _ in session.agents()) for session in trace.sessions]
@@ -117,7 +117,7 @@ def test_request_counts_add_up(trace: Trace) -> None:
     assert trace.request_count == sum(per_session)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(traces())
 def test_generated_traces_are_valid(trace: Trace) -> None:
     """The strategies draw traces without validation errors (the other property tests rely on it)."""

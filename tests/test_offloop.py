@@ -22,6 +22,8 @@ from agentx.replayer.schedule.offloop import SWITCH_INTERVAL_S, OffLoop
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 
 @pytest.mark.parametrize("fast_switch", [False, True])
 def test_work_runs_on_a_worker_thread_and_only_an_owner_shortens_the_switch_interval(fast_switch: bool) -> None:

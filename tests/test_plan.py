@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 from strategies import sessions as session_strategy
 
 from agentx.replayer.options.replay import SessionOrder
@@ -264,7 +265,7 @@ def check_plan(sess: Session, plan: SessionPlan) -> None:
     assert all(plan.steps[i].background for i in plan.background)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_generated_sessions_give_a_dag_whose_dry_run_respects_every_dependency(data: st.DataObject) -> None:
     sess = data.draw(session_strategy("s", block_size=16))
@@ -289,7 +290,7 @@ def test_generated_sessions_give_a_dag_whose_dry_run_respects_every_dependency(d
         assert dispatch[step.index] == max([due, *(completion[b] for b in step.barriers)])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(sess=session_strategy("s", block_size=16))
 def test_joined_subagents_are_waited_for_exactly_once_and_others_are_background(sess: Session) -> None:
     plan = plan_session(sess)

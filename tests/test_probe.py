@@ -17,6 +17,8 @@ from agentx.replayer.http.probe import PROBE_ATTEMPTS, UsageProbe, detect_stream
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -33,6 +33,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BODY = {"model": "m", "prompt": [1000] * 8, "max_tokens": 2}
 STALL_S = 60.0
 """Longer than any bound under test: a stream that, for the probe, never ends (and that the servers end by

@@ -22,6 +22,8 @@ from agentx.cli.display.progress import INTERVAL_ENV, ReplayProgress, clock_text
 from agentx.errors import ConfigError
 from agentx.records.record import Phase, RequestRecord
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 
 

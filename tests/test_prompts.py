@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.replayer.prompts.tokens import (
     DEFAULT_CACHE_TOKENS,
@@ -24,6 +25,8 @@ from agentx.replayer.prompts.tokens import (
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import FIRST_WORD_ID
 from agentx.trace.model import Request
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 SMALL_SPACE = TokenSpace(FIRST_WORD_ID, FIRST_WORD_ID + 100)
 """The smallest vocabulary the simulator accepts, ordinary words only."""
@@ -48,7 +51,7 @@ def build(
     return prompt_token_ids(request(in_tokens), hash_ids, blocks.block_size, blocks, session_id, turn_key, scope_key)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     in_tokens=st.integers(min_value=0, max_value=5000),
     hash_ids=hash_id_lists,
@@ -86,7 +89,7 @@ def test_surplus_and_partial_ids_are_ignored() -> None:
     assert build(40, [10], blocks)[16:] == filler(0, "s", 0, 24, blocks.space)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(in_tokens=st.integers(min_value=16, max_value=3000), hash_ids=hash_id_lists, block_size=block_sizes)
 def test_deterministic_and_seeded(in_tokens: int, hash_ids: list[int], block_size: int) -> None:
     first = build(in_tokens, hash_ids, BlockTokens(1, block_size))
@@ -95,7 +98,7 @@ def test_deterministic_and_seeded(in_tokens: int, hash_ids: list[int], block_siz
     assert first != build(in_tokens, hash_ids, BlockTokens(2, block_size))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     shared=st.lists(st.integers(min_value=0, max_value=10**6), max_size=20),
     tail_a=st.lists(st.integers(min_value=0, max_value=10**6), max_size=10),
@@ -118,7 +121,7 @@ def test_shared_leading_ids_share_leading_blocks(
         assert a[prefix : prefix + 2] != b[prefix : prefix + 2]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     id_a=st.integers(min_value=0, max_value=26_000**2),
     id_b=st.integers(min_value=0, max_value=26_000**2),
@@ -138,7 +141,7 @@ def test_neighbouring_ids_never_share_a_first_token() -> None:
     assert len(firsts) == blocks.space.block_width
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(hash_ids=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=10), block_size=block_sizes)
 def test_scopes(hash_ids: list[int], block_size: int) -> None:
     blocks = BlockTokens(0, block_size)
@@ -153,7 +156,7 @@ def test_scopes(hash_ids: list[int], block_size: int) -> None:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     n=st.integers(min_value=1, max_value=500),
     hash_id=st.integers(min_value=-(2**40), max_value=2**40),

@@ -31,6 +31,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 Cluster = Any
 """`ray.cluster_utils.Cluster`, whose methods are untyped."""
 SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"

@@ -18,7 +18,7 @@ import pyarrow.ipc as ipc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import record_identity
+from strategies import examples, record_identity
 
 from agentx.errors import RecordsError
 from agentx.records.record import (
@@ -34,6 +34,8 @@ from agentx.records.record import (
 from agentx.records.writer import RecordWriter, write_jsonl
 from agentx.replayer.options.replay import DecodeOptions, ReplayOptions, Scenario, Server
 from agentx.secrets import REDACTED, redact
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"concurrency": 4})
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -155,7 +157,7 @@ def test_a_record_has_no_place_for_headers_or_keys() -> None:
 # writing and reading
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(records(), max_size=12), flush_rows=st.integers(1, 5))
 def test_round_trip(tmp_path: Path, batch: list[RequestRecord], flush_rows: int) -> None:
     path = tmp_path / "records.arrow"

@@ -38,6 +38,8 @@ from agentx.records.writer import RecordWriter, finalize_records, merge_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "sample.arrow"
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"concurrency": 4, "mode": "closed"})

@@ -7,6 +7,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 DOTTED = re.compile(r"(?<![\w./-])agentx(?:\.[A-Za-z_]\w*)+")
 LOGGER = re.compile(r"getLogger\([^)]*\)")

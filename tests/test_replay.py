@@ -21,6 +21,8 @@ from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 from agentx.trace.stats import prefix_cache_hits
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 
 

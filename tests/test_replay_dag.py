@@ -20,7 +20,7 @@ from flat import replay_options
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopback import serve
-from strategies import WEKA_TRACE, names, sessions, write_json
+from strategies import WEKA_TRACE, examples, names, sessions, write_json
 
 from agentx.cli import main
 from agentx.errors import WarmupFailed
@@ -43,6 +43,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 BLOCK = 16
 FAILING_TOKENS = 7
@@ -86,7 +88,7 @@ def _key(session_id: str, agent_id: str, turn: int) -> Key:
     return (session_id, agent_id, turn)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(trace=small_traces(), concurrency=st.integers(1, 3))
 def test_replay_honours_the_dag(sim: SimServer, trace: Trace, concurrency: int) -> None:
     with tempfile.TemporaryDirectory() as out_dir:

@@ -27,6 +27,8 @@ from agentx.results.report.folders import read_run_file
 from agentx.results.report.notes import suggest_targets, with_target
 from agentx.results.summary.acceptance import Acceptance, StreamAcceptance
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SIM = f"agentx-sim {installed_version()}"
 """How the simulator's runs name their engine."""
 

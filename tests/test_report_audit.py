@@ -25,6 +25,8 @@ from agentx.results.report.build import Report, ReportOptions, build_report, loa
 from agentx.results.report.html import html_report
 from agentx.results.summary.audit import Audit, Figure, Finding, Severity
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 LEVELS = ("c1", "c2", "c4")
 
 

@@ -20,6 +20,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 

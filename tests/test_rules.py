@@ -27,6 +27,8 @@ from agentx.results.export.aiperf_summary import aiperf_summary
 from agentx.results.summary.inferencex import inferencex_metrics, qps_windows
 from agentx.results.summary.validity import INSUFFICIENT_COVERAGE, metric_coverage, validity
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "traces" / "sample.arrow"
 HARNESS_OPTIONS = {"rules": "agentx-harness-1.0.12", "mode": "agentx", "duration_s": 1000.0}

@@ -28,6 +28,8 @@ from agentx.replayer.schedule.server_loss import PROBE_EVERY_S, ServerLossWatch,
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "traces" / "sample.arrow"
 

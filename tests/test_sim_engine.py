@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.sim.engine.kvcache import KVCache, block_hashes
 from agentx.sim.engine.loop import (
@@ -88,7 +89,7 @@ def _sample_acceptance(rates: Sequence[float], draws: int, seed: int) -> tuple[f
     return 1 + accepted_total / draws, per_position, accepted_total
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(spec_k=st.integers(1, 8), fraction=st.floats(0, 1), seed=st.integers(0, 2**32))
 def test_schedule_sampling_realizes_the_acceptance_length(spec_k: int, fraction: float, seed: int) -> None:
     length = 1 + fraction * spec_k
@@ -101,7 +102,7 @@ def test_schedule_sampling_realizes_the_acceptance_length(spec_k: int, fraction:
     assert sum(per_position) == accepted_total
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     rates=st.lists(st.floats(0, 1), min_size=1, max_size=6).map(lambda rates: sorted(rates, reverse=True)),
     seed=st.integers(0, 2**32),
@@ -608,7 +609,7 @@ def workloads(draw: st.DrawFn) -> tuple[EngineConfig, list[GenerationRequest], d
     return config, requests, aborts
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(workload=workloads())
 def test_random_workloads_keep_every_invariant(
     workload: tuple[EngineConfig, list[GenerationRequest], dict[int, int]],

@@ -16,6 +16,8 @@ from test_sim_http import Json, Streamed, post, run, scrape, stream
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 STREAM_BODY: Json = {"prompt": "bawone bejoka", "max_tokens": 12, "ignore_eos": True}
 SEED = 11
 

@@ -24,6 +24,8 @@ from agentx.errors import SimServerError
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import FIRST_WORD_ID
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 T = TypeVar("T")
 Json = dict[str, Any]
 

@@ -17,6 +17,8 @@ from agentx.sim.faults import FaultConfig, FaultInjector
 from agentx.sim.process import SimServer
 from agentx.sim.tokenizer import get_tokenizer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SEED = 5
 DECODE_S_PER_TOKEN = 0.02
 PREFILL_S_PER_TOKEN = 1e-4

@@ -16,6 +16,8 @@ from agentx.cli import main
 from agentx.engines import ENGINES
 from agentx.spec.flags import engine_settings, number_text, shell_lines
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 
 def _vllm_config(al: float, k: int, method: str | None = None, as_rates: bool = False) -> dict[str, object]:
     args = engine_settings("vllm", al, k, method, as_rates=as_rates).args

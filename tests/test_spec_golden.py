@@ -15,6 +15,8 @@ from agentx.cli import main
 from agentx.spec.golden import find_curve, golden_al, golden_models, load_golden_table
 from scripts.golden_al_to_json import SOURCE_DIR, convert, parse_golden_yaml
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SHIPPED = resources.files("agentx.spec").joinpath("golden_al.json")
 
 SAMPLE = """\

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
 from agentx.cli.commands.spec import CurveListing
 from agentx.spec.golden import load_golden_table
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 
 def test_the_list_names_every_curve_and_marks_the_defaults() -> None:

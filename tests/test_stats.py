@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import traces
+from strategies import examples, traces
 
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
 from agentx.trace.stats import (
@@ -127,7 +127,7 @@ def test_parse_token_counts() -> None:
         parse_token_counts("-1")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     trace=traces(max_sessions=6),
     starts=st.lists(st.sampled_from([0.0, 0.5, 1.0, 7.5]), min_size=6, max_size=6) | st.none(),

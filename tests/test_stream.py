@@ -16,6 +16,8 @@ from agentx.records.record import to_records
 from agentx.records.run_folder import RUN_FILE
 from agentx.replayer.http.client import ServerUnreachable
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 
 

@@ -33,6 +33,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 BLOCK = 16
 LEVELS = (1, 2, 4)
 GPUS = 2

@@ -18,6 +18,8 @@ from agentx.results.report.folders import LevelEntry
 from agentx.results.summary.summarize import Summary
 from agentx.run.sweep import LevelResult
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 HEAD = re.compile(r"  c(\d+): ok in \d+\.\d s, ([\d,]+) requests, 0 errors, ([\d,]+) out tok/s")
 FIGURES = re.compile(

@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
 from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
 from agentx.trace.io import load_trace
 from agentx.trace.validation import validate
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 SECRET = "zqclaudesecret42"
 

@@ -20,6 +20,8 @@ from agentx.trace.io import load_trace
 from agentx.trace.model import Trace
 from agentx.trace.validation import validate
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 samples = st.lists(st.integers(0, 20).map(float), min_size=1, max_size=40)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.cli import main
 from agentx.synth.dist import Dist
@@ -16,6 +18,8 @@ from agentx.synth.presets import preset
 from agentx.trace.io import load_trace
 from agentx.trace.stats import tree_shape
 from agentx.trace.validation import validate
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 
 def test_a_preset_trace_validates_without_findings_and_is_reproducible() -> None:
@@ -67,7 +71,7 @@ def test_global_scope_shares_the_system_prompt_between_sessions() -> None:
     assert validate(trace) == []
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.floats(0.1, 1e6), min_size=1, max_size=200), st.booleans())
 def test_a_fitted_distribution_stays_within_the_data(values: list[float], log: bool) -> None:
     dist = Dist.fit(values, log=log)

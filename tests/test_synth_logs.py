@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.cli import main
 from agentx.errors import TraceError
@@ -25,6 +26,8 @@ from agentx.synth.logs.tokenize import ApproxTokenizer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Trace
 from agentx.trace.validation import validate
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FUZZ_KEYS = [
@@ -368,7 +371,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.dictionaries(st.sampled_from(FUZZ_KEYS), json_values, max_size=8),
     st.sampled_from(["anthropic-proxy", "openai-proxy"]),

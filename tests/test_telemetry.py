@@ -53,6 +53,8 @@ from agentx.run.replay import ReplayResult, replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 
 

@@ -19,6 +19,8 @@ from agentx.replayer.http.probe import detect_stream_usage
 from agentx.replayer.http.tls import TLSSettings, describe_tls_error, ssl_context
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 T = TypeVar("T")
 KEY = "sk-tls-test-0123456789-do-not-print"
 COMPLETIONS = "/v1/completions"

@@ -16,6 +16,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 
 def _req(t: float, model: str = "opus", in_tokens: int = 30, out: int = 6) -> Request:
     return Request(t=t, model=model, in_tokens=in_tokens, out_tokens=out, api_time=0.1, hash_ids_added=(int(t),))

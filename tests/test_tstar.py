@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.plan.tstar import snapshot, t_star
@@ -121,7 +122,7 @@ def _sessions(draw: st.DrawFn) -> Session:
     return Session(session_id="g", root=root)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_sessions(), st.floats(0.0, 1.0))
 def test_snapshot_properties(session: Session, where: float) -> None:
     plan = plan_session(session)

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from agentx.errors import Finding, TraceError
 from agentx.trace.findings import Findings
@@ -267,7 +268,7 @@ def _mostly(clean: object, odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any
     return st.sampled_from([True, True, True, False]).flatmap(lambda keep: st.just(clean) if keep else odd)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(
     t=_mostly(1.0, _TIMES.filter(lambda value: value is not None)),
     think_time=_mostly(None, _TIMES),

@@ -12,12 +12,15 @@ from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pytest
 from tables80 import rendered
 
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
 from agentx.results.summary.summarize import summarize
 from agentx.results.summary.validity import DISPATCH_LAG_EXCEEDED, RUN_CANCELLED, UNSAFE_OVERRIDE, Reason, validity
+
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 S = 1_000_000_000

@@ -18,6 +18,8 @@ from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
 from agentx.trace.warp import IdleWarp, warp_idle_gaps
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 times = st.floats(min_value=0, max_value=1e5, allow_nan=False)
 
 

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples, write_json
 from strategies import traces as trace_strategy
-from strategies import write_json
 
 from agentx.errors import Finding, TraceError
 from agentx.trace.findings import Findings
@@ -71,7 +71,7 @@ def _objects(path: Path) -> list[Any]:
 # round trips (hypothesis)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(trace_strategy())
 def test_model_to_weka_to_model_loses_only_what_weka_drops(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +83,7 @@ def test_model_to_weka_to_model_loses_only_what_weka_drops(trace: Trace) -> None
     assert [f for f in findings if f.severity == "error"] == []
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(trace_strategy(acceptance=False, weka_start=True))
 def test_weka_keeps_everything_else_exactly(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +94,7 @@ def test_weka_keeps_everything_else_exactly(trace: Trace) -> None:
     assert back == trace
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(trace_strategy())
 def test_weka_to_model_to_weka_reproduces_the_json_objects(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +105,7 @@ def test_weka_to_model_to_weka_reproduces_the_json_objects(trace: Trace) -> None
         assert len(_objects(first)) == len(trace.sessions)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(trace_strategy(max_sessions=1))
 def test_writer_restores_relative_times_of_legacy_subagents(trace: Trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -773,7 +773,7 @@ def _as_json(ids: list[int], separator: str) -> bytes:
     return ("[" + separator.join(str(i) for i in ids) + "]").encode()
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(_related_id_lists(), st.sampled_from([",", ", ", " ,", " , "]), st.sampled_from([",", ", "]))
 def test_text_delta_encoding_matches_delta_encode(
     pair: tuple[list[int], list[int]], previous_separator: str, current_separator: str

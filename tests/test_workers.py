@@ -15,6 +15,8 @@ from agentx.replayer.run_replay import run_replay
 from agentx.replayer.workers import run_workers
 from agentx.sim.process import SimServer
 
+pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
+
 SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
 
 
@@ -64,7 +66,9 @@ def test_the_workers_lanes_start_together_on_one_agreed_instant(tmp_path: Path) 
     firsts = [min((r for r in records if r.lane == lane), key=lambda r: r.sent_ns) for lane in range(4)]
     due = [r.scheduled_ns for r in firsts]
     assert {r.worker for r in firsts} == {0, 1}
-    assert max(due) - min(due) < 2_000_000  # one instant, on the merged clock (the mapping's error aside)
+    # One instant on the merged clock, the mapping's error aside: ~1 ms on a quiet machine, 5 ms seen on a loaded one;
+    # workers that each start on their own are hundreds of ms apart.
+    assert max(due) - min(due) < 20_000_000
     assert max(r.sent_ns for r in firsts) - min(due) < 50_000_000
 
 
