@@ -33,8 +33,7 @@ from agentx.errors import (
     WriteFailed,
     cli_words,
 )
-from agentx.trace.io import FORMATS, Format, load_trace
-from agentx.trace.validation import MAX_BLOCK_SIZE
+from agentx.trace.io import Format, load_trace
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -205,16 +204,6 @@ def print_findings(findings: list[Finding], limit: int) -> None:
         stderr.print(f"… and {len(findings) - len(shown)} more (use --max-findings 0 to see all)", markup=False)
 
 
-format_option = click.option(
-    "--format", "input_format", type=click.Choice(FORMATS), help="Input format (default: detected from content)."
-)
-block_size_option = click.option(
-    "--block-size",
-    type=click.IntRange(min=1, max=MAX_BLOCK_SIZE),
-    help="Tokens per hash id, overriding the file's.",
-)
-
-
 MMAP_THRESHOLD_BYTES: Final = 128 * 1024
 """glibc's default threshold from which a block is mapped on its own (`mallopt(M_MMAP_THRESHOLD)`)."""
 
@@ -341,27 +330,6 @@ def refuse_existing_run(run_dir: Path, *, flag: str = "--overwrite") -> None:
     held = [name for name in RUN_FILES if (run_dir / name).exists()]
     if held:
         fail(f"{run_dir} already holds a run ({', '.join(held)}); choose another --out, or pass {flag} to replace it")
-
-
-def frontier_flags(command: F) -> F:
-    """`--statistic`, `--basis` and `--targets`: how a frontier is read (`agentx report`, `agentx compare`)."""
-    command = click.option(
-        "--targets", default="30,50,75,100,150,200", show_default=True, help="Interactivity targets (tok/s/user)."
-    )(command)
-    command = click.option(
-        "--basis",
-        type=click.Choice(("total", "output", "input")),
-        default="total",
-        show_default=True,
-        help="Tokens the throughput counts.",
-    )(command)
-    return click.option(
-        "--statistic",
-        type=click.Choice(("p50", "p75", "p90", "p95", "p99", "mean")),
-        default="p90",
-        show_default=True,
-        help="Interactivity = 1/TPOT at this statistic (p90: the rate 90% of requests reached at least).",
-    )(command)
 
 
 def write_page(path: Path, page: str) -> None:

@@ -11,17 +11,18 @@ import click
 if TYPE_CHECKING:
     from agentx.results.compare.build import Comparison
 
-from agentx.cli.common import fail, frontier_flags, interactivity_targets, stderr, stdout, write_page
+from agentx.cli.common import fail, interactivity_targets, stderr, stdout, write_page
+from agentx.cli.shared_flags import frontier_flags, gpu_sku_flag, json_flag, overwrite_flag
 
 
 @click.command("compare")
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@json_flag("the comparison")
 @click.option("--markdown", is_flag=True, help="Print the comparison as Markdown tables.")
 @click.option(
     "--html", "html_path", type=click.Path(path_type=Path), metavar="OUT.html", help="Write it as one HTML page."
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing --html file (refused otherwise).")
+@overwrite_flag("an existing --html file")
 @click.option(
     "--allow",
     "allowed",
@@ -53,7 +54,7 @@ from agentx.cli.common import fail, frontier_flags, interactivity_targets, stder
     help="Floor of every interval's half-width, relative (0.01: ±1%): the client's timing resolution.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
-@click.option("--gpu-sku", metavar="SKU", help="The GPUs, for the $ per task (overrides what a sweep recorded).")
+@gpu_sku_flag("for the $ per task, overriding what a sweep recorded")
 @click.option(
     "--price",
     "usd_per_gpu_hour",

@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from agentx.cli.common import fail, stderr, stdout
+from agentx.cli.shared_flags import overwrite_flag
 
 
 @click.command()
@@ -26,7 +27,7 @@ from agentx.cli.common import fail, stderr, stdout
 @click.option(
     "--out", type=click.Path(path_type=Path), metavar="PATH", help="File to write, or a directory (default: RUN_DIR)."
 )
-@click.option("--overwrite", is_flag=True, help="Replace the file if it exists (refused otherwise).")
+@overwrite_flag("the file if it exists")
 def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool) -> None:
     """Export the run in RUN_DIR: AIPerf's file formats (for InferenceX tooling) or its records as a table."""
     from agentx.errors import ExportError, OutputExists, RecordsDamaged, RunInProgress

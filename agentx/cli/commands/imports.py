@@ -8,6 +8,7 @@ import click
 import msgspec
 
 from agentx.cli.common import fail, refuse_existing_run, stderr, stdout
+from agentx.cli.shared_flags import gpus_flag, json_flag, overwrite_flag
 
 
 @click.group("import")
@@ -24,9 +25,9 @@ def import_group() -> None:
     required=True,
     help="Run directory to write: records.arrow and run.json.",
 )
-@click.option("--overwrite", is_flag=True, help="Replace the run already in --out (refused otherwise).")
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@overwrite_flag("the run already in --out")
+@gpus_flag()
+@json_flag("the summary")
 def import_aiperf_command(artifact_dir: Path, out_dir: Path, overwrite: bool, gpus: int | None, as_json: bool) -> None:
     """Import ARTIFACT_DIR, a run of AIPerf or agentx-harness, as the agentx run folder --out.
 

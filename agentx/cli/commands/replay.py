@@ -23,12 +23,10 @@ from agentx.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
     EXIT_WRITE_FAILED,
-    block_size_option,
     cluster_output,
     default_run_dir,
     fail,
     failing_against,
-    format_option,
     interruptible,
     load_to_replay,
     refuse_existing_run,
@@ -47,6 +45,7 @@ from agentx.cli.parsed import (
     speculative_flags,
 )
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
+from agentx.cli.shared_flags import block_size_option, format_option, gpus_flag, json_flag, overwrite_flag, repeat_flag
 from agentx.errors import WriteFailed, os_condition
 from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
@@ -58,23 +57,10 @@ from agentx.trace.io import Format
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), help="Run directory (default: runs/<time>-<random>)."
 )
-@click.option("--overwrite", is_flag=True, help="Replace the run already in --out (refused otherwise).")
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    metavar="N",
-    help="Run it N times, one after another, into r1 ... rN of --out, indexed in its repeats.json for `agentx "
-    "compare` (the first keeps --seed, the others derive theirs from it).",
-)
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print the summary as JSON (with --repeat: the index and each repeat's summary).",
-)
+@overwrite_flag("the run already in --out")
+@repeat_flag("Run it")
+@gpus_flag()
+@json_flag("the summary", " (with --repeat: the index and each repeat's summary)")
 @format_option
 @block_size_option
 @parsed
@@ -422,7 +408,7 @@ def _coverage_failure(summary: Summary) -> str | None:
 @part_flags("decode", (DecodeOptions,), group="Load")
 @speculative_flags
 @click.option("--sim-time-scale", default=1.0, show_default=True, help="Simulator clock (wall s per simulated s).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("the result")
 @parsed
 def decode_command(served_models: tuple[str, ...], sim_time_scale: float, as_json: bool, flags: ParsedFlags) -> None:
     """Measure decode-only speed: tokens/s per user with prefill excluded, p50/p90, beside the realized AL.

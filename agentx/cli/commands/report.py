@@ -11,19 +11,13 @@ import click
 if TYPE_CHECKING:
     from agentx.results.report.build import Report, Series
 
-from agentx.cli.common import (
-    fail,
-    frontier_flags,
-    interactivity_targets,
-    stderr,
-    stdout,
-    write_page,
-)
+from agentx.cli.common import fail, interactivity_targets, stderr, stdout, write_page
+from agentx.cli.shared_flags import frontier_flags, gpu_sku_flag, gpus_flag, json_flag, overwrite_flag
 
 
 @click.command("report")
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_flag("the report")
 @click.option("--markdown", is_flag=True, help="Print the report as Markdown tables.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), metavar="DIR", help="Write PNG and SVG plots.")
 @click.option(
@@ -33,7 +27,7 @@ from agentx.cli.common import (
     metavar="OUT.html",
     help="Write the whole report as one self-contained page (tables, validity, plots as inline SVG).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing --html file (refused otherwise).")
+@overwrite_flag("an existing --html file")
 @click.option(
     "--target",
     "target_tps",
@@ -44,8 +38,8 @@ from agentx.cli.common import (
 )
 @frontier_flags
 @click.option("--tier", default="hyperscaler", show_default=True, help="Price tier of the targets table's $/M.")
-@click.option("--gpu-sku", metavar="SKU", help="The GPUs, overriding what the sweep recorded (for prices).")
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, overriding what was recorded.")
+@gpu_sku_flag("for prices, overriding what the sweep recorded")
+@gpus_flag(overriding=True)
 @click.option(
     "--price",
     "usd_per_gpu_hour",

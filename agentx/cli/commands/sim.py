@@ -9,10 +9,8 @@ from typing import Any
 import click
 import msgspec
 
-from agentx.cli.common import (
-    fail,
-    stderr,
-)
+from agentx.cli.common import fail, stderr
+from agentx.cli.shared_flags import json_flag
 from agentx.sim.options import click_options, options_from_flags
 
 
@@ -21,7 +19,7 @@ from agentx.sim.options import click_options, options_from_flags
 @click.option(
     "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0: a free one)."
 )
-@click.option("--json", "ready_json", is_flag=True, help="Print the ready line as JSON {url, model, pid}.")
+@json_flag("the ready line", " {url, model, pid}")
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), help="Serve https with this PEM certificate (chain).")
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="The PEM private key of --tls-cert.")
@@ -35,7 +33,7 @@ from agentx.sim.options import click_options, options_from_flags
 def sim(
     host: str,
     port: int,
-    ready_json: bool,
+    as_json: bool,
     access_log: bool,
     tls_cert: str | None,
     tls_key: str | None,
@@ -52,7 +50,7 @@ def sim(
     from agentx.sim.server import serve  # aiohttp and uvloop load only for this command
 
     def ready(url: str, model: str) -> None:
-        if ready_json:
+        if as_json:
             line = msgspec.json.encode({"url": url, "model": model, "pid": os.getpid()}).decode()
         else:
             line = f"agentx sim: serving model {model} at {url} (Ctrl-C to stop)"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 import msgspec
 
-from agentx.cli.common import (
-    fail,
-)
+from agentx.cli.common import fail
+from agentx.cli.shared_flags import json_flag
 from agentx.engines import ENGINES
 
 
@@ -25,7 +24,7 @@ def spec() -> None:
 @click.option("--variant", help="--golden: the recipe variant (source file stem, or part of it).")
 @click.option("--method", help="Speculative method for the engine (mtp, eagle3, dspark, ...).")
 @click.option("--rates", "as_rates", is_flag=True, help="Per-position rates instead of the length, where supported.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object, for harnesses.")
+@json_flag("the engine settings", ", one object for harnesses")
 def spec_flags(
     engine: str,
     acceptance_length: float | None,
@@ -68,7 +67,7 @@ def spec_flags(
 @click.option("--k", "spec_k", type=int, help="One K (draft tokens); without it, the whole curve.")
 @click.option("--thinking/--no-thinking", default=True, show_default=True, help="Which curve.")
 @click.option("--variant", help="The recipe variant (source file stem, or part of it); default: the plain recipe.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: the value with its source, or the whole curve.")
+@json_flag("the value with its source (or the whole curve)")
 def spec_golden(
     list_curves: bool, model: str | None, spec_k: int | None, thinking: bool, variant: str | None, as_json: bool
 ) -> None:

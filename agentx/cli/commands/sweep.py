@@ -14,10 +14,8 @@ import msgspec
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_RUN_FAILED,
-    block_size_option,
     cluster_output,
     fail,
-    format_option,
     interruptible,
     load_to_replay,
     stderr,
@@ -26,6 +24,15 @@ from agentx.cli.common import (
 from agentx.cli.flags import GroupedCommand
 from agentx.cli.parsed import ParsedFlags, only_model, parsed, replay_flags, sim_fields
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
+from agentx.cli.shared_flags import (
+    block_size_option,
+    format_option,
+    gpu_sku_flag,
+    gpus_flag,
+    json_flag,
+    overwrite_flag,
+    repeat_flag,
+)
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
@@ -40,21 +47,11 @@ if TYPE_CHECKING:
 @replay_flags(sweep=True)
 @click.option("--concurrency", "levels", required=True, metavar="N[,N...]", help="The levels, e.g. 1,2,4,8,16,32,64.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs behind the server, for per-GPU throughput.")
-@click.option("--gpu-sku", metavar="SKU", help="The GPUs (b300, b200, gb300, gb200, mi355x, h200, h100), for prices.")
+@gpus_flag()
+@gpu_sku_flag("for prices")
 @click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
-@click.option(
-    "--overwrite", is_flag=True, help="Replace a sweep already in --out (refused otherwise, unless --resume)."
-)
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    metavar="N",
-    help="Sweep N times, one after another, into r1 ... rN of --out, indexed in its repeats.json for `agentx "
-    "compare` (the first keeps --seed, the others derive theirs from it).",
-)
+@overwrite_flag("a sweep already in --out", ", unless --resume")
+@repeat_flag("Sweep")
 @click.option(
     "--before-level",
     metavar="CMD",
@@ -73,12 +70,7 @@ if TYPE_CHECKING:
     metavar="FILE",
     help='JSON of concurrency → settings, e.g. {"64": {"spec_al": 2.1, "spec_k": 1, "extra_body": {}}}.',
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print sweep.json's index as JSON (with --repeat: repeats.json's and each repeat's sweep.json).",
-)
+@json_flag("sweep.json's index", " (with --repeat: repeats.json's and each repeat's sweep.json)")
 @format_option
 @block_size_option
 @parsed

@@ -8,10 +8,8 @@ from pathlib import Path
 import click
 import msgspec
 
-from agentx.cli.common import (
-    fail,
-    stdout,
-)
+from agentx.cli.common import fail, stdout
+from agentx.cli.shared_flags import json_flag
 from agentx.errors import cli_words
 from agentx.trace.io import load_trace, save_trace
 
@@ -144,7 +142,7 @@ def synth_generate(
 @synth.command("compare")
 @click.argument("trace_a", type=click.Path(path_type=Path))
 @click.argument("trace_b", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@json_flag("the comparison")
 def synth_compare(trace_a: Path, trace_b: Path, as_json: bool) -> None:
     """How alike TRACE_A and TRACE_B are: KS distances, prefix-cache hit-rate curves, a verdict."""
     from agentx.synth.fidelity import compare

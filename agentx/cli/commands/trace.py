@@ -9,14 +9,8 @@ from pathlib import Path
 import click
 import msgspec
 
-from agentx.cli.common import (
-    block_size_option,
-    fail,
-    format_option,
-    print_findings,
-    stderr,
-    stdout,
-)
+from agentx.cli.common import fail, print_findings, stderr, stdout
+from agentx.cli.shared_flags import block_size_option, format_option, json_flag
 from agentx.errors import TraceError
 from agentx.trace.findings import Findings
 from agentx.trace.io import Format, load_trace, save_trace
@@ -85,7 +79,7 @@ def convert(
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_flag("the report")
 @click.option(
     "--cache-tokens",
     default="",
