@@ -304,6 +304,11 @@ def test_a_run_folder_holding_a_run_is_refused_unless_overwrite(sim: SimServer, 
     assert (tmp_path / "records.arrow").read_bytes() == before  # untouched
     second, records = _replay(trace, _options(sim, tmp_path, sessions=1, overwrite=True))
     assert second.run_id != first.run_id and {r.run_id for r in records} == {second.run_id}
+    # run.json alone holds a run too (the command line's rule, now the library's): its summary is a user's data.
+    (tmp_path / "records.arrow").unlink()
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(RunExists, match=r"already holds a run \(run.json\)"):
+        asyncio.run(run_replay(trace, _options(sim, tmp_path, sessions=1)))
 
 
 def test_unknown_model_raises(sim: SimServer, tmp_path: Path) -> None:

@@ -316,20 +316,21 @@ def cluster_output(options: ReplayOptions) -> contextlib.AbstractContextManager[
     return contextlib.redirect_stdout(sys.stderr)
 
 
-RUN_FILES = ("records.arrow", "run.json")
-"""What makes a folder a run's: a replay never writes into one that holds either unless told to."""
-
-
 def default_run_dir() -> Path:
     """`runs/<time>-<6 hex>`: two replays started in the same second never share a folder."""
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def refuse_existing_run(run_dir: Path, *, flag: str = "--overwrite") -> None:
-    """Fail (exit 2) when `run_dir` already holds a run's files: a user's data is never overwritten silently."""
-    held = [name for name in RUN_FILES if (run_dir / name).exists()]
-    if held:
-        fail(f"{run_dir} already holds a run ({', '.join(held)}); choose another --out, or pass {flag} to replace it")
+def refuse_existing_run(run_dir: Path) -> None:
+    """Fail (exit 2) before anything starts when `run_dir` already holds a run, by the rule every writer of a run
+    folder follows (agentx.records.run_folder)."""
+    from agentx.errors import RunExists
+    from agentx.records.run_folder import refuse_existing_run as refuse
+
+    try:
+        refuse(run_dir, overwrite=False)
+    except RunExists as exc:
+        fail(cli_words(exc))
 
 
 def write_page(path: Path, page: str) -> None:

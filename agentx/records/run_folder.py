@@ -20,12 +20,19 @@ RUN_FILE: Final = "run.json"
 """Written into the run folder at the end of every run (interrupted ones too): options, run, summary."""
 
 
+RUN_FILES: Final = (RECORDS_FILE, RUN_FILE)
+"""Either says a folder holds a run (an import writes both; a run killed before its end, records alone)."""
+
+
 def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
-    """Raise RunExists when `out_dir` holds a records file and `overwrite` is off: a run is never replaced silently."""
-    if not overwrite and (out_dir / RECORDS_FILE).exists():
-        held = f"{out_dir} already holds a run ({RECORDS_FILE})"
-        raise RunExists(f"{held}; pass overwrite=True to replace it").worded_for_cli(
-            f"{held}; pass --overwrite to replace it"
+    """Raise RunExists when `out_dir` holds a run's files and `overwrite` is off: a run is never replaced silently.
+    The one rule for every way a run folder is written (a replay in any mode, an import, the command line's check
+    before anything starts)."""
+    held = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if held and not overwrite:
+        said = f"{out_dir} already holds a run ({', '.join(held)})"
+        raise RunExists(f"{said}; pass overwrite=True to replace it").worded_for_cli(
+            f"{said}; choose another --out, or pass --overwrite to replace it"
         )
 
 
