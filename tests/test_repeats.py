@@ -23,11 +23,10 @@ from click.testing import CliRunner, Result
 from agentx.cli import main
 from agentx.errors import ConfigError, RunExists
 from agentx.records.record import RequestRecord, read_records
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
+from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.steps import session_order
-from agentx.results.compare.repeats import REPEATS_FILE, RepeatIndex, read_repeats, repeat_seed
-from agentx.results.report.folders import SWEEP_FILE
+from agentx.results.compare.repeats import RepeatIndex, read_repeats, repeat_seed
 from agentx.run.repeats import ReplayRepeats, SweepRepeats, replay_repeats, replay_repeats_sync, sweep_repeats
 from agentx.run.sweep import SweepOptions
 from agentx.sim.process import SimServer

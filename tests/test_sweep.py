@@ -15,9 +15,8 @@ from click.testing import CliRunner
 import agentx
 from agentx.cli import main
 from agentx.errors import SweepError
-from agentx.records.run_folder import RUN_FILE
+from agentx.records.run_folder import RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, Speculative
-from agentx.results.report.folders import SWEEP_FILE
 from agentx.results.report.frontier import point
 from agentx.run.sweep import (
     LevelSettings,

@@ -26,11 +26,11 @@ from agentx.cli import main
 from agentx.cli.display.summary_tables import summary_table
 from agentx.errors import ServerMetricsError
 from agentx.records.record import read_records, run_info
+from agentx.records.run_folder import SERVER_METRICS_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.options.server_client import server_client
 from agentx.replayer.telemetry.arrow_file import (
     SCHEMA,
-    SERVER_METRICS_FILE,
     ServerMetricsInfo,
     TelemetryWriter,
     aligned_times_ns,

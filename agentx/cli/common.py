@@ -334,12 +334,11 @@ def refuse_existing_run(run_dir: Path) -> None:
 
 
 def write_page(path: Path, page: str) -> None:
-    """Write an HTML page beside `path` and rename it over it, so a failure never leaves half a page."""
-    partial = path.with_name(f".{path.name}.partial")
+    """Write an HTML page atomically (agentx.records.run_folder.write_atomically): never half a page."""
+    from agentx.records.run_folder import write_atomically
+
     try:
-        partial.write_text(page, encoding="utf-8")
-        partial.replace(path)
+        write_atomically(path, page.encode())
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         fail(f"{exc.filename or path}: cannot write the page ({exc.strerror or exc})")
     stderr.print(f"wrote {path}", markup=False)

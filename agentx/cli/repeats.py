@@ -25,7 +25,7 @@ def repeat_header(number: int, count: int, seed: int) -> str:
 
 def repeats_footer(out_dir: Path, indexed: int) -> str:
     """Where the set is, and how to compare it."""
-    from agentx.results.compare.repeats import REPEATS_FILE
+    from agentx.records.run_folder import REPEATS_FILE
 
     return (
         f"repeats: {indexed} indexed in {out_dir / REPEATS_FILE}; `agentx compare {out_dir} OTHER` compares them "

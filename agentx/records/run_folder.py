@@ -4,8 +4,10 @@ its records whole: run.json says how many rows the run recorded, which a records
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -18,6 +20,12 @@ RECORDS_FILE: Final = "records.arrow"
 """The run's records (agentx.records.record), written as the run goes."""
 RUN_FILE: Final = "run.json"
 """Written into the run folder at the end of every run (interrupted ones too): options, run, summary."""
+SERVER_METRICS_FILE: Final = "server_metrics.arrow"
+"""The server's telemetry scraped while the run went (agentx.replayer.telemetry.arrow_file)."""
+SWEEP_FILE: Final = "sweep.json"
+"""A sweep folder's index of its levels, each a run folder (agentx.results.report.folders)."""
+REPEATS_FILE: Final = "repeats.json"
+"""A folder of repeats' index: r1 ... rN, each a run or a sweep folder (agentx.results.compare.repeats)."""
 
 
 RUN_FILES: Final = (RECORDS_FILE, RUN_FILE)
@@ -34,6 +42,24 @@ def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
         raise RunExists(f"{said}; pass overwrite=True to replace it").worded_for_cli(
             f"{said}; choose another --out, or pass --overwrite to replace it"
         )
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through `<path>.partial`, renamed over it: a reader sees the old file or the new one,
+    never half of one. An OSError (naming the file) leaves no partial file behind."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomically(path: Path, document: Any, enc_hook: Any = None) -> None:
+    """`document` as indented JSON, one line feed at the end, written atomically (`write_atomically`)."""
+    write_atomically(path, msgspec.json.format(msgspec.json.encode(document, enc_hook=enc_hook)) + b"\n")
 
 
 class Recorded(msgspec.Struct, frozen=True):

@@ -23,14 +23,13 @@ from typing import Final
 import msgspec
 
 from agentx.errors import ConfigError, RunExists, SweepError
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
+from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
 from agentx.replayer.schedule.recorder import OnRecord
-from agentx.results.compare.repeats import REPEATS_FILE, RepeatIndex, repeat_dir_name, repeat_seed, write_repeats
-from agentx.results.report.folders import SWEEP_FILE
+from agentx.results.compare.repeats import RepeatIndex, repeat_dir_name, repeat_seed, write_repeats
 from agentx.run.replay import ReplayResult, replay, replay_workers
 from agentx.run.sweep import LevelServer, OnLevel, OnLevelDone, SweepOptions, SweepResult, sweep
 from agentx.trace.io import Format

@@ -27,7 +27,7 @@ import msgspec
 
 from agentx.errors import ConfigError, OutputUnwritable, RecordsError, WriteFailed, os_condition
 from agentx.records.record import RequestRecord, RunInfo, read_records
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run, write_json_atomically
 from agentx.replayer.cluster.driver import run_cluster
 from agentx.replayer.http.client import Client
 from agentx.replayer.options.replay import ReplayOptions, flat_options
@@ -76,15 +76,7 @@ def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResul
     file when the OS refuses, and no half file left."""
     target = Path(path)
     document = RunFile(options=flat_options(options), run=result.run, summary=result.summary)
-    data = msgspec.json.format(msgspec.json.encode(document, enc_hook=str)) + b"\n"
-    partial = target.with_name(target.name + ".partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise
+    write_json_atomically(target, document, enc_hook=str)
     return target
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shlex
 import shutil
 import time
@@ -24,12 +23,13 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import SweepError
+from agentx.records.run_folder import SWEEP_FILE, write_json_atomically
 from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
 from agentx.replayer.schedule.recorder import OnRecord
-from agentx.results.report.folders import SWEEP_FILE, LevelEntry, SweepIndex, finished_run, level_dir_name
+from agentx.results.report.folders import LevelEntry, SweepIndex, finished_run, level_dir_name
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay
 from agentx.trace.model import Trace
@@ -167,10 +167,7 @@ def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSetting
 
 
 def _write_index(out_dir: Path, index: SweepIndex) -> None:
-    target = out_dir / SWEEP_FILE
-    partial = target.with_name(target.name + ".partial")
-    partial.write_bytes(msgspec.json.format(msgspec.json.encode(index)) + b"\n")
-    os.replace(partial, target)
+    write_json_atomically(out_dir / SWEEP_FILE, index)
 
 
 LevelServer = Callable[[int, LevelSettings], str]

@@ -193,8 +193,7 @@ def show_result(
 ) -> None:
     """Print a run's summary on stdout (as JSON with `as_json`) with where its files are; `failed`: its files could not
     all be written (run.json is named only if it was)."""
-    from agentx.records.run_folder import RUN_FILE
-    from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE
+    from agentx.records.run_folder import RUN_FILE, SERVER_METRICS_FILE
 
     if as_json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result.summary)).decode() + "\n")

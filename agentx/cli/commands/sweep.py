@@ -105,10 +105,10 @@ def sweep_command(
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
     from agentx.errors import SimServerError, SweepError
+    from agentx.records.run_folder import SWEEP_FILE
     from agentx.replayer.options.replay import LaneLoad
     from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.report.cost import load_price_table
-    from agentx.results.report.folders import SWEEP_FILE
     from agentx.run.repeats import SweepRepeats, sweep_repeats
     from agentx.run.sweep import SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
 
@@ -266,7 +266,7 @@ def sweep_command(
 
 def _end_repeats(repeated: SweepRepeats, as_json: bool) -> None:
     """Print a set of sweeps' outcome, and exit as `_exit_for` says."""
-    from agentx.results.report.folders import SWEEP_FILE
+    from agentx.records.run_folder import SWEEP_FILE
 
     sweeps = [(f"r{number}/", result) for number, result in enumerate(repeated.results, start=1)]
     if as_json:

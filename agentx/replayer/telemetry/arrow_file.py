@@ -26,10 +26,9 @@ import pyarrow.ipc as ipc
 from agentx.engines import Engine
 from agentx.errors import ServerMetricsError, os_condition
 from agentx.records.ipc_files import IpcReader, fsync_path
+from agentx.records.run_folder import SERVER_METRICS_FILE
 from agentx.replayer.telemetry.series import TELEMETRY, TELEMETRY_NAMES
 
-SERVER_METRICS_FILE: Final = "server_metrics.arrow"
-"""The run folder's telemetry file, beside records.arrow."""
 FORMAT_NAME: Final = "agentx-server-metrics"
 FORMAT_VERSION: Final = "1.0"
 

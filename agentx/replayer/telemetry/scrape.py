@@ -32,6 +32,7 @@ from typing import Final, Protocol
 
 from agentx.engines import Engine
 from agentx.errors import ServerUnreachable
+from agentx.records.run_folder import SERVER_METRICS_FILE
 from agentx.replayer.http.calls import METRICS_TIMEOUT_S
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.credentials import Credentials, without_userinfo
@@ -39,7 +40,7 @@ from agentx.replayer.http.exchange import MESSAGE_MAX_CHARS, error_message
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.options.server_client import server_client
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS
-from agentx.replayer.telemetry.arrow_file import SERVER_METRICS_FILE, ServerMetricsInfo, TelemetryWriter
+from agentx.replayer.telemetry.arrow_file import ServerMetricsInfo, TelemetryWriter
 from agentx.replayer.telemetry.series import (
     detect_engine,
     engine_names,

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Final
 
 import msgspec
 
 from agentx.errors import ReportError
-
-REPEATS_FILE: Final = "repeats.json"
+from agentx.records.run_folder import REPEATS_FILE, write_json_atomically
 
 
 class RepeatIndex(msgspec.Struct, kw_only=True):
@@ -43,9 +41,7 @@ def repeat_seed(base_seed: int, number: int) -> int:
 
 
 def write_repeats(folder: Path, index: RepeatIndex) -> None:
-    partial = folder / (REPEATS_FILE + ".partial")
-    partial.write_bytes(msgspec.json.format(msgspec.json.encode(index)) + b"\n")
-    partial.replace(folder / REPEATS_FILE)
+    write_json_atomically(folder / REPEATS_FILE, index)
 
 
 def read_repeats(folder: Path) -> list[Path] | None:

@@ -13,11 +13,11 @@ import numpy as np
 
 from agentx.errors import RecordsError, ReportError
 from agentx.records.record import read_records, run_info
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
+from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE
 from agentx.results.compare.fairness import Identity, identity
 from agentx.results.compare.metrics import metrics
 from agentx.results.compare.options import CompareOptions
-from agentx.results.compare.repeats import REPEATS_FILE, read_repeats
+from agentx.results.compare.repeats import read_repeats
 from agentx.results.compare.sample import Repeat, RunSample
 from agentx.results.report.build import Level, Series, load_series
 from agentx.results.report.cost import PriceTable, prices_for

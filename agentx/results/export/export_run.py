@@ -33,7 +33,7 @@ import msgspec
 import pyarrow as pa
 
 from agentx.errors import ExportError, OutputExists, RecordsDamaged, RecordsError, RunInProgress
-from agentx.records.run_folder import count_run_records, read_run_records, recorded
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, count_run_records, read_run_records, recorded
 from agentx.results.export import aiperf_jsonl as export_jsonl
 from agentx.results.export import aiperf_summary as export_summary
 from agentx.results.export.aiperf_jsonl import conversation_id
@@ -42,8 +42,6 @@ from agentx.results.export.tables import TABLE_FILES, Finalized, export_table, f
 
 JSONL_FILE: Final = "profile_export.jsonl"
 SUMMARY_FILE: Final = "profile_export_aiperf.json"
-RECORDS_FILE: Final = "records.arrow"
-RUN_FILE: Final = "run.json"
 
 FILES: Final[dict[str, str]] = {"aiperf-jsonl": JSONL_FILE, "aiperf-summary": SUMMARY_FILE, **TABLE_FILES}
 """Every export format → its default file name."""

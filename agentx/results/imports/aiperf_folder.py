@@ -26,7 +26,7 @@ import msgspec
 
 from agentx.errors import ArtifactError
 from agentx.records.record import RunInfo, read_records
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run, write_json_atomically
 from agentx.records.writer import RecordWriter
 from agentx.replayer.run_result import RunResult
 from agentx.results.imports import aiperf_config, aiperf_records
@@ -189,8 +189,4 @@ def import_aiperf(
 
 def write_run_document(path: Path, options: dict[str, Any], run: RunResult, summary: Summary) -> None:
     """Write run.json in `RunFile`'s layout (agentx.results.report.folders), atomically."""
-    document = {"options": options, "run": run, "summary": summary}
-    data = msgspec.json.format(msgspec.json.encode(document, enc_hook=str)) + b"\n"
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    write_json_atomically(path, {"options": options, "run": run, "summary": summary}, enc_hook=str)

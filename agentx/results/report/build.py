@@ -24,7 +24,7 @@ import msgspec
 
 from agentx.errors import RecordsDamaged, RecordsError, ReportError
 from agentx.records.record import run_info
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.results.report.cost import (
     GIVEN_TIER,
     Cost,
@@ -37,7 +37,7 @@ from agentx.results.report.cost import (
     prices_for,
     usd_per_million_tokens,
 )
-from agentx.results.report.folders import SWEEP_FILE, RunFile, check_records, read_index, read_run_file
+from agentx.results.report.folders import RunFile, check_records, read_index, read_run_file
 from agentx.results.report.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.report.notes import no_point, price_problem, rejected_point, target_note, with_target
 from agentx.results.summary.audit import Figure, Severity

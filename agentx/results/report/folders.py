@@ -11,11 +11,10 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, Recorded, count_run_records
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, SWEEP_FILE, Recorded, count_run_records
 from agentx.replayer.run_result import RunResult
 from agentx.results.summary.summarize import Summary
 
-SWEEP_FILE: Final = "sweep.json"
 LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
 
 
