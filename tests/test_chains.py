@@ -494,13 +494,13 @@ def test_the_fork_search_finds_what_a_scan_of_every_tail_finds(
 ) -> None:
     """The neighbours-in-sorted-order search equals the plain rule: the deepest common prefix (first id at
     least), then the longest tail, then the lowest chain."""
-    from agentx.trace.chain_detection import _deepest_fork, _key, _lcp
+    from agentx.trace.chain_detection import common_prefix_len, deepest_fork, sort_key
 
     best, expected = (0, 0), None
     for c, tail in enumerate(tails):
         if tail and tail[0] == h[0]:
-            key = (_lcp(tail, h), len(tail))
+            key = (common_prefix_len(tail, h), len(tail))
             if key > best:
                 expected, best = c, key
-    by_ids = sorted((_key(tail), c) for c, tail in enumerate(tails) if tail)
-    assert _deepest_fork(by_ids, _key(h)) == (expected, best[0])
+    by_ids = sorted((sort_key(tail), c) for c, tail in enumerate(tails) if tail)
+    assert deepest_fork(by_ids, sort_key(h)) == (expected, best[0])

@@ -19,7 +19,7 @@ from strategies import record_identity
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord, read_records, to_records
 from agentx.replayer.run_replay import run_replay
-from agentx.results.report.plots import _on_critical_path
+from agentx.results.report.plots import on_critical_path
 from agentx.results.summary.critical_path import RELEASE_COLUMNS, critical_path, play_paths
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
@@ -235,7 +235,7 @@ def test_on_a_replay_every_play_splits_exactly_and_its_join_goes_through_the_slo
     assert float(waiting[1]) > 0
     assert float(waiting[1]) == pytest.approx(summary.critical_path.parts.join_wait_s, abs=5e-4)
     # The swimlanes mark exactly the path's requests.
-    marked = _on_critical_path(table)
+    marked = on_critical_path(table)
     assert marked is not None
     ids = table.column("request_id").to_pylist()
     assert {ids[i] for i in range(len(ids)) if marked[i]} == {i for p in paths for i in p.request_ids}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_sweep import run_small_sweep
+from small_sweep import run_small_sweep
 
 from agentx.cli import main
 from agentx.results.report.html import PLOT_TITLES

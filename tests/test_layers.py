@@ -214,3 +214,28 @@ def test_only_the_cli_draws_for_the_terminal() -> None:
     """rich is the terminal's: results/ and the floors below compute, cli/ presents (docs/architecture.md)."""
     drawing = [_module_name(path) for path in sorted(PACKAGE.rglob("*.py")) if _imports_package(path, "rich")]
     assert [module for module in drawing if _package(module) != "cli"] == []
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _private_imports(path: Path) -> list[str]:
+    """The private names (a leading underscore) a test module imports from agentx, and the test modules it imports
+    from: a test reaches agentx through names the package stands behind, and shares helpers through the suite's
+    helper modules (strategies.py, flat.py, loopback.py, ...), never through another test module."""
+    found = []
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("agentx"):
+                found += [f"{node.module}.{alias.name}" for alias in node.names if alias.name.startswith("_")]
+            elif node.module.startswith("test_"):
+                found.append(f"{node.module} (a test module)")
+        elif isinstance(node, ast.Import):
+            found += [f"{alias.name} (a test module)" for alias in node.names if alias.name.startswith("test_")]
+    return found
+
+
+def test_tests_import_no_private_helper() -> None:
+    imported = {path.name: _private_imports(path) for path in sorted(TESTS.glob("*.py"))}
+    assert {name: found for name, found in imported.items() if found} == {}

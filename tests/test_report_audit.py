@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from small_sweep import run_small_sweep
 from tables80 import WIDTHS, assert_fits
-from test_sweep import run_small_sweep
 
 from agentx.cli import main
 from agentx.cli.display.layout import FittedTable

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from flat import replay_options
 from hypothesis import given
 from hypothesis import strategies as st
-from test_validity import S, failed, rec, run_file, table
+from validity_records import S, failed, rec, run_file, table
 
 from agentx.cli import main
 from agentx.replayer.options.locks import locks_broken

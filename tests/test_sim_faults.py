@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from test_sim_http import Json, Streamed, post, run, scrape, stream
+from sim_client import Json, Streamed, post, run, scrape, stream
 
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import aiohttp
 import msgspec
 import pytest
-from test_sim_http import Json, Streamed, post, run, scrape, stream, unique_ids
+from sim_client import Json, Streamed, post, run, scrape, stream, unique_ids
 
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.faults import FaultConfig, FaultInjector

@@ -19,8 +19,8 @@ from agentx.trace.validation import (
     MAX_AGENT_DEPTH,
     MAX_BLOCK_SIZE,
     MAX_TOKENS_PER_REQUEST,
-    _plainly_fine,
     check_request,
+    plainly_fine,
     validate,
 )
 
@@ -313,7 +313,7 @@ def test_the_fast_path_passes_exactly_the_requests_with_nothing_to_report(
     )
     reported: list[tuple[str, str]] = []
     check_request(request, previous_len, block_size, lambda severity, message: reported.append((severity, message)))
-    fine = _plainly_fine(request, previous_len, block_size)
+    fine = plainly_fine(request, previous_len, block_size)
     if fine:  # what it lets through has nothing to report
         assert not reported
     elif block_size > 0:  # and it lets through every such request (a trace's block size is never 0)

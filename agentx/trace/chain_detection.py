@@ -65,7 +65,7 @@ class Chain:
     tail_model: str = ""
 
 
-def _lcp(a: HashIds, b: HashIds) -> int:
+def common_prefix_len(a: HashIds, b: HashIds) -> int:
     """Longest common prefix length, by C-level slice comparisons (O(L log L) worst case, O(L) usually)."""
     n = min(len(a), len(b))
     if n == 0 or a[0] != b[0]:
@@ -122,7 +122,7 @@ def find_chains(
     by_length: list[tuple[int, int]] = []
     # (tail key, chain), in lexicographic order: the tails sharing the longest prefix with a request's ids sit
     # next to where those ids would go, so the fork search looks at neighbours, not at every chain. Keys are
-    # the ids packed as fixed-width bytes (`_key`): compared by memcmp, not id by id.
+    # the ids packed as fixed-width bytes (`sort_key`): compared by memcmp, not id by id.
     by_ids: list[tuple[bytes, int]] = []
     keys: dict[int, bytes] = {}
 
@@ -142,15 +142,15 @@ def find_chains(
     def key_of(i: int) -> bytes:
         key = keys.get(i)
         if key is None:
-            key = keys[i] = _key(ids[i])
+            key = keys[i] = sort_key(ids[i])
         return key
 
     # The keys in file order, built as the trace stores ids: what a request keeps of its predecessor's,
     # then what it adds (one short conversion each instead of the whole list). A list of ids that does not
-    # follow that encoding falls back to `_key` per request.
+    # follow that encoding falls back to `sort_key` per request.
     previous = b""
     for i, request in enumerate(requests):
-        key = previous[: request.hash_ids_kept * ID_BYTES] + _key(request.hash_ids_added)
+        key = previous[: request.hash_ids_kept * ID_BYTES] + sort_key(request.hash_ids_added)
         if len(key) == len(ids[i]) * ID_BYTES:
             keys[i] = key
         previous = key
@@ -171,7 +171,7 @@ def find_chains(
         if target is not None:
             append(target, i)
             continue
-        parent, depth = _deepest_fork(by_ids, key_of(i))
+        parent, depth = deepest_fork(by_ids, key_of(i))
         if parent is None and not any(chain.tail_ids for chain in chains):
             append(0, i)  # the first request with ids after id-less ones: it is the main agent
             continue
@@ -189,7 +189,7 @@ ID_BYTES: Final = 8
 """Bytes per id in a tail key: hash ids are int64 (`agentx.trace.validation`)."""
 
 
-def _key(ids: HashIds) -> bytes:
+def sort_key(ids: HashIds) -> bytes:
     """`ids` as fixed-width bytes: bytes order is an order of id sequences, element by element."""
     try:
         return np.asarray(ids, dtype=">i8").tobytes()
@@ -212,7 +212,7 @@ def _key_lcp(a: bytes, b: bytes) -> int:
     return low
 
 
-def _deepest_fork(by_ids: Sequence[tuple[bytes, int]], h: bytes) -> tuple[int | None, int]:
+def deepest_fork(by_ids: Sequence[tuple[bytes, int]], h: bytes) -> tuple[int | None, int]:
     """(chain, common prefix in ids) of the tail sharing the longest prefix with key `h` (at least its first
     id), then the longest tail, then the lowest chain; (None, 0) when no tail starts like `h`."""
     position = bisect.bisect_left(by_ids, (h, -1))
@@ -312,7 +312,7 @@ def _splice_seams(
             chain = chains[c]
             if c == elected or chain.spliced_into is not None:
                 continue
-            depth = _lcp(ids[new_tail], ids[chain.members[0]])
+            depth = common_prefix_len(ids[new_tail], ids[chain.members[0]])
             if depth > 0:
                 chain.fork_at, chain.depth, chain.parent = new_tail, depth, owner
                 forks_of.setdefault(new_tail, []).append(c)

@@ -86,7 +86,7 @@ def check_request(request: Request, previous_len: int, block_size: int, report: 
         report("warning", "out=0: a replay cannot force an empty output and will ask for 1 token")
 
 
-def _plainly_fine(request: Request, previous_len: int, block_size: int) -> bool:
+def plainly_fine(request: Request, previous_len: int, block_size: int) -> bool:
     """True when `check_request` would find nothing: the same rules as plain comparisons, so the common request of
     a large trace costs no reporter and no loops (NaN fails every comparison, so it falls through to the checks)."""
     inf = math.inf
@@ -148,7 +148,7 @@ def check_session(session: Session, block_size: int, findings: Findings, line_of
         previous_len = 0
         previous_t = -math.inf
         for index, request in enumerate(agent.requests):
-            if not _plainly_fine(request, previous_len, block_size) or request.t < previous_t - 1e-9:
+            if not plainly_fine(request, previous_len, block_size) or request.t < previous_t - 1e-9:
                 line = line_of(agent, index) if line_of else None
                 report = _reporter(findings, line=line, request=index, **where)
                 check_request(request, previous_len, block_size, report)

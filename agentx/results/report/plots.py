@@ -255,7 +255,7 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
         )
         colors = [f"C{play % 10}" for play in columns["play"]]
         lanes_ax.hlines(rows, sent, end, colors=colors, linewidth=4)
-        on_path = _on_critical_path(table)
+        on_path = on_critical_path(table)
         if on_path is not None:
             lanes_ax.hlines(rows[on_path], sent[on_path], end[on_path], colors="black", linewidth=1.5, zorder=3)
         lanes_ax.set_ylabel("lane (subagents above)")
@@ -273,7 +273,7 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
     return _save(figure, out_dir, "swimlanes")
 
 
-def _on_critical_path(table: pa.Table) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+def on_critical_path(table: pa.Table) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
     """Which rows of a records table are on their play's critical path (agentx.results.summary.critical_path); None
     for records that do not say what released each request (before format 1.11)."""
     paths = play_paths(table)
