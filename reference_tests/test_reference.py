@@ -184,8 +184,9 @@ class Spec:
     max_model_len: int | None = None
     real: bool = False
     large_prompts: bool = False
-    """Prompts of tens of thousands of tokens, whose stand-ins tokenize for seconds: such cases run one after another
-    on one worker (`pytest -n`), as one group, so they never contend with each other for the cores."""
+    """Prompts of tens of thousands of tokens, whose timing (each stand-in's answers, each tool's phase change) bends
+    when other cases share the cores: marked `large_prompts`, which `make test-reference` runs alone, after the
+    others ran four at a time."""
     agentx_args: tuple[str, ...] = ()
     reference_args: tuple[str, ...] = ()
     harness_args: tuple[str, ...] = ()
@@ -361,9 +362,7 @@ REFERENCE_NAMES = [name for name, _, _, _ in harness.REFERENCES]
 
 
 def _case(spec: Spec) -> Any:
-    return pytest.param(
-        spec, id=spec.name, marks=[pytest.mark.xdist_group("large_prompts")] if spec.large_prompts else []
-    )
+    return pytest.param(spec, id=spec.name, marks=[pytest.mark.large_prompts] if spec.large_prompts else [])
 
 
 @pytest.mark.timeout(900)
