@@ -14,7 +14,7 @@ import pytest
 
 from agentx.records.record import RequestRecord, read_records, to_records
 from agentx.replayer.http.http1 import Body
-from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server, TraceLoad
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server, TraceLoad
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
@@ -131,42 +131,6 @@ def test_lanes_due_together_go_together_however_long_their_bodies_take(
     assert len({record.scheduled_ns for record in firsts}) == 1  # one origin
     assert max(record.sent_ns for record in firsts) - min(record.sent_ns for record in firsts) < 50_000_000
     assert all(record.dispatch_lag_s < 0.05 for record in firsts)
-
-
-def test_agentx_lanes_first_live_turns_are_built_while_the_primers_are_in_flight(
-    sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """AgentX mode, four lanes whose first live turns take 0.3 s each to build: built once the primers' bodies are,
-    while the primers are in flight, so the profiling start follows the last primer's end at once (built after the
-    primers ended, it came 1.2 s later), and the four lanes still go out together."""
-    lanes = 4
-    real_build = BodyBuilder.build
-    slowed: set[str] = set()
-
-    def slow_first_live(self: BodyBuilder, tree: Any, step: Any, phase: Any = "profiling") -> tuple[int, Body]:
-        session_id = tree.prepared.plan.session_id
-        if phase == "profiling" and session_id not in slowed:
-            slowed.add(session_id)
-            time.sleep(0.3)
-        return real_build(self, tree, step, phase)
-
-    monkeypatch.setattr(BodyBuilder, "build", slow_first_live)
-    trace = Trace(sessions=[_session(f"s{i}", 4, 100 * i) for i in range(lanes)], block_size=BLOCK)
-    options = ReplayOptions(
-        server=Server(url=sim.url, model=sim.model),
-        out_dir=tmp_path / "run",
-        load=AgentxLoad(concurrency=lanes, tstar_window=(0.5, 0.5), warmup="burst"),
-        scenario=Scenario(delay_scale=0.0, sessions=lanes),
-        runtime=Runtime(grace_s=5.0),
-    )
-    result = asyncio.run(run_replay(trace, options))
-    records = to_records(read_records(result.records_path))
-    primers = [record for record in records if record.phase == "warmup"]
-    firsts = [record for record in records if record.phase == "profiling" and record.turn == 2]
-    assert len(primers) == lanes and len(firsts) == lanes and len(slowed) == lanes
-    profiling_start_ns = min(record.scheduled_ns for record in firsts)
-    assert profiling_start_ns - max(record.end_ns for record in primers) < 150_000_000
-    assert max(record.sent_ns for record in firsts) - min(record.sent_ns for record in firsts) < 50_000_000
 
 
 def test_open_loop_trees_arriving_together_are_built_ahead_and_go_out_when_due(

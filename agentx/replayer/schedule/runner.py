@@ -290,13 +290,6 @@ class Runner:
                     if self.options.runtime.quiet_gc:
                         freeze_new()  # the lanes' first plans: built once, walked by no collection
                     scenario = self.options.scenario
-                    # Their first live turns are built before profiling can start, so that lanes due together go
-                    # together, and while the primers are in flight (once the primers' own bodies are built, as a
-                    # turn's body builds on its agent's last), so that the profiling start waits on no build.
-                    phase: Phase = "warmup" if load.warmup_requests_per_lane > 0 else "profiling"
-                    primers_built = asyncio.Event()
-                    prebuilding = services.create_task(self._prebuild(self.firsts, phase, after=primers_built))
-                    background.append(prebuilding)  # cancelled if the warmup fails
                     self.warmup_expected_s = await send_primers(
                         self,
                         self.firsts,
@@ -305,9 +298,10 @@ class Runner:
                         if self.rules.warmup_lead_cap == "system"
                         else scenario.tree_idle_cap_s,
                         system_idle_cap_s=scenario.system_idle_cap_s,
-                        bodies_built=primers_built,
                     )
-                    await prebuilding
+                    # Their first live turns are built before profiling can start: lanes due together go together.
+                    phase: Phase = "warmup" if load.warmup_requests_per_lane > 0 else "profiling"
+                    await self._prebuild(self.firsts, phase)
                     primed_ns = await self._start_instant()
                     for play in self.firsts:
                         play.begin(primed_ns)
@@ -617,12 +611,10 @@ class Runner:
         finally:
             self.gate.lane_done(lane)  # a lane with nothing left to send holds no cache-pressure stage back
 
-    async def _prebuild(self, trees: Sequence[Play], phase: Phase, after: asyncio.Event | None = None) -> None:
+    async def _prebuild(self, trees: Sequence[Play], phase: Phase) -> None:
         """Build the bodies of the turns each tree sends first before its clock starts (its first live turns, at a t*;
-        else its roots due at its start), once `after` is set: a 100k-token prompt takes milliseconds to build, which
-        would otherwise be dispatch lag, and lanes due together would go out one build after another."""
-        if after is not None:
-            await after.wait()
+        else its roots due at its start): a 100k-token prompt takes milliseconds to build, which would otherwise be
+        dispatch lag, and lanes due together would go out one build after another."""
         for tree in trees:
             steps = tree.prepared.plan.steps
             if tree.snapshot is not None:

@@ -145,32 +145,14 @@ async def send_primers(
     spread: bool,
     lead_cap_s: float | None,
     system_idle_cap_s: float | None,
-    bodies_built: asyncio.Event | None = None,
 ) -> float:
     """Send every first tree's primers (the turn before each live agent's t*) and wait for all of them; returns
-    how long the spread schedule was expected to take (0 for a burst). `bodies_built` is set once every primer's
-    body is built (at once when there are none, and when this returns in any case), so that the turns after them can
-    be built while the primers are in flight.
+    how long the spread schedule was expected to take (0 for a burst).
 
     Spread: a primer with lead `t* − t`, clamped to `lead_cap_s` (the idle cap the rule set names, §4d), goes out
     `max_lead − lead` after the warmup starts, so that every lane's t* falls at the profiling start. A failed root
     primer stops the run (`WarmupFailed`).
     """
-    built = bodies_built or asyncio.Event()
-    try:
-        return await _send_primers(run, plays, spread, lead_cap_s, system_idle_cap_s, built)
-    finally:
-        built.set()
-
-
-async def _send_primers(
-    run: Dispatcher,
-    plays: list[Play],
-    spread: bool,
-    lead_cap_s: float | None,
-    system_idle_cap_s: float | None,
-    built: asyncio.Event,
-) -> float:
     primers = [(play, index, lead) for play in plays if play.snapshot for index, lead in play.snapshot.primers.items()]
     if not primers:
         return 0.0
@@ -204,10 +186,8 @@ async def _send_primers(
     # shift sees them all). A primer's dispatch lag is not a profiling figure.
     building = asyncio.Lock()
     slices = Slices()
-    unbuilt = len(primers)
 
     async def prime(play: Play, index: int, lead: float) -> None:
-        nonlocal unbuilt
         step = play.prepared.plan.steps[index]
         offset_s = (max_lead - lead) * run.delay_scale if spread else 0.0
         stopped, due_ns = await run.idle.wait(play, start_ns + int(offset_s * 1e9), run.stopped)
@@ -218,9 +198,6 @@ async def _send_primers(
             if run.stopped.is_set():
                 return
             sent_tokens, body = await run.build_body(play, step, "warmup")
-            unbuilt -= 1
-            if unbuilt == 0:
-                built.set()
         record = await run.sender.send(play, step, due_ns, sent_tokens, body, phase="warmup")
         if record.status == "error" and step.depth == 0 and not failures and not run.stopped.is_set():
             # The first failed root primer ends the run at once, in-flight primers cancelled (reference:
