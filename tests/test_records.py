@@ -187,6 +187,26 @@ def test_an_empty_run_still_leaves_a_readable_file(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_a_reader_polling_the_run_never_finds_the_file_without_its_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is written under another name until its schema is on disk: a reader that polls the run folder (a
+    live progress, a test waiting for the first records) sees no file or a readable one, never an empty one."""
+    path = tmp_path / "r.arrow"
+    seen: list[bool] = []
+    real_new_stream = ipc.new_stream
+
+    def new_stream(*args: Any, **kwargs: Any) -> Any:
+        seen.append(path.exists())
+        return real_new_stream(*args, **kwargs)
+
+    monkeypatch.setattr(ipc, "new_stream", new_stream)
+    writer = RecordWriter(path, RUN)
+    assert seen == [False]
+    assert read_records(path).num_rows == 0 and sorted(os.listdir(tmp_path)) == ["r.arrow"]
+    writer.close()
+
+
 def test_the_file_opens_in_plain_pyarrow(tmp_path: Path) -> None:
     path = tmp_path / "r.arrow"
     with RecordWriter(path, RUN) as writer:

@@ -108,14 +108,17 @@ class RecordWriter:
             META_RUN: msgspec.json.encode(redact(run.options)),
         }
         self._schema = SCHEMA.with_metadata(metadata)
+        # The stream starts under another name and is renamed into place once its schema is written: a reader
+        # polling a live run never finds the file empty. The descriptor (and its lock) follows the rename.
+        starting = self.path + ".partial"
         try:
-            self._sink = pa.OSFile(self.path, "wb")
+            self._sink = pa.OSFile(starting, "wb")
         except OSError as exc:
             raise _located(exc, self.path) from None
         # Held while the stream is written: `finalize_records` refuses a file a live run still appends to.
         self._lock: int | None = None
         with contextlib.suppress(OSError):
-            self._lock = _lock(self.path)
+            self._lock = _lock(starting)
         try:
             self._writer: ipc.RecordBatchStreamWriter | None = ipc.new_stream(
                 self._sink, self._schema, options=ipc.IpcWriteOptions(compression=STREAM_COMPRESSION)
@@ -123,13 +126,14 @@ class RecordWriter:
             # pyarrow writes the schema lazily with the first batch: an empty batch puts the run's
             # metadata on disk now, so even a run killed before its first flush leaves a readable file.
             self._writer.write_batch(_empty_batch(self._schema))
+            os.replace(starting, self.path)
         except BaseException as exc:
             self._sink.close()
             _unlock(self._lock)
+            with contextlib.suppress(OSError):  # a file without its schema is no run's: not left to pass for one
+                os.unlink(starting)
             if not isinstance(exc, OSError):
                 raise
-            with contextlib.suppress(OSError):  # a file without its schema is no run's: not left to pass for one
-                os.unlink(self.path)
             raise _located(exc, self.path) from None
         self._last_flush = clock()
 
