@@ -1,6 +1,6 @@
 """The inference engines agentx knows by name, one table for all: their speculative-decoding flags (agentx.spec),
 their `/metrics` names (agentx.replayer.telemetry.series) and which of them count acceptance
-(agentx.results.summary.acceptance)."""
+(agentx.results.summary.checks.acceptance)."""
 
 from __future__ import annotations
 

@@ -20,14 +20,14 @@ from agentx.records.record import read_records
 from agentx.replayer.options.replay import Speculative
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, parse_counters
 from agentx.replayer.telemetry.metrics import SPEC_METRICS as METRIC_NAMES
-from agentx.results.summary.acceptance import (
+from agentx.results.summary.checks.acceptance import (
     CounterAcceptance,
     acceptance,
     counter_acceptance,
     stream_acceptance,
     table_stream_acceptance,
 )
-from agentx.results.summary.validity import ACCEPTANCE_MISMATCH, validity
+from agentx.results.summary.checks.validity import ACCEPTANCE_MISMATCH, validity
 from agentx.run.replay import ReplayResult, replay
 from agentx.sim.engine.speculative import acceptance_schedule
 from agentx.sim.process import SimServer

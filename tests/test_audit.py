@@ -1,4 +1,5 @@
-"""The plausibility audit (agentx.results.summary.audit): each finding provoked on purpose, none on a clean run."""
+"""The plausibility audit (agentx.results.summary.checks.audit): each finding provoked on purpose, none on a clean
+run."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from strategies import record_identity
 from agentx import ReplayOptions, replay, replay_sync
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord
-from agentx.results.summary.acceptance import Acceptance
-from agentx.results.summary.audit import Audit, audit
+from agentx.results.summary.checks.acceptance import Acceptance
+from agentx.results.summary.checks.audit import Audit, audit
 from agentx.results.summary.model import DispatchLag, LoopLag
 from agentx.results.summary.server_telemetry import CounterStats, MeanPeak, SeriesStats, ServerTelemetry
 from agentx.results.summary.summarize import summarize

@@ -1,6 +1,6 @@
-"""Why the cache missed (agentx.results.summary.cache_misses): each request's uncached prompt tokens split into first
-seen, cache-bust scope, block-boundary remainder and seen before but not hit; the counts behind them (the records'
-`seen_any_scope_blocks` and `lru_hit_blocks`, agentx.replayer.plan.sent_blocks) and the server's KV-cache shape
+"""Why the cache missed (agentx.results.summary.explain.cache_misses): each request's uncached prompt tokens split
+into first seen, cache-bust scope, block-boundary remainder and seen before but not hit; the counts behind them (the
+records' `seen_any_scope_blocks` and `lru_hit_blocks`, agentx.replayer.plan.sent_blocks) and the server's KV-cache shape
 (`vllm:cache_config_info`, agentx.replayer.telemetry.metrics)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agentx.replayer.options.replay import AgentxLoad, ReplayOptions, Scenario, 
 from agentx.replayer.plan.sent_blocks import LruBlocks
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.telemetry.metrics import ServerCache, parse_cache_config
-from agentx.results.summary.cache_misses import cache_misses, split_uncached
+from agentx.results.summary.explain.cache_misses import cache_misses, split_uncached
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

@@ -1,5 +1,5 @@
-"""Where a session's time goes (agentx.results.summary.critical_path): each play's critical path through its subagent
-DAG, and its makespan split into server time, think, join waits, client lag and the idle caps' cuts."""
+"""Where a session's time goes (agentx.results.summary.explain.critical_path): each play's critical path through its
+subagent DAG, and its makespan split into server time, think, join waits, client lag and the idle caps' cuts."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord, read_records, to_records
 from agentx.replayer.run_replay import run_replay
 from agentx.results.report.plots import on_critical_path
-from agentx.results.summary.critical_path import RELEASE_COLUMNS, critical_path, play_paths
+from agentx.results.summary.explain.critical_path import RELEASE_COLUMNS, critical_path, play_paths
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace

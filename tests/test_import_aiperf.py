@@ -23,9 +23,9 @@ from agentx.errors import ArtifactError, RunExists
 from agentx.records.record import RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.records.writer import RecordWriter
 from agentx.results.export.export_run import aiperf_summary, load_run, write_aiperf_jsonl
+from agentx.results.folders.run_file import read_run_file
 from agentx.results.imports.aiperf_folder import JSONL_FILE, SUMMARY_FILE, ImportedRun, import_aiperf
 from agentx.results.imports.aiperf_records import ErrorDetails, error_kind, requested_osl, spread
-from agentx.results.report.folders import read_run_file
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 

@@ -44,7 +44,7 @@ ROOMS = {
         "": 6,
         "cluster": 7,
     },
-    "results": {"summary": 0, "export": 1, "imports": 1, "report": 2, "compare": 3, "": 4},
+    "results": {"summary": 0, "folders": 1, "export": 2, "imports": 2, "report": 3, "compare": 4, "": 5},
 }
 """Floors inside a subpackage: of each of its sub-packages, "" for its own modules (`replayer/run_replay.py`)."""
 

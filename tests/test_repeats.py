@@ -26,7 +26,7 @@ from agentx.records.record import RequestRecord, read_records
 from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.steps import session_order
-from agentx.results.compare.repeats import RepeatIndex, read_repeats, repeat_seed
+from agentx.results.folders.repeat_index import RepeatIndex, read_repeats, repeat_seed
 from agentx.run.repeats import ReplayRepeats, SweepRepeats, replay_repeats, replay_repeats_sync, sweep_repeats
 from agentx.run.sweep import SweepOptions
 from agentx.sim.process import SimServer

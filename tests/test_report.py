@@ -22,10 +22,10 @@ from agentx.cli.display.layout import FittedTable
 from agentx.cli.display.report_tables import MISSING, report_markdown, report_tables
 from agentx.distribution import installed_version
 from agentx.records.run_folder import RUN_FILE
+from agentx.results.folders.run_file import read_run_file
 from agentx.results.report.build import ReportOptions, build_report, load_series
-from agentx.results.report.folders import read_run_file
 from agentx.results.report.notes import suggest_targets, with_target
-from agentx.results.summary.acceptance import Acceptance, StreamAcceptance
+from agentx.results.summary.checks.acceptance import Acceptance, StreamAcceptance
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 

@@ -23,7 +23,7 @@ from agentx.cli.display.report_tables import Section, report_markdown, report_no
 from agentx.records.run_folder import RUN_FILE
 from agentx.results.report.build import Report, ReportOptions, build_report, load_series
 from agentx.results.report.html import html_report
-from agentx.results.summary.audit import Audit, Figure, Finding, Severity
+from agentx.results.summary.checks.audit import Audit, Figure, Finding, Severity
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 

@@ -24,8 +24,8 @@ from agentx.replayer.options.rules import AIPERF_0_13_0, DEFAULT_RULES_NAME, HAR
 from agentx.results.export.aiperf_jsonl import jsonl_lines
 from agentx.results.export.aiperf_metrics import HARNESS_TAGS, run_context
 from agentx.results.export.aiperf_summary import aiperf_summary
+from agentx.results.summary.checks.validity import INSUFFICIENT_COVERAGE, metric_coverage, validity
 from agentx.results.summary.inferencex import inferencex_metrics, qps_windows
-from agentx.results.summary.validity import INSUFFICIENT_COVERAGE, metric_coverage, validity
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 

@@ -23,7 +23,7 @@ from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, S
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.sanity import PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE, server_notices
-from agentx.results.summary.audit import audit
+from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer

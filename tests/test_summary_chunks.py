@@ -17,7 +17,7 @@ from agentx.errors import RecordsDamaged, RecordsError
 from agentx.records.record import CHUNK_COLUMNS, SCHEMA, RequestRecord, RunInfo, read_records
 from agentx.records.writer import RecordWriter
 from agentx.results.summary import columns, population, run_records
-from agentx.results.summary.acceptance import table_stream_acceptance
+from agentx.results.summary.checks.acceptance import table_stream_acceptance
 from agentx.results.summary.population import IntCounts, IntPopulation
 from agentx.results.summary.run_records import RunRecords
 from agentx.results.summary.stats import Stats, stats

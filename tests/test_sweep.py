@@ -197,7 +197,7 @@ def test_sweep_mistakes_exit_2_with_one_paragraph(tmp_path: Path, args: list[str
 
 
 def test_the_index_round_trips(swept: SweepResult) -> None:
-    from agentx.results.report.folders import SweepIndex
+    from agentx.results.folders.sweep_index import SweepIndex
 
     index = msgspec.json.decode((swept.out_dir / SWEEP_FILE).read_bytes(), type=SweepIndex)
     assert [level.concurrency for level in index.levels] == list(LEVELS) and index.trace == "small"

@@ -14,7 +14,7 @@ from agentx.cli import main
 from agentx.cli.commands.sweep import level_lines
 from agentx.cli.display.progress import INTERVAL_ENV
 from agentx.records.run_folder import RUN_FILE
-from agentx.results.report.folders import LevelEntry
+from agentx.results.folders.sweep_index import LevelEntry
 from agentx.results.summary.summarize import Summary
 from agentx.run.sweep import LevelResult
 

@@ -1,5 +1,5 @@
-"""Run validity (agentx/results/summary/validity.py): every reason of docs/agentx.md §5 and the InferenceX gate, on
-hand-built runs."""
+"""Run validity (agentx/results/summary/checks/validity.py): every reason of docs/agentx.md §5 and the InferenceX
+gate, on hand-built runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from validity_records import S, failed, rec, run_file, table
 
 from agentx.records.record import RequestRecord
-from agentx.results.summary.validity import (
+from agentx.results.summary.checks.validity import (
     CONTEXT_OVERFLOW_RATE_EXCEEDED,
     DISPATCH_LAG_EXCEEDED,
     INSUFFICIENT_COVERAGE,
@@ -150,7 +150,7 @@ def test_a_run_file_struct_is_accepted() -> None:
     from pathlib import Path
 
     from agentx.replayer.run_result import RunResult
-    from agentx.results.report.folders import RunFile
+    from agentx.results.folders.run_file import RunFile
     from agentx.results.summary.summarize import summarize
 
     records = table([rec()])

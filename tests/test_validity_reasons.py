@@ -17,8 +17,14 @@ from tables80 import rendered
 
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID, META_VERSION, SCHEMA, RequestRecord
+from agentx.results.summary.checks.validity import (
+    DISPATCH_LAG_EXCEEDED,
+    RUN_CANCELLED,
+    UNSAFE_OVERRIDE,
+    Reason,
+    validity,
+)
 from agentx.results.summary.summarize import summarize
-from agentx.results.summary.validity import DISPATCH_LAG_EXCEEDED, RUN_CANCELLED, UNSAFE_OVERRIDE, Reason, validity
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 

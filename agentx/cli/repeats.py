@@ -11,7 +11,7 @@ from agentx.cli.common import fail
 def refuse_existing_repeats(out_dir: Path, *, flags: str = "--overwrite") -> None:
     """Fail (exit 2) when `out_dir` already holds what a set of repeats would mix with (an index, a run or a sweep,
     in it or in a repeat folder); `flags` are what would let the command go on."""
-    from agentx.run.repeats import existing_repeats
+    from agentx.results.folders.repeat_index import existing_repeats
 
     held = existing_repeats(out_dir)
     if held is not None:

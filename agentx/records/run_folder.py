@@ -23,9 +23,9 @@ RUN_FILE: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.arrow"
 """The server's telemetry scraped while the run went (agentx.replayer.telemetry.arrow_file)."""
 SWEEP_FILE: Final = "sweep.json"
-"""A sweep folder's index of its levels, each a run folder (agentx.results.report.folders)."""
+"""A sweep folder's index of its levels, each a run folder (agentx.results.folders.sweep_index)."""
 REPEATS_FILE: Final = "repeats.json"
-"""A folder of repeats' index: r1 ... rN, each a run or a sweep folder (agentx.results.compare.repeats)."""
+"""A folder of repeats' index: r1 ... rN, each a run or a sweep folder (agentx.results.folders.repeat_index)."""
 
 
 RUN_FILES: Final = (RECORDS_FILE, RUN_FILE)

@@ -125,7 +125,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     """The agentx that ran it (`installed_version`)."""
     profiling_start_ns: int | None = None
     """When profiling started, ns after the run start on the records' clock (None: it never did); the start of the
-    window the harness's coverage rule measures (agentx.results.summary.validity)."""
+    window the harness's coverage rule measures (agentx.results.summary.checks.validity)."""
     shards: list[ShardInfo] = []
     """A `--ray` run: each shard's node, clock offset and fate (a `--workers` run on one host needs none)."""
 

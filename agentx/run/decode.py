@@ -8,7 +8,7 @@ prompt nor the queueing before it counts (the measurement behind figures like "8
 per user at batch 1, AL fixed at 6"). p50 / p90 are over all repetitions × concurrency requests, p90 the slow
 tail (the speed 90% of requests reached at least). The
 realized AL comes from the server's speculative-decoding counters scraped before and after, else from the
-stream's tokens per chunk (agentx.results.summary.acceptance).
+stream's tokens per chunk (agentx.results.summary.checks.acceptance).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from agentx.replayer.options.server_client import server_client
 from agentx.replayer.plan.bodies import COMPLETIONS_PATH
 from agentx.replayer.prompts.chat import CHAT_PATH
 from agentx.replayer.prompts.tokens import TokenSpace, completions_body, filler
-from agentx.results.summary.acceptance import (
+from agentx.results.summary.checks.acceptance import (
     Acceptance,
     acceptance,
     counter_acceptance,

@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
 
 import msgspec
 
 from agentx.errors import ConfigError, RunExists, SweepError
-from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
 from agentx.replayer.schedule.recorder import OnRecord
-from agentx.results.compare.repeats import RepeatIndex, repeat_dir_name, repeat_seed, write_repeats
+from agentx.results.folders.repeat_index import (
+    RepeatIndex,
+    existing_repeats,
+    repeat_dir_name,
+    repeat_seed,
+    write_repeats,
+)
 from agentx.run.replay import ReplayResult, replay, replay_workers
 from agentx.run.sweep import LevelServer, OnLevel, OnLevelDone, SweepOptions, SweepResult, sweep
 from agentx.trace.io import Format
@@ -41,10 +44,6 @@ OnReplayRepeatDone = Callable[[int, ReplayResult], None]
 """`on_repeat_done(number, result)`: repeat `number` has ended (interrupted or not), its run.json written."""
 OnSweepRepeatDone = Callable[[int, SweepResult], None]
 """`on_repeat_done(number, result)`: repeat `number`'s sweep has ended (interrupted or not), its sweep.json written."""
-
-_REPEAT_DIR: Final = re.compile(r"r[1-9][0-9]*")
-_HELD_FILES: Final = (REPEATS_FILE, RECORDS_FILE, RUN_FILE, SWEEP_FILE)
-"""What makes a folder, or a repeat folder in it, hold results a new set would mix with."""
 
 
 class ReplayRepeats(msgspec.Struct, kw_only=True):
@@ -65,22 +64,6 @@ class SweepRepeats(msgspec.Struct, kw_only=True):
     index: RepeatIndex
     results: list[SweepResult]
     interrupted: bool = False
-
-
-def existing_repeats(out_dir: Path) -> str | None:
-    """What `out_dir` already holds that a set of repeats would mix with (an index, a run or a sweep, in it or in a
-    repeat folder), said briefly; None when nothing."""
-    if not out_dir.is_dir():
-        return None
-    held = [name for name in _HELD_FILES if (out_dir / name).exists()]
-    repeat_dirs = sorted(
-        (path for path in out_dir.iterdir() if _REPEAT_DIR.fullmatch(path.name) and path.is_dir()),
-        key=lambda path: int(path.name[1:]),
-    )
-    held += [f"{path.name}/{name}" for path in repeat_dirs for name in _HELD_FILES if (path / name).exists()]
-    if not held:
-        return None
-    return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
 
 
 def _check_count(repeats: int) -> None:

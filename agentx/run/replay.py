@@ -27,7 +27,7 @@ import msgspec
 
 from agentx.errors import ConfigError, OutputUnwritable, RecordsError, WriteFailed, os_condition
 from agentx.records.record import RequestRecord, RunInfo, read_records
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run, write_json_atomically
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
 from agentx.replayer.cluster.driver import run_cluster
 from agentx.replayer.http.client import Client
 from agentx.replayer.options.replay import ReplayOptions, flat_options
@@ -41,12 +41,12 @@ from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
 from agentx.replayer.workers import WORKERS_DIR, WorkerStops, run_workers
-from agentx.results.report.folders import RunFile
-from agentx.results.summary.acceptance import run_acceptance
-from agentx.results.summary.audit import audit
+from agentx.results.folders.run_file import RunFile, write_run_file
+from agentx.results.summary.checks.acceptance import run_acceptance
+from agentx.results.summary.checks.audit import audit
+from agentx.results.summary.checks.validity import validity
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
-from agentx.results.summary.validity import validity
 from agentx.trace.io import Format, save_trace
 from agentx.trace.model import Trace
 
@@ -69,15 +69,6 @@ async def _scrape(options: ReplayOptions) -> dict[str, float] | None:
     """`scrape_counters` through a client made as the run's own is (`server_client`)."""
     async with server_client(options.server, options.connection, limit=1) as client:
         return await scrape_counters(client)
-
-
-def write_run_file(path: Path | str, options: ReplayOptions, result: ReplayResult) -> Path:
-    """Write `run.json` (atomically: a reader never sees half a file) and return its path; an OSError naming the
-    file when the OS refuses, and no half file left."""
-    target = Path(path)
-    document = RunFile(options=flat_options(options), run=result.run, summary=result.summary)
-    write_json_atomically(target, document, enc_hook=str)
-    return target
 
 
 RESERVE_FILE: Final = ".run.json.reserve"
@@ -281,7 +272,7 @@ def _finish(
     release_room(room)
     run_path = Path(run.records_path).parent / RUN_FILE
     try:
-        write_run_file(run_path, options, result)
+        write_run_file(run_path, RunFile(options=flat_options(options), run=run, summary=summary))
     except OSError as exc:
         raise kept_failure(result, failed, exc, kept, run_path) from None
     if failed is not None:

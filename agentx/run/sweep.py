@@ -23,13 +23,13 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import SweepError
-from agentx.records.run_folder import SWEEP_FILE, write_json_atomically
 from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.run_result import OnSent
 from agentx.replayer.schedule.recorder import OnRecord
-from agentx.results.report.folders import LevelEntry, SweepIndex, finished_run, level_dir_name
+from agentx.results.folders.run_file import finished_run
+from agentx.results.folders.sweep_index import LevelEntry, SweepIndex, existing_sweep, level_dir_name, write_index
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay
 from agentx.trace.model import Trace
@@ -166,24 +166,12 @@ def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSetting
     )
 
 
-def _write_index(out_dir: Path, index: SweepIndex) -> None:
-    write_json_atomically(out_dir / SWEEP_FILE, index)
-
-
 LevelServer = Callable[[int, LevelSettings], str]
 """`level_server(concurrency, settings)`: the URL of a server set up for that level (the built-in simulator
 restarted with the level's forced acceptance, say); called after the before-level command."""
 OnLevel = Callable[[int, int, int], None]
 """`on_level_start(index, count, concurrency)`: a level is about to start (index from 1)."""
 OnLevelDone = Callable[[LevelResult], None]
-
-
-def existing_sweep(out_dir: Path) -> str | None:
-    """What of a sweep `out_dir` already holds (its index, some levels' records), said briefly; None if nothing."""
-    held = sorted(str(path.relative_to(out_dir)) for path in out_dir.glob("c*/records.arrow"))
-    if held:
-        return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
-    return SWEEP_FILE if (out_dir / SWEEP_FILE).exists() else None
 
 
 async def sweep(
@@ -246,7 +234,7 @@ async def sweep(
         )
         results.append(result)
         index.levels.append(result.entry)
-        _write_index(out_dir, index)
+        write_index(out_dir, index)
         if on_level_done is not None:
             on_level_done(result)
         if result.entry.status == "interrupted":

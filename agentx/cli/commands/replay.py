@@ -245,7 +245,7 @@ def _replay_repeats(
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
     from agentx.replayer.schedule.clock import loop_factory
-    from agentx.results.compare.repeats import repeat_seed
+    from agentx.results.folders.repeat_index import repeat_seed
     from agentx.run.repeats import replay_repeats, replay_workers_repeats
 
     progress = ReplayProgress(console=None)
@@ -393,7 +393,7 @@ def run_failure(summary: Summary, run: RunResult, threshold: float | None) -> st
 
 def _coverage_failure(summary: Summary) -> str | None:
     """The coverage rule's failure, under a rule set that fails the run on it (the harness exits non-zero)."""
-    from agentx.results.summary.validity import INSUFFICIENT_COVERAGE, rules_of
+    from agentx.results.summary.checks.validity import INSUFFICIENT_COVERAGE, rules_of
 
     verdict = summary.validity
     if verdict is None or not verdict.applies or rules_of({"rules": summary.rules}).coverage != "last_metric":

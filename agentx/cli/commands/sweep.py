@@ -108,9 +108,10 @@ def sweep_command(
     from agentx.records.run_folder import SWEEP_FILE
     from agentx.replayer.options.replay import LaneLoad
     from agentx.replayer.schedule.clock import loop_factory
+    from agentx.results.folders.sweep_index import existing_sweep
     from agentx.results.report.cost import load_price_table
     from agentx.run.repeats import SweepRepeats, sweep_repeats
-    from agentx.run.sweep import SweepOptions, existing_sweep, load_level_settings, parse_levels, sweep
+    from agentx.run.sweep import SweepOptions, load_level_settings, parse_levels, sweep
 
     if repeat > 1 and not (resume or overwrite):
         refuse_existing_repeats(

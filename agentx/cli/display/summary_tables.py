@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentx.cli.display.layout import Column, FittedTable, text_column
-from agentx.results.summary.acceptance import Acceptance
-from agentx.results.summary.audit import Audit, Figure
-from agentx.results.summary.cache_misses import CacheMisses
-from agentx.results.summary.critical_path import CriticalPath
+from agentx.results.summary.checks.acceptance import Acceptance
+from agentx.results.summary.checks.audit import Audit, Figure
+from agentx.results.summary.checks.validity import DISPATCH_LAG_MAX_P99_S, Validity
+from agentx.results.summary.explain.cache_misses import CacheMisses
+from agentx.results.summary.explain.critical_path import CriticalPath
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Interactivity, Summary
 from agentx.results.summary.server_telemetry import ServerTelemetry
 from agentx.results.summary.stats import Stats, percentile_key
-from agentx.results.summary.validity import DISPATCH_LAG_MAX_P99_S, Validity
 
 
 def _s(value: float | None, digits: int = 3) -> str:

@@ -19,7 +19,7 @@ SYSTEM_IDLE_CAP_S: Final = 10.0
 
 def locks_broken(options: ReplayOptions) -> list[str]:
     """The locked rules `options` break, each a sentence naming the value and its flag (empty: a run that can be a
-    valid submission); agentx.results.summary.validity says them as the reasons of `unsafe_override`."""
+    valid submission); agentx.results.summary.checks.validity says them as the reasons of `unsafe_override`."""
     load = options.load
     if not isinstance(load, AgentxLoad):
         return [f"mode {load.mode}: the AgentX rules apply to --mode agentx only"]

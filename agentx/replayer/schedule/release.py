@@ -1,6 +1,6 @@
 """Why a step went when it did: what released it, the delay applied after that, what the idle caps cut, and how long it
 waited for other agents past its own due. The records carry it (`released_by_request_id`, `think_s`, `idle_cut_s`,
-`join_wait_s`), from which the summary finds each play's critical path (agentx.results.summary.critical_path).
+`join_wait_s`), from which the summary finds each play's critical path (agentx.results.summary.explain.critical_path).
 
 A step is due at `released_ns + think_ns − idle_cut_ns` (agentx.replayer.schedule.due): its anchor's completion (or,
 for a branch started from its spawning turn's send, that send) plus its recorded delay, or the play's start or the

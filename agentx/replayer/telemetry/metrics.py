@@ -5,7 +5,7 @@ over queries), or llama.cpp's `llamacpp:prompt_tokens_cached_total` and `llamacp
 (computed prompt tokens, cached ones excluded: hits over their sum). The KV cache's shape: vLLM's info gauge
 `vllm:cache_config_info`, whose labels carry the engine's `block_size` and `num_gpu_blocks` (`parse_cache_config`).
 
-Speculative decoding (agentx.results.summary.acceptance, which says how each set gives an acceptance length):
+Speculative decoding (agentx.results.summary.checks.acceptance, which says how each set gives an acceptance length):
 
 - vLLM: `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens` and
   `..._num_accepted_tokens_per_pos{position}` (counters).

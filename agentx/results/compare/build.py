@@ -59,7 +59,7 @@ from agentx.results.compare.sides import (
 )
 from agentx.results.compare.sweeps import SweepVersus, sweep_versus
 from agentx.results.report.cost import load_price_table
-from agentx.results.summary.audit import Audit
+from agentx.results.summary.checks.audit import Audit
 
 TIMESTAMPED: Final = frozenset({"ttft", "itl", "e2el"})
 """Figures read off one pair of client timestamps per value (TPOT divides its error by the output length)."""

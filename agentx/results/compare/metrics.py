@@ -17,7 +17,7 @@ import numpy as np
 
 from agentx.results.compare.bootstrap import FloatArray, IntArray, weighted_means, weighted_percentiles, weighted_sums
 from agentx.results.compare.sample import RunSample
-from agentx.results.summary.audit import Figure
+from agentx.results.summary.checks.audit import Figure
 
 Better = Literal["lower", "higher"]
 

@@ -17,13 +17,13 @@ from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE
 from agentx.results.compare.fairness import Identity, identity
 from agentx.results.compare.metrics import metrics
 from agentx.results.compare.options import CompareOptions
-from agentx.results.compare.repeats import read_repeats
 from agentx.results.compare.sample import Repeat, RunSample
+from agentx.results.folders.repeat_index import read_repeats
+from agentx.results.folders.run_file import read_run_file
 from agentx.results.report.build import Level, Series, load_series
 from agentx.results.report.cost import PriceTable, prices_for
-from agentx.results.report.folders import read_run_file
-from agentx.results.summary.audit import Finding
-from agentx.results.summary.critical_path import PathParts, pooled_shares
+from agentx.results.summary.checks.audit import Finding
+from agentx.results.summary.explain.critical_path import PathParts, pooled_shares
 
 
 class Side(msgspec.Struct, kw_only=True):
@@ -46,7 +46,7 @@ class Side(msgspec.Struct, kw_only=True):
     gpu_s_per_task: float | None
     critical_path: PathParts | None = None
     """Where the plays' time went, as shares of their summed makespans over every repeat and level
-    (agentx.results.summary.critical_path)."""
+    (agentx.results.summary.explain.critical_path)."""
     loop_lag_p99_s: float | None = None
     """The client's event-loop lag p99 (the largest over its repeats): the resolution of one timestamp."""
     usd_per_task: dict[str, float] = {}

@@ -44,9 +44,9 @@ import pyarrow.compute as pc
 
 from agentx.records.record import run_info
 from agentx.replayer.options.rules import RuleSet
+from agentx.results.summary.checks.validity import rules_of
 from agentx.results.summary.columns import equals, strings
 from agentx.results.summary.stats import BoolArray, FloatArray, IntArray
-from agentx.results.summary.validity import rules_of
 
 NS_PER_MS: Final = 1e6
 NS_PER_S: Final = 1e9

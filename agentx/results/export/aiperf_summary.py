@@ -42,9 +42,9 @@ document AIPerf writes to `server_metrics_export.json`, for the metrics agentx m
 (an interrupted run, or one without run.json), `error_summary` (`{error_details, count}` per distinct error
 of the profiling phase, in order of first appearance), `metadata`: `scenario` (the rule set's scenario in agentx
 mode: `agentx` under agentx-harness 1.0.12, `inferencex-agentx-mvp` under AIPerf 0.13.0; else null),
-`submission_valid`, `submission_invalid_reasons` (agentx.results.summary.validity) and `agentx` (run id, the rule set's
-name and reference, validity details, and `inferencex`: the metrics InferenceX's aggregation adds — full-response
-and E2E-normalized interactivity, 1 s QPS windows — over the profiling phase's successful requests,
+`submission_valid`, `submission_invalid_reasons` (agentx.results.summary.checks.validity) and `agentx` (run id,
+the rule set's name and reference, validity details, and `inferencex`: the metrics InferenceX's aggregation adds —
+full-response and E2E-normalized interactivity, 1 s QPS windows — over the profiling phase's successful requests,
 agentx.results.summary.inferencex).
 
 **The rule set's schema** (agentx.replayer.options.rules, `export_harness_metrics`): a run of the agentx-harness 1.0.12
@@ -94,10 +94,10 @@ from agentx.results.export.aiperf_metrics import (
 )
 from agentx.results.export.aiperf_server_metrics import server_metrics_export
 from agentx.results.export.time_weighted import sweep_metrics
+from agentx.results.summary.checks.validity import Validity, validity
 from agentx.results.summary.columns import equals, strings
 from agentx.results.summary.inferencex import inferencex_metrics
 from agentx.results.summary.stats import BoolArray, FloatArray
-from agentx.results.summary.validity import Validity, validity
 
 SCHEMA_VERSION: Final = "1.4"
 PERCENTILES: Final = (1, 5, 10, 25, 50, 75, 90, 95, 99)

@@ -26,9 +26,10 @@ import msgspec
 
 from agentx.errors import ArtifactError
 from agentx.records.record import RunInfo, read_records
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run, write_json_atomically
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
 from agentx.replayer.run_result import RunResult
+from agentx.results.folders.run_file import RunFile, write_run_file
 from agentx.results.imports import aiperf_config, aiperf_records
 from agentx.results.imports.aiperf_server_metrics import (
     ImportedTelemetry,
@@ -36,10 +37,10 @@ from agentx.results.imports.aiperf_server_metrics import (
     read_server_metrics,
     window_ns,
 )
-from agentx.results.summary.audit import audit
+from agentx.results.summary.checks.audit import audit
+from agentx.results.summary.checks.validity import validity
 from agentx.results.summary.server_telemetry import profiling_window_ns
 from agentx.results.summary.summarize import Summary, summarize
-from agentx.results.summary.validity import validity
 
 JSONL_FILE: Final = "profile_export.jsonl"
 SUMMARY_FILE: Final = "profile_export_aiperf.json"
@@ -174,7 +175,7 @@ def import_aiperf(
     run_document = {"options": options, "run": msgspec.to_builtins(run, enc_hook=str)}
     result.validity = validity(table, run_document)
     result.audit = audit(table, result)  # again: the telemetry is known now
-    write_run_document(target / RUN_FILE, options, run, result)
+    write_run_file(target / RUN_FILE, RunFile(options=options, run=run, summary=result))
     files = [name for name in (JSONL_FILE, SUMMARY_FILE, SERVER_METRICS_FILE) if (source / name).is_file()]
     return ImportedRun(
         run_dir=target,
@@ -185,8 +186,3 @@ def import_aiperf(
         summary=result,
         files=files,
     )
-
-
-def write_run_document(path: Path, options: dict[str, Any], run: RunResult, summary: Summary) -> None:
-    """Write run.json in `RunFile`'s layout (agentx.results.report.folders), atomically."""
-    write_json_atomically(path, {"options": options, "run": run, "summary": summary}, enc_hook=str)

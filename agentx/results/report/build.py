@@ -8,7 +8,7 @@ TPOT, the peak throughput, what one agent task costs; and the findings of every 
 `report_json` gives it as JSON; agentx.cli.display.report_tables renders it as rich and Markdown tables,
 agentx.results.report.plots as plots.
 
-The audit (agentx.results.summary.audit) is carried, never applied silently: a level's row names its findings and
+The audit (agentx.results.summary.checks.audit) is carried, never applied silently: a level's row names its findings and
 marks each figure an error finding rejects; a best or peak figure comes from a level whose audit does not reject it
 when one exists, and otherwise says it is rejected (`Best.rejected_by`); a target interpolated from a rejected point
 says so too. A run.json written before the audit has none: its level is shown as clean.
@@ -25,6 +25,8 @@ import msgspec
 from agentx.errors import RecordsDamaged, RecordsError, ReportError
 from agentx.records.record import run_info
 from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, SWEEP_FILE
+from agentx.results.folders.run_file import RunFile, check_records, read_run_file
+from agentx.results.folders.sweep_index import read_index
 from agentx.results.report.cost import (
     GIVEN_TIER,
     Cost,
@@ -37,17 +39,16 @@ from agentx.results.report.cost import (
     prices_for,
     usd_per_million_tokens,
 )
-from agentx.results.report.folders import RunFile, check_records, read_index, read_run_file
 from agentx.results.report.frontier import Basis, Frontier, FrontierOptions, Point, Statistic, frontier, point
 from agentx.results.report.notes import no_point, price_problem, rejected_point, target_note, with_target
-from agentx.results.summary.audit import Figure, Severity
-from agentx.results.summary.critical_path import PathParts
+from agentx.results.summary.checks.audit import Figure, Severity
+from agentx.results.summary.checks.validity import rules_of
+from agentx.results.summary.explain.critical_path import PathParts
 from agentx.results.summary.goodput import slo_text
 from agentx.results.summary.model import Throughput
 from agentx.results.summary.stats import Stats
 from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
 from agentx.results.summary.tasks import TaskCosts
-from agentx.results.summary.validity import rules_of
 
 
 class Level(msgspec.Struct, kw_only=True):
@@ -135,8 +136,9 @@ class LevelRow(msgspec.Struct, kw_only=True):
     audit: list[AuditMark] = []
     """The findings of the level's plausibility audit; empty when clean or written before the audit."""
     critical_path: PathParts | None = None
-    """Where the level's plays' time went, as shares of their summed makespans (agentx.results.summary.critical_path);
-    None for a run whose records do not say what released each request."""
+    """Where the level's plays' time went, as shares of their summed makespans
+    (agentx.results.summary.explain.critical_path); None for a run whose records do not say what released each
+    request."""
     critical_path_plays: int = 0
     play_makespan_mean_s: float | None = None
     rejected: dict[Figure, list[str]] = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from agentx.distribution import installed_version
+from agentx.results.folders.run_file import finished_run
 from agentx.results.report.build import Report, Series, SeriesReport
-from agentx.results.report.folders import finished_run
 from agentx.results.report.notes import REJECTED_MARK, finding_heading, levels_text
 from agentx.secrets import scrub
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from agentx.results.report.cost import Price, PriceTable
-from agentx.results.summary.audit import Figure, Severity
+from agentx.results.summary.checks.audit import Figure, Severity
 from agentx.results.summary.model import Summary
 
 REJECTED_MARK: Final = "✗"

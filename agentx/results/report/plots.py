@@ -26,7 +26,7 @@ from agentx.replayer.telemetry.arrow_file import aligned_times_ns, load_server_m
 from agentx.results.report.build import LevelRow, Report, SeriesReport
 from agentx.results.report.cost import usd_per_million_tokens
 from agentx.results.report.frontier import Point, curve
-from agentx.results.summary.critical_path import play_paths
+from agentx.results.summary.explain.critical_path import play_paths
 from agentx.results.summary.population import IntCounts
 from agentx.results.summary.run_records import RunRecords
 
@@ -274,8 +274,8 @@ def plot_swimlanes(report: Report, out_dir: Path) -> list[Path]:
 
 
 def on_critical_path(table: pa.Table) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-    """Which rows of a records table are on their play's critical path (agentx.results.summary.critical_path); None
-    for records that do not say what released each request (before format 1.11)."""
+    """Which rows of a records table are on their play's critical path (agentx.results.summary.explain.critical_path);
+    None for records that do not say what released each request (before format 1.11)."""
     paths = play_paths(table)
     if paths is None:
         return None

@@ -10,16 +10,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from agentx.results.summary.acceptance import Acceptance
-from agentx.results.summary.audit import Audit
-from agentx.results.summary.cache_misses import CacheMisses
-from agentx.results.summary.critical_path import CriticalPath
+from agentx.results.summary.checks.acceptance import Acceptance
+from agentx.results.summary.checks.audit import Audit
+from agentx.results.summary.checks.validity import Validity
+from agentx.results.summary.explain.cache_misses import CacheMisses
+from agentx.results.summary.explain.critical_path import CriticalPath
 from agentx.results.summary.goodput import Goodput
 from agentx.results.summary.server_telemetry import ServerTelemetry
 from agentx.results.summary.shards import Shards
 from agentx.results.summary.stats import PERCENTILES, SHOWN_PERCENTILES, FloatArray, Stats, percentile_key
 from agentx.results.summary.tasks import TaskCosts
-from agentx.results.summary.validity import Validity
 
 
 class Interactivity(msgspec.Struct, kw_only=True):
@@ -78,7 +78,7 @@ class Counts(msgspec.Struct, kw_only=True):
 
 class Latency(msgspec.Struct, kw_only=True):
     """Latency statistics under vLLM's names (`vllm bench serve`; docs/replay.md): a run.json written before
-    they were used is read with its keys renamed (agentx.results.report.folders)."""
+    they were used is read with its keys renamed (agentx.results.folders.run_file)."""
 
     ttft_s: Stats | None
     tpot_s: Stats | None
@@ -220,7 +220,8 @@ class Summary(msgspec.Struct, kw_only=True):
     calibration: dict[str, Any] | None = None
     """`--api chat`: the words, separator and chat-template overhead calibrated at the start, when known."""
     validity: Validity | None = None
-    """Whether the run is a valid AgentX submission, and why not (agentx.results.summary.validity), when known."""
+    """Whether the run is a valid AgentX submission, and why not (agentx.results.summary.checks.validity), when
+    known."""
     goodput: Goodput | None = None
     """The requests meeting every `--slo` target, per second and as a share (goodput.py); None without."""
     acceptance: Acceptance | None = None
@@ -234,12 +235,13 @@ class Summary(msgspec.Struct, kw_only=True):
     rules: str | None = None
     """The AgentX rule set the run played (agentx.replayer.options.rules), when its options say."""
     audit: Audit | None = None
-    """The plausibility audit (agentx.results.summary.audit): what in the run cannot be true; None before it ran."""
+    """The plausibility audit (agentx.results.summary.checks.audit): what in the run cannot be true; None before it
+    ran."""
     tasks: TaskCosts | None = None
     """What one agent task (a root session's play, subagents included) costs (agentx.results.summary.tasks)."""
     critical_path: CriticalPath | None = None
-    """Where each play's time went along its critical path (agentx.results.summary.critical_path); None for records
-    before format 1.11."""
+    """Where each play's time went along its critical path (agentx.results.summary.explain.critical_path); None for
+    records before format 1.11."""
     cache_misses: CacheMisses | None = None
-    """Why the prefix cache missed: the uncached prompt tokens by cause (agentx.results.summary.cache_misses); None
-    for records before format 1.11 or when no request reported cached tokens."""
+    """Why the prefix cache missed: the uncached prompt tokens by cause (agentx.results.summary.explain.cache_misses);
+    None for records before format 1.11 or when no request reported cached tokens."""

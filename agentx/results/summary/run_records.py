@@ -5,7 +5,7 @@ concurrency 256), and the summary never holds them whole. `RunRecords.read` read
 keeping the per-request columns (`table`: a few hundred bytes a request) and counting on the way what the
 chunk-level figures need (`ChunkScan`: the gaps between chunks, tokens per chunk); the figures that need another
 look (the exact percentiles of the gaps: agentx.results.summary.population; the stream's speculative acceptance,
-agentx.results.summary.acceptance) read the file again (`slices`). `RunRecords.of(table)` does the same over a
+agentx.results.summary.checks.acceptance) read the file again (`slices`). `RunRecords.of(table)` does the same over a
 table already in memory, a slice at a time, so that `summarize(table)` never flattens its chunk lists whole either.
 
 Slices hold about `SLICE_STAMPS` chunk timestamps (a request's list is never cut): the chunk-level work holds a few of

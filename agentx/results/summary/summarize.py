@@ -36,10 +36,10 @@ from agentx.replayer.telemetry.metrics import (
     PREFIX_CACHE_QUERIES,
     ServerMetrics,
 )
-from agentx.results.summary.audit import audit
-from agentx.results.summary.cache_misses import cache_misses
+from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.columns import equals, floats, has, ints_or, strings
-from agentx.results.summary.critical_path import critical_path
+from agentx.results.summary.explain.cache_misses import cache_misses
+from agentx.results.summary.explain.critical_path import critical_path
 from agentx.results.summary.goodput import goodput
 from agentx.results.summary.inferencex import inferencex_metrics
 from agentx.results.summary.model import (

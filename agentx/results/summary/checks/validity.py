@@ -37,7 +37,7 @@ A run is valid unless one of these applies (reasons are reported in this order):
   (`sent − scheduled`, failed requests included) exceeds `DISPATCH_LAG_MAX_P99_S` (1 s). A request sent later
   than it was due measures the client, not the server (docs/agentx.md §4b: a request is never due in the past).
 - `acceptance_mismatch`: a forced speculative acceptance length (`--spec-al`) that the realized one
-  contradicts by more than the tolerance (agentx.results.summary.acceptance): from the `acceptance` passed in,
+  contradicts by more than the tolerance (agentx.results.summary.checks.acceptance): from the `acceptance` passed in,
   else from `run.json`'s `summary.acceptance.mismatch`.
 
 Apart from the reasons, `details["inferencex_gate_passed"]` is InferenceX's post-run gate:
@@ -62,7 +62,7 @@ import pyarrow as pa
 from agentx.errors import RecordsError
 from agentx.records.record import run_info
 from agentx.replayer.options.rules import AIPERF_0_13_0, RULE_SETS, RuleSet
-from agentx.results.summary.acceptance import Acceptance
+from agentx.results.summary.checks.acceptance import Acceptance
 from agentx.results.summary.columns import equals, floats
 from agentx.results.summary.stats import FloatArray
 

@@ -1,4 +1,5 @@
-"""A folder of repeats: N runs (or sweeps) of one configuration with derived seeds, and its index `repeats.json`.
+"""repeats.json: the index of a folder of repeats, N runs (or sweeps) of one configuration with derived seeds, and what
+a folder already holds that a new set would mix with.
 
 `agentx replay --repeat N` and `agentx sweep --repeat N` write `r1/` … `rN/` (each a run or sweep folder) and
 `repeats.json` (`RepeatIndex`); `agentx compare` pools a folder's repeats into one side and reports their spread.
@@ -7,12 +8,18 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
 from agentx.errors import ReportError
-from agentx.records.run_folder import REPEATS_FILE, write_json_atomically
+from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE, write_json_atomically
+
+_REPEAT_DIR: Final = re.compile(r"r[1-9][0-9]*")
+_HELD_FILES: Final = (REPEATS_FILE, RECORDS_FILE, RUN_FILE, SWEEP_FILE)
+"""What makes a folder, or a repeat folder in it, hold results a new set would mix with."""
 
 
 class RepeatIndex(msgspec.Struct, kw_only=True):
@@ -40,7 +47,24 @@ def repeat_seed(base_seed: int, number: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
+def existing_repeats(out_dir: Path) -> str | None:
+    """What `out_dir` already holds that a set of repeats would mix with (an index, a run or a sweep, in it or in a
+    repeat folder), said briefly; None when nothing."""
+    if not out_dir.is_dir():
+        return None
+    held = [name for name in _HELD_FILES if (out_dir / name).exists()]
+    repeat_dirs = sorted(
+        (path for path in out_dir.iterdir() if _REPEAT_DIR.fullmatch(path.name) and path.is_dir()),
+        key=lambda path: int(path.name[1:]),
+    )
+    held += [f"{path.name}/{name}" for path in repeat_dirs for name in _HELD_FILES if (path / name).exists()]
+    if not held:
+        return None
+    return ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+
+
 def write_repeats(folder: Path, index: RepeatIndex) -> None:
+    """Write `folder`'s repeats.json atomically."""
     write_json_atomically(folder / REPEATS_FILE, index)
 
 

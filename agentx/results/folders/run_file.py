@@ -1,21 +1,19 @@
-"""Reading run and sweep folders: the layouts of `run.json` and `sweep.json`.
+"""run.json: the layout of a run's document (`RunFile`: options, run, summary), its atomic write and its reading, an
+older file's latency keys renamed; `finished_run` and `check_records` for readers that stand on its figures.
 
-A run folder holds `records.arrow` and `run.json` (agentx.records.run_folder names them); a sweep folder holds
-`sweep.json` (`SweepIndex`) and one run folder per level, `c{N}/`.
+A run folder holds `records.arrow` and `run.json` (agentx.records.run_folder names them).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, SWEEP_FILE, Recorded, count_run_records
+from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, Recorded, count_run_records, write_json_atomically
 from agentx.replayer.run_result import RunResult
 from agentx.results.summary.summarize import Summary
-
-LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
 
 
 class RunFile(msgspec.Struct, kw_only=True):
@@ -26,41 +24,10 @@ class RunFile(msgspec.Struct, kw_only=True):
     summary: Summary
 
 
-class LevelEntry(msgspec.Struct, kw_only=True):
-    """One level in sweep.json."""
-
-    concurrency: int
-    dir: str
-    """Relative to the sweep directory."""
-    status: LevelStatus
-    error: str | None = None
-    elapsed_s: float = 0.0
-    spec_al: float | None = None
-    spec_k: int | None = None
-
-
-class SweepIndex(msgspec.Struct, kw_only=True):
-    """The layout of sweep.json."""
-
-    version: int = 1
-    trace: str = ""
-    gpu_sku: str | None = None
-    num_gpus: int | None = None
-    seed: int = 0
-    concurrency: list[int] = []
-    levels: list[LevelEntry] = []
-
-
-def level_dir_name(concurrency: int) -> str:
-    return f"c{concurrency}"
-
-
-def read_index(out_dir: Path) -> SweepIndex | None:
-    """The sweep.json of `out_dir`, or None when there is none."""
-    path = out_dir / SWEEP_FILE
-    if not path.is_file():
-        return None
-    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
+def write_run_file(path: Path, document: RunFile) -> None:
+    """Write run.json atomically (a reader never sees half of one); an OSError naming the file when the OS refuses,
+    and no half file left."""
+    write_json_atomically(path, document, enc_hook=str)
 
 
 def _paths(kind: type, value: Any) -> Any:

@@ -43,9 +43,9 @@ import pyarrow as pa
 from agentx.errors import RecordsError
 from agentx.records.record import run_info
 from agentx.replayer.schedule.sanity import PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE
+from agentx.results.summary.checks.validity import DISPATCH_LAG_MAX_P99_S
 from agentx.results.summary.columns import equals, floats, ints_or
 from agentx.results.summary.run_records import RunRecords, request_table
-from agentx.results.summary.validity import DISPATCH_LAG_MAX_P99_S
 
 if TYPE_CHECKING:
     from agentx.results.summary.model import Summary
