@@ -20,6 +20,7 @@ FLOORS = {
     "distribution": -1,
     "engines": -1,
     "exports": -1,
+    "format_version": -1,
     "trace": 0,
     "sim": 0,
     "records": 0,

@@ -33,6 +33,7 @@ import msgspec
 import pyarrow as pa
 
 from agentx.errors import RecordsDamaged, RecordsError
+from agentx.format_version import version_refusal
 from agentx.records.ipc_files import META_ROWS, IpcReader, without_rows
 from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
@@ -349,9 +350,8 @@ def _check_schema(file: str, schema: pa.Schema) -> None:
     if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
         raise RecordsError(f"{file}: not an agentx records file (schema metadata lacks {META_FORMAT.decode()})")
     version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
-    major = version.split(".", 1)[0]
-    if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
-        raise RecordsError(f"{file}: records format version {version!r}; this agentx reads {FORMAT_VERSION[0]}.x")
+    if (refusal := version_refusal(version, FORMAT_VERSION, "records")) is not None:
+        raise RecordsError(f"{file}: {refusal}")
 
 
 def read_records(path: str | os.PathLike[str], *, partial: bool = False, chunks: bool = True) -> pa.Table:
@@ -475,7 +475,8 @@ def describe_layout() -> str:
         "| key | value |",
         "|---|---|",
         f"| `{META_FORMAT.decode()}` | `{FORMAT_NAME}` |",
-        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version |",
+        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version "
+        "(agentx.format_version) |",
         f"| `{META_RUN_ID.decode()}` | the run id (also in every row) |",
         f"| `{META_ROWS.decode()}` | the rows the file holds, decimal: only in the IPC file a run's end writes (since "
         "1.13), so that a copy cut short tells how many rows it lost (`agentx.read_records` refuses it) |",

@@ -25,6 +25,7 @@ import pyarrow.ipc as ipc
 
 from agentx.engines import Engine
 from agentx.errors import ServerMetricsError, os_condition
+from agentx.format_version import version_refusal
 from agentx.records.ipc_files import IpcReader, fsync_path
 from agentx.records.run_folder import SERVER_METRICS_FILE
 from agentx.replayer.telemetry.series import TELEMETRY, TELEMETRY_NAMES
@@ -207,8 +208,8 @@ def server_metrics_info(schema: pa.Schema) -> ServerMetricsInfo:
     if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
         raise ServerMetricsError("not an agentx server-metrics file")
     version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
-    if version.split(".", 1)[0] != FORMAT_VERSION.split(".", 1)[0]:
-        raise ServerMetricsError(f"server-metrics format version {version!r}; this agentx reads {FORMAT_VERSION}")
+    if (refusal := version_refusal(version, FORMAT_VERSION, "server-metrics")) is not None:
+        raise ServerMetricsError(refusal)
     try:
         return ServerMetricsInfo(
             run_id=metadata[META_RUN_ID].decode(),
@@ -300,7 +301,8 @@ def describe_layout() -> str:
         "| key | value |",
         "|---|---|",
         f"| `{META_FORMAT.decode()}` | `{FORMAT_NAME}` |",
-        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses another major version |",
+        f"| `{META_VERSION.decode()}` | `MAJOR.MINOR`; a reader refuses a newer major version "
+        "(agentx.format_version) |",
         f"| `{META_RUN_ID.decode()}` | the run id (the records' own) |",
         f"| `{META_EPOCH.decode()}` | wall clock (`time.time_ns()`) at the time origin, decimal |",
         f"| `{META_ENGINE.decode()}` | whose names the server uses: `vllm`, `sglang`, `llamacpp`, `trtllm` or `atom` |",

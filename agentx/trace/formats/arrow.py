@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from agentx.errors import TraceError
+from agentx.format_version import version_refusal
 from agentx.trace.findings import Findings
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
 from agentx.trace.validation import check_session, check_trace_header
@@ -240,13 +241,8 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
     version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
     if fmt != FORMAT_NAME or not version:
         raise TraceError.at(f"not an agentx trace table (schema metadata lacks {META_FORMAT.decode()})", file=file)
-    major = version.split(".", 1)[0]
-    if not (major.isascii() and major.isdigit()) or int(major) > int(FORMAT_VERSION.split(".", 1)[0]):
-        raise TraceError.at(
-            f"written in trace format version {version}; this agentx reads {FORMAT_VERSION.split('.')[0]}.x. "
-            "Upgrade agentx to read it.",
-            file=file,
-        )
+    if (refusal := version_refusal(version, FORMAT_VERSION, "trace")) is not None:
+        raise TraceError.at(refusal, file=file)
     missing = [
         name
         for name in ("t", "model", "in", "out", "hash_ids_kept", "hash_ids_added")
