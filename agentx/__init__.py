@@ -11,6 +11,8 @@ The options are parts: Server, Connection, the load (AgentxLoad, ClosedLoad, Tra
 `slo`: Slos), Speculative, Runtime (`Runtime(quiet_gc=True, fast_thread_switch=True)` lets the run change
 process-wide settings, as the CLI does; off for a library caller; `Runtime(workers=N)` runs N processes of this host,
 with `ray="auto"` N actors on a Ray cluster, docs/distributed.md).
+    await replay(trace, options, RunHooks(on_record=..., on_sent=..., on_profiling=...)) hears of each request as it
+    goes (a run over `workers` processes refuses them: its records meet at its end).
     replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
     stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from agentx.replayer.plan.play import PreparedTrace as PreparedTrace
     from agentx.replayer.plan.preparation import prepare_trace as prepare_trace
     from agentx.replayer.run_result import RunResult as RunResult
+    from agentx.replayer.schedule.hooks import RunHooks as RunHooks
     from agentx.replayer.telemetry.metrics import ServerMetrics as ServerMetrics
     from agentx.results.summary.summarize import Summary as Summary
     from agentx.results.summary.summarize import summarize as summarize
@@ -151,6 +154,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.replayer.plan.play": ("PreparedTrace",),
     "agentx.replayer.plan.preparation": ("prepare_trace",),
     "agentx.replayer.run_result": ("RunResult",),
+    "agentx.replayer.schedule.hooks": ("RunHooks",),
     "agentx.replayer.telemetry.metrics": ("ServerMetrics",),
     "agentx.results.summary.summarize": ("Summary", "summarize"),
     "agentx.run.decode": ("DecodeResult", "decode", "decode_sync"),

@@ -53,6 +53,7 @@ from typing import Any, cast
 import msgspec
 
 from agentx.replayer.options.replay import ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.trace.model import Agent, Request, Session, Trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -290,7 +291,7 @@ def _client(spec: dict[str, Any]) -> dict[str, Any]:
             scenario=Scenario(duration_s=duration_s, delay_scale=0.0),
             runtime=Runtime(grace_s=setup.e2e_s * 3 + 5, quiet_gc=True, fast_thread_switch=True),  # the CLI's
         )
-        return await run_replay(trace, options, on_record=see_record)
+        return await run_replay(trace, options, RunHooks(on_record=see_record))
 
     # Records are offsets from the run's perf_counter_ns origin. Each is handed to `on_record` a few µs after
     # its end_ns, so the origin is the least (now − end_ns) seen: this needs nothing of the engine's
@@ -431,7 +432,7 @@ def _open_client(spec: dict[str, Any]) -> dict[str, Any]:
             scenario=Scenario(seed=spec["seed"], sessions=setup.requests),
             runtime=Runtime(grace_s=setup.e2e_s * 3 + 5, quiet_gc=spec.get("quiet_gc", True), fast_thread_switch=True),
         )
-        return await run_replay(trace, options, on_record=see_record)
+        return await run_replay(trace, options, RunHooks(on_record=see_record))
 
     # The collector's pauses, to tell them from other stalls (only watched: the bench changes nothing here).
     pauses: list[tuple[int, int, int]] = []

@@ -18,6 +18,7 @@ from strategies import record_identity
 from agentx import ReplayOptions, replay, replay_sync
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.summary.checks.acceptance import Acceptance
 from agentx.results.summary.checks.audit import Audit, audit
 from agentx.results.summary.model import DispatchLag, LoopLag
@@ -191,7 +192,9 @@ def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_clie
         assert server_s is not None and requests is not None and requests.total > 50
         assert clean.summary.latency.ttft_s is not None
         assert 0 < server_s.total / requests.total <= clean.summary.latency.ttft_s.mean
-        blocked = asyncio.run(replay(trace, demo_options(server, tmp_path / "blocked", 4), on_record=blocking))
+        blocked = asyncio.run(
+            replay(trace, demo_options(server, tmp_path / "blocked", 4), RunHooks(on_record=blocking))
+        )
     result = blocked.summary.audit
     assert "client_bound" in codes(result)
     assert result is not None and any(f.code == "client_bound" and "lag p99" in f.evidence for f in result.findings)

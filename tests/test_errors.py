@@ -210,7 +210,7 @@ def test_a_worker_that_dies_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def dies(*args: object, **kwargs: object) -> None:
         raise WorkerFailed("worker 1 exited with code -9 and no result")
 
-    monkeypatch.setattr(agentx.run.replay, "replay_workers", dies)
+    monkeypatch.setattr(agentx.run.replay, "run_workers", dies)
     sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
     args = ["replay", str(sample), "--url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "2"]
     result = CliRunner().invoke(main, [*args, "--workers", "2", "--out", str(tmp_path / "run")])

@@ -29,6 +29,7 @@ from agentx.records.record import META_EPOCH, META_FORMAT, META_RUN, META_RUN_ID
 from agentx.records.record import read_records as read_records_file
 from agentx.records.run_folder import RUN_FILE
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.export.export_run import (
     JSONL_FILE,
     NOT_EXPORTED,
@@ -834,7 +835,7 @@ def agentx_run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
             scenario=Scenario(delay_scale=0.01, sessions=4, rules=rules),
             runtime=Runtime(grace_s=5.0),
         )
-        asyncio.run(replay(_trace(), options, on_record=on_record))
+        asyncio.run(replay(_trace(), options, RunHooks(on_record=on_record)))
     return rules, out
 
 

@@ -37,6 +37,7 @@ from agentx.records.record import RequestRecord, read_records, run_info, to_reco
 from agentx.replayer.options.replay import ClosedLoad, Connection, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -168,7 +169,7 @@ def _replay(sim: SimServer, out_dir: Path, case: Case) -> Outcome:
         connection=Connection(idle_timeout_s=case.idle_timeout_s),
         runtime=Runtime(grace_s=5.0),
     )
-    result = asyncio.run(run_replay(_trace(case.sessions), options, on_profiling=on_profiling))
+    result = asyncio.run(run_replay(_trace(case.sessions), options, RunHooks(on_profiling=on_profiling)))
     # /metrics is refused too while the window lasts.
     deadline = time.monotonic() + 10.0
     while sim.get_faults().refuse_connections_s > 0 and time.monotonic() < deadline:

@@ -26,6 +26,7 @@ from agentx.records.record import RequestRecord, read_records
 from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEEP_FILE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.steps import session_order
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.folders.repeat_index import RepeatIndex, read_repeats, repeat_seed
 from agentx.run.repeats import ReplayRepeats, SweepRepeats, replay_repeats, replay_repeats_sync, sweep_repeats
 from agentx.run.sweep import SweepOptions
@@ -237,7 +238,7 @@ def test_cancelling_a_set_keeps_the_index_to_the_repeats_that_completed(
 
         stopped: list[bool] = []
         task = asyncio.ensure_future(
-            replay_repeats(small_trace(), options, 3, on_repeat_start=on_start, on_record=on_record)
+            replay_repeats(small_trace(), options, 3, RunHooks(on_record=on_record), on_repeat_start=on_start)
         )
         result = await task
         assert started == [1, 2]
@@ -335,8 +336,8 @@ def test_cancelling_a_set_of_sweeps_keeps_the_index_to_the_sweeps_that_completed
                 base,
                 options,
                 3,
+                RunHooks(on_record=on_record),
                 on_repeat_start=lambda number, count, seed: started.append(number),
-                on_record=on_record,
             )
         )
         return await task

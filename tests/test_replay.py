@@ -15,6 +15,7 @@ from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, 
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
@@ -106,7 +107,7 @@ def _assert_exact(records: list[RequestRecord]) -> None:
 def test_every_request_once_with_exact_lengths(sim: SimServer, tmp_path: Path) -> None:
     trace = _trace(_flat_session("a", 4), _joined_session("b"), _background_session("c"))
     seen: list[RequestRecord] = []
-    result = asyncio.run(run_replay(trace, _options(sim, tmp_path, concurrency=2), on_record=seen.append))
+    result = asyncio.run(run_replay(trace, _options(sim, tmp_path, concurrency=2), RunHooks(on_record=seen.append)))
     records = to_records(read_records(result.records_path))
     assert result.requests == len(records) == len(seen) == trace.request_count
     assert result.errors == 0 and not result.interrupted

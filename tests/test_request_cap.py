@@ -15,7 +15,7 @@ import pytest
 
 from agentx.records.record import read_records
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
-from agentx.run.replay import ReplayResult, replay_sync, replay_workers
+from agentx.run.replay import ReplayResult, replay_sync
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Agent, Request, Session, Trace
@@ -146,8 +146,9 @@ def test_workers_share_the_cap(sim: SimServer, tmp_path: Path) -> None:
         out_dir=tmp_path / "run",
         load=ClosedLoad(concurrency=2),
         scenario=Scenario(num_requests=7, delay_scale=0),
+        runtime=Runtime(workers=2),
     )
-    result = replay_workers(trace_path, options, 2)
+    result = replay_sync(_trace(sessions=4, turns=2), options, trace_path=trace_path)
     assert result.summary.counts.profiling == 7 and result.run.request_cap_reached
     assert result.run.trace_path == str(trace_path)
 

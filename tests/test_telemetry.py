@@ -49,7 +49,7 @@ from agentx.replayer.telemetry.series import (
 from agentx.results.export.export_run import aiperf_summary
 from agentx.results.summary.server_telemetry import summarize_telemetry
 from agentx.results.summary.summarize import summarize
-from agentx.run.replay import ReplayResult, replay
+from agentx.run.replay import ReplayResult, replay, replay_sync
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
@@ -676,17 +676,15 @@ def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
 
 
 def test_a_workers_run_scrapes_from_the_parent_onto_the_merged_records_clock(tmp_path: Path) -> None:
-    from agentx.run.replay import replay_workers
-
     with SimServer(time_scale=0.05) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),
             out_dir=tmp_path,
             load=ClosedLoad(concurrency=2),
             scenario=Scenario(duration_s=3.0, delay_scale=0.05),
-            runtime=Runtime(grace_s=1.0, metrics_interval_s=0.5),
+            runtime=Runtime(grace_s=1.0, metrics_interval_s=0.5, workers=2),
         )
-        result = replay_workers(SAMPLE, options, 2)
+        result = replay_sync(load_trace(SAMPLE), options, trace_path=SAMPLE)
     records = read_records(tmp_path / "records.arrow")
     table = read_server_metrics(tmp_path / SERVER_METRICS_FILE)
     info = server_metrics_info(table.schema)

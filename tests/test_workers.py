@@ -186,7 +186,11 @@ def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
         )
         result = agentx.replay_sync(trace, options, trace_path=SAMPLE)
         with pytest.raises(agentx.ConfigError, match="per-request callbacks"):
-            asyncio.run(agentx.replay(trace, msgspec.structs.replace(options, out_dir=tmp_path / "b"), on_record=print))
+            asyncio.run(
+                agentx.replay(
+                    trace, msgspec.structs.replace(options, out_dir=tmp_path / "b"), agentx.RunHooks(on_record=print)
+                )
+            )
     records = to_records(read_records(result.run.records_path))
     assert {r.lane for r in records} == {0, 1, 2, 3} and result.run.trees_finished == 6
     assert (tmp_path / "run" / "workers" / "1").is_dir()  # shards wrote their own records beside the merged ones

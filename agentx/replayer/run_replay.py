@@ -1,9 +1,9 @@
 """Running a replay: lanes of session trees over one client, records streamed to disk.
 
 - `ReplayOptions`: one immutable options object for a run.
-- `await run_replay(trace, options, *, on_record=None, on_sent=None) -> RunResult`: drives the server with
-  the trace's (or a `prepare_trace` result's) sessions and returns where the records went; `on_sent()` is
-  called as each request goes out and `on_record(record)` as it finishes (progress displays, harnesses).
+- `await run_replay(trace, options, hooks) -> RunResult`: drives the server with the trace's (or a `prepare_trace`
+  result's) sessions and returns where the records went; `hooks` (`RunHooks`, agentx.replayer.schedule.hooks) are
+  called as requests go out and finish (progress displays, harnesses).
   Raises `ServerUnreachable` / `ModelNotServed` (agentx.replayer.http.client) or `CalibrationError`
   (agentx.replayer.prompts.calibrate) before any request when the server cannot be used.
 - `RunResult` (agentx.replayer.run_result): the run id, the records file, counts, whether the run was
@@ -58,7 +58,6 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -87,21 +86,16 @@ from agentx.replayer.plan.preparation import (
 )
 from agentx.replayer.prompts.chat import ChatRenderer
 from agentx.replayer.prompts.tokens import TokenSpace
-from agentx.replayer.run_result import CalibrationSummary, OnSent, RunResult
+from agentx.replayer.run_result import CalibrationSummary, RunResult
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import quiet_gc
-from agentx.replayer.schedule.recorder import OnRecord
-from agentx.replayer.schedule.runner import RunHooks, Runner
+from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
+from agentx.replayer.schedule.runner import Runner
 from agentx.replayer.telemetry.metrics import ServerCache, parse_cache_config
 from agentx.trace.digest import trace_digest
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)
-OnBatch = Callable[[pa.RecordBatch], None]
-OnStart = Callable[[RunInfo, int, DispatchClock | None], None]
-"""Called once as the run starts, its records file created: the run, its start (`perf_counter_ns`, the records'
-time origin) and the clock of its due times, if it has one here (agentx.run.replay starts the server telemetry with
-them; a `--ray` driver sends nothing itself)."""
 WRITE_FAILED: Final = "write_failed"
 """`RunResult.cancel_reason` of a run stopped because its records could not be written."""
 
@@ -109,25 +103,16 @@ WRITE_FAILED: Final = "write_failed"
 async def run_replay(
     trace: Trace | PreparedTrace,
     options: ReplayOptions,
+    hooks: RunHooks = NO_HOOKS,
     *,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
-    on_start: OnStart | None = None,
     start_at_ns: int | None = None,
-    on_batch: OnBatch | None = None,
-    on_in_flight: OnRecord | None = None,
-    on_ready: Callable[[], Awaitable[int]] | None = None,
 ) -> RunResult:
-    """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8);
-    `on_profiling()` is called once, as the profiling phase starts (after the warmup), `on_start` as the run starts.
+    """Replay `trace` against `options.server.url` (see the module docstring and docs/agentx.md §4d–§4e, §8), calling
+    `hooks` as it goes (`RunHooks`).
 
     A shard of a `--ray` run (agentx.replayer.cluster) starts at `start_at_ns` (`perf_counter_ns`), the instant its
     shards agreed on, once its probes are done: its records count from that instant, so a shard that starts late
-    shows it as dispatch lag. `on_batch(batch)` gets each batch of records as it is written, and
-    `on_in_flight(record)` each request as it goes out, with the record it keeps if its answer never arrives. A shard
-    of a `--workers` run awaits `on_ready()` once it has built what it sends first: the instant its lanes (or
-    arrivals) start, which the shards agree on (agentx.replayer.workers).
+    shows it as dispatch lag.
 
     Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
     request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
@@ -215,13 +200,13 @@ async def run_replay(
             # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
             try:
                 made = RecordWriter(
-                    records_path, info, flush_interval_s=math.inf, on_batch=on_batch, on_error=write_failed
+                    records_path, info, flush_interval_s=math.inf, on_batch=hooks.on_batch, on_error=write_failed
                 )
             except OSError as exc:
                 raise OutputUnwritable.of(records_path, exc) from None
             writer = stack.enter_context(made)
-            if on_start is not None:
-                on_start(info, start_ns, clock)
+            if hooks.on_start is not None:
+                hooks.on_start(info, start_ns, clock)
             renderer = (
                 ChatRenderer(calibration, options.scenario.seed, trace.block_size) if calibration is not None else None
             )
@@ -232,13 +217,6 @@ async def run_replay(
                 stream_options=STREAM_OPTIONS[stream_usage],
                 renderer=renderer,
                 context_lengths={model: length for model, length in context_lengths.items() if length},
-            )
-            hooks = RunHooks(
-                on_record=on_record,
-                on_sent=on_sent,
-                on_in_flight=on_in_flight,
-                on_profiling=on_profiling,
-                on_ready=on_ready,
             )
             capacity_tokens = server_cache.capacity_tokens if server_cache is not None else None
             runner = Runner(

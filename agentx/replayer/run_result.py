@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
 from agentx.replayer.http.identity import ServerIdentity
 from agentx.replayer.schedule.warmup import LaneStart
-
-OnSent = Callable[[], None]
-"""Called once per request that will be recorded, as it goes out (before its record's `OnRecord`)."""
 
 
 class CalibrationSummary(msgspec.Struct, kw_only=True):

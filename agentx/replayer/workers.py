@@ -47,6 +47,7 @@ from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.run_replay import WRITE_FAILED, run_replay, written_partly
 from agentx.replayer.run_result import RunResult, combined
 from agentx.replayer.schedule.clock import loop_factory
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.trace.io import Format, load_trace
 
 T = TypeVar("T")
@@ -156,7 +157,7 @@ def _work(
         trace = load_trace(trace_path, format=trace_format, block_size=block_size)
         gate = _StartGate(pipe)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            outcome = runner.run(_stoppable(run_replay(trace, options, on_ready=gate.ready), pipe, gate))
+            outcome = runner.run(_stoppable(run_replay(trace, options, RunHooks(on_ready=gate.ready)), pipe, gate))
     except (AgentxError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
     except asyncio.CancelledError:

@@ -24,8 +24,7 @@ from agentx.errors import ConfigError, RunExists, SweepError
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
-from agentx.replayer.run_result import OnSent
-from agentx.replayer.schedule.recorder import OnRecord
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.folders.repeat_index import (
     RepeatIndex,
     existing_repeats,
@@ -33,9 +32,8 @@ from agentx.results.folders.repeat_index import (
     repeat_seed,
     write_repeats,
 )
-from agentx.run.replay import ReplayResult, replay, replay_workers
+from agentx.run.replay import ReplayResult, replay
 from agentx.run.sweep import LevelServer, OnLevel, OnLevelDone, SweepOptions, SweepResult, sweep
-from agentx.trace.io import Format
 from agentx.trace.model import Trace
 
 OnRepeat = Callable[[int, int, int], None]
@@ -116,40 +114,30 @@ async def replay_repeats(
     trace: Trace | PreparedTrace,
     options: ReplayOptions,
     repeats: int,
+    hooks: RunHooks | None = None,
     *,
     num_gpus: int | None = None,
     on_repeat_start: OnRepeat | None = None,
     on_repeat_done: OnReplayRepeatDone | None = None,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayRepeats:
     """Replay `trace` `repeats` times with `options`, one run after another, repeat k into `options.out_dir/rk` with
     seed `repeat_seed(options.scenario.seed, k)`; the index into `options.out_dir/repeats.json` (module docstring).
 
     A folder that already holds runs is refused (RunExists) unless `options.overwrite`. The trace is prepared once
-    for every repeat. The other keywords go to each repeat's `agentx.run.replay.replay`. Cancelling the caller stops
-    the current repeat as a deadline would (its partial run written, not indexed) and returns with `interrupted` set.
+    for every repeat. `hooks` and the other keywords go to each repeat's `agentx.run.replay.replay`, which runs it the
+    way `options.runtime` says. Cancelling the caller stops the current repeat as a deadline would (its partial run
+    written, not indexed) and returns with `interrupted` set.
     """
     repeat_set = _replay_set(options, repeats)
-    in_process = options.runtime.workers == 1 or options.runtime.ray is not None
-    prepared = prepare_trace(trace, options) if in_process and isinstance(trace, Trace) else trace
+    prepared = prepare_trace(trace, options) if isinstance(trace, Trace) else trace
     results: list[ReplayResult] = []
     for number in range(1, repeats + 1):
         repeat_options = repeat_set.start_replay(options, number)
         if on_repeat_start is not None:
             on_repeat_start(number, repeats, repeat_set.seed(number))
         try:
-            result = await replay(
-                prepared,
-                repeat_options,
-                num_gpus=num_gpus,
-                on_record=on_record,
-                on_sent=on_sent,
-                on_profiling=on_profiling,
-                trace_path=trace_path,
-            )
+            result = await replay(prepared, repeat_options, hooks, num_gpus=num_gpus, trace_path=trace_path)
         except asyncio.CancelledError:
             # Stopped before its run started (probing the server): no run of this repeat to keep.
             if (current := asyncio.current_task()) is not None:
@@ -178,53 +166,17 @@ def replay_repeats_sync(
     return asyncio.run(replay_repeats(trace, options, repeats, num_gpus=num_gpus, trace_path=trace_path))
 
 
-def replay_workers_repeats(
-    trace_path: str | os.PathLike[str],
-    options: ReplayOptions,
-    repeats: int,
-    workers: int,
-    *,
-    num_gpus: int | None = None,
-    trace_format: Format | None = None,
-    block_size: int | None = None,
-    on_repeat_start: OnRepeat | None = None,
-    on_repeat_done: OnReplayRepeatDone | None = None,
-) -> ReplayRepeats:
-    """`replay_repeats` with every repeat sharded over `workers` processes (`agentx.run.replay.replay_workers`);
-    blocking. A repeat that Ctrl-C stopped (its workers drained, its partial run written) ends the set."""
-    repeat_set = _replay_set(options, repeats)
-    results: list[ReplayResult] = []
-    for number in range(1, repeats + 1):
-        repeat_options = repeat_set.start_replay(options, number)
-        if on_repeat_start is not None:
-            on_repeat_start(number, repeats, repeat_set.seed(number))
-        result = replay_workers(
-            trace_path, repeat_options, workers, num_gpus=num_gpus, trace_format=trace_format, block_size=block_size
-        )
-        results.append(result)
-        if not result.run.interrupted:
-            repeat_set.completed(number)
-        if on_repeat_done is not None:
-            on_repeat_done(number, result)
-        if result.run.interrupted:
-            break
-    interrupted = bool(results) and results[-1].run.interrupted
-    return ReplayRepeats(out_dir=repeat_set.out_dir, index=repeat_set.index, results=results, interrupted=interrupted)
-
-
 async def sweep_repeats(
     trace: Trace | PreparedTrace,
     base: ReplayOptions,
     options: SweepOptions,
     repeats: int,
+    hooks: RunHooks | None = None,
     *,
     on_repeat_start: OnRepeat | None = None,
     on_repeat_done: OnSweepRepeatDone | None = None,
     on_level_start: OnLevel | None = None,
     on_level_done: OnLevelDone | None = None,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
     level_server: LevelServer | None = None,
 ) -> SweepRepeats:
     """Sweep `trace` `repeats` times, one sweep after another, repeat k into `options.out_dir/rk` with seed
@@ -255,11 +207,9 @@ async def sweep_repeats(
             prepared,
             repeat_base,
             repeat_options,
+            hooks,
             on_level_start=on_level_start,
             on_level_done=on_level_done,
-            on_record=on_record,
-            on_sent=on_sent,
-            on_profiling=on_profiling,
             level_server=level_server,
         )
         results.append(result)

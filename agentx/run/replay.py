@@ -33,10 +33,11 @@ from agentx.replayer.http.client import Client
 from agentx.replayer.options.replay import ReplayOptions, flat_options
 from agentx.replayer.options.server_client import server_client
 from agentx.replayer.plan.play import PreparedTrace
+from agentx.replayer.plan.preparation import dropped_notices
 from agentx.replayer.run_replay import WRITE_FAILED, run_replay
-from agentx.replayer.run_result import OnSent, RunResult
+from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.clock import DispatchClock
-from agentx.replayer.schedule.recorder import OnRecord
+from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
@@ -47,7 +48,7 @@ from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.checks.validity import validity
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
-from agentx.trace.io import Format, save_trace
+from agentx.trace.io import save_trace
 from agentx.trace.model import Trace
 
 
@@ -120,26 +121,50 @@ def release_room(reserved: Path | None) -> None:
 async def replay(
     trace: Trace | PreparedTrace,
     options: ReplayOptions,
+    hooks: RunHooks | None = None,
     *,
     num_gpus: int | None = None,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """Drive the server at `options.server.url` with `trace` (or a `prepare_trace` result, shared by several runs), then
-    summarize the records it wrote; `trace_path`, the file `trace` was read from, is kept in run.json
-    (`run.trace_path`).
+    summarize the records it wrote and write run.json; `trace_path`, the file `trace` was read from, is kept in
+    run.json (`run.trace_path`). The one way to run a replay: the library, repeats, sweeps and the command line all
+    come through here.
 
-    The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts
-    (after the warmup, whose primers would count otherwise) and after the run, so the summary carries its own
-    hit rate next to the one from usage, and the realized acceptance next to `spec_al`.
-    `on_record(record)` is called as each request finishes, `on_sent()` as each is sent, `on_profiling()` once as
-    the profiling phase starts (progress displays: the window's clock starts then). At the end,
-    interrupted runs included, `run.json` (`RunFile`) is written into the run directory. Cancelling the
-    caller acts like reaching the deadline (grace period, flush, a partial result).
+    The run goes the way `options.runtime` says: in this process; over `workers` processes on this machine (the trace
+    saved once for them to load; records meet in records.arrow at the end, so `hooks` that hear of each request are
+    refused); or over a Ray cluster (`ray`). `hooks` (`RunHooks`): `on_record(record)` as each request finishes,
+    `on_sent()` as each is sent, `on_profiling()` once as the profiling phase starts (progress displays: the
+    window's clock starts then).
+
+    The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts (after the
+    warmup, whose primers would count otherwise) and after the run, so the summary carries its own hit rate next to
+    the one from usage, and the realized acceptance next to `spec_al`. At the end, interrupted runs included,
+    run.json (`RunFile`) is written into the run directory. Cancelling the caller acts like reaching the deadline
+    (grace period, flush, a partial result).
     """
+    hooks = hooks or NO_HOOKS
+    if over_processes(options):
+        return await _over_processes(trace, options, hooks, num_gpus, trace_path)
+    return await _in_one_run(trace, options, hooks, num_gpus, trace_path)
+
+
+def over_processes(options: ReplayOptions) -> bool:
+    """Whether a run with `options` goes over `--workers` processes of this machine (its records meet at its end)."""
+    return options.runtime.workers > 1 and options.runtime.ray is None
+
+
+async def _in_one_run(
+    trace: Trace | PreparedTrace,
+    options: ReplayOptions,
+    hooks: RunHooks,
+    num_gpus: int | None,
+    trace_path: str | os.PathLike[str] | None,
+) -> ReplayResult:
+    """`replay` in this process, or driven from it over a Ray cluster (`run_cluster`): its records reach this
+    process as they are written."""
     scrapes: list[asyncio.Task[dict[str, float] | None]] = []
+    on_profiling = hooks.on_profiling
 
     def scrape_at_profiling_start() -> None:
         scrapes.append(asyncio.ensure_future(_scrape(options)))
@@ -159,36 +184,12 @@ async def replay(
         if task is not None:
             telemetry.append(task)
 
-    if options.runtime.workers > 1 and options.runtime.ray is None:
-        if on_record is not None or on_sent is not None or on_profiling is not None:
-            raise ConfigError(
-                f"workers={options.runtime.workers}: per-request callbacks (on_record, on_sent, on_profiling) need "
-                "the run in this process; records of a run over processes meet in records.arrow at its end"
-            )
-        plain = trace.trace if isinstance(trace, PreparedTrace) else trace
-        stops = WorkerStops()
-        work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, plain, options, num_gpus, trace_path, stops))
-        while True:
-            try:
-                return await asyncio.shield(work)
-            except asyncio.CancelledError:
-                # Cancelling the caller stops the workers as it stops one run: gracefully, then the grace cut short.
-                current = asyncio.current_task()
-                if work.done() or current is None:
-                    raise
-                current.uncancel()
-                stops.stop()
+    run_hooks = msgspec.structs.replace(hooks, on_profiling=scrape_at_profiling_start, on_start=start_scraping)
+    engine = run_cluster if options.runtime.ray is not None else run_replay
     failed: WriteFailed | None = None
     try:
         try:
-            run = await (run_cluster if options.runtime.ray is not None else run_replay)(
-                trace,
-                options,
-                on_record=on_record,
-                on_sent=on_sent,
-                on_profiling=scrape_at_profiling_start,
-                on_start=start_scraping,
-            )
+            run = await engine(trace, options, run_hooks)
         except WriteFailed as exc:
             if exc.run is None:  # a `--ray` shard's own scratch file: the run has nothing of it to summarize
                 raise
@@ -213,6 +214,37 @@ async def replay(
         return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=held)
     finally:
         release_room(room[0] if room else None)
+
+
+async def _over_processes(
+    trace: Trace | PreparedTrace,
+    options: ReplayOptions,
+    hooks: RunHooks,
+    num_gpus: int | None,
+    trace_path: str | os.PathLike[str] | None,
+) -> ReplayResult:
+    """`replay` over `options.runtime.workers` processes (agentx.replayer.workers), blocking a thread of its own;
+    cancelling the caller stops the workers as it stops one run: gracefully, then the grace cut short."""
+    if hooks.per_request:
+        raise ConfigError(
+            f"workers={options.runtime.workers}: per-request callbacks (on_record, on_sent, on_profiling) need "
+            "the run in this process; records of a run over processes meet in records.arrow at its end"
+        )
+    dropped: list[str] = []
+    if isinstance(trace, PreparedTrace):
+        dropped = dropped_notices(trace.sessions, options)  # the workers get the sessions kept: they drop none again
+        trace = trace.trace
+    stops = WorkerStops()
+    work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, trace, options, num_gpus, trace_path, dropped, stops))
+    while True:
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if work.done() or current is None:
+                raise
+            current.uncancel()
+            stops.stop()
 
 
 def _finish(
@@ -337,85 +369,43 @@ def _replay_saved(
     options: ReplayOptions,
     num_gpus: int | None,
     trace_path: str | os.PathLike[str] | None,
+    dropped: list[str],
     stops: WorkerStops,
 ) -> ReplayResult:
-    """`trace` over `options.runtime.workers` processes: saved once as Arrow for the workers to load."""
+    """`trace` over `options.runtime.workers` processes, saved once as Arrow for the workers to load; `dropped`: what
+    preparing it left out, said in the run's notices."""
     with tempfile.TemporaryDirectory(prefix="agentx-trace-") as folder:
         saved = Path(folder) / "trace.arrow"
         save_trace(trace, saved)
-        workers = options.runtime.workers
-        return replay_workers(
-            saved, options, workers, num_gpus=num_gpus, kept_trace_path=trace_path, keep_path=False, stops=stops
-        )
-
-
-def replay_workers(
-    trace_path: str | os.PathLike[str],
-    options: ReplayOptions,
-    workers: int,
-    *,
-    num_gpus: int | None = None,
-    trace_format: Format | None = None,
-    block_size: int | None = None,
-    kept_trace_path: str | os.PathLike[str] | None = None,
-    keep_path: bool = True,
-    stops: WorkerStops | None = None,
-) -> ReplayResult:
-    """`replay` sharded over `workers` processes (agentx.replayer.workers), each loading `trace_path` itself;
-    blocking. No per-record callbacks: records cross processes only through the files. run.json keeps
-    `trace_path` (with `keep_path`) or `kept_trace_path`. `stops` stops the workers (`WorkerStops`); in the main
-    thread, SIGINT, SIGTERM and SIGHUP do, from the start to run.json, as they stop a run in one process."""
-    stops = stops or WorkerStops()
-    with stops.on_signals():
-        return _replay_workers(
-            trace_path, options, workers, num_gpus, trace_format, block_size, kept_trace_path, keep_path, stops
-        )
-
-
-def _replay_workers(
-    trace_path: str | os.PathLike[str],
-    options: ReplayOptions,
-    workers: int,
-    num_gpus: int | None,
-    trace_format: Format | None,
-    block_size: int | None,
-    kept_trace_path: str | os.PathLike[str] | None,
-    keep_path: bool,
-    stops: WorkerStops,
-) -> ReplayResult:
-    before = asyncio.run(_scrape(options))
-    # The parent scrapes the telemetry while its workers replay: the run's id is fixed here so the file carries it.
-    options = msgspec.structs.replace(
-        options, runtime=msgspec.structs.replace(options.runtime, run_id=options.runtime.run_id or uuid.uuid4().hex)
-    )
-    out_dir = Path(options.out_dir)
-    refuse_existing_run(out_dir, options.overwrite)  # before the telemetry touches the folder
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputUnwritable.of(exc.filename or out_dir, exc) from None
-    room = reserve_room(out_dir)
-    try:
-        telemetry = TelemetryThread(options, options.runtime.run_id or "")
-        telemetry.start()
-        failed: WriteFailed | None = None
+        before = asyncio.run(_scrape(options))
+        # The parent scrapes the telemetry while its workers replay: the run's id is fixed here so the file carries it.
+        runtime = msgspec.structs.replace(options.runtime, run_id=options.runtime.run_id or uuid.uuid4().hex)
+        options = msgspec.structs.replace(options, runtime=runtime)
+        out_dir = Path(options.out_dir)
+        refuse_existing_run(out_dir, options.overwrite)  # before the telemetry touches the folder
         try:
-            run = run_workers(
-                trace_path, options, workers, trace_format=trace_format, block_size=block_size, stops=stops
-            )
-        except WriteFailed as exc:
-            if exc.run is None:
-                raise
-            run, failed = exc.run, exc
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputUnwritable.of(exc.filename or out_dir, exc) from None
+        room = reserve_room(out_dir)
+        try:
+            telemetry = TelemetryThread(options, runtime.run_id or "")
+            telemetry.start()
+            failed: WriteFailed | None = None
+            try:
+                run = run_workers(saved, options, runtime.workers, stops=stops)
+            except WriteFailed as exc:
+                if exc.run is None:
+                    raise
+                run, failed = exc.run, exc
+            finally:
+                records = out_dir / RECORDS_FILE
+                telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
+            run.notices = dropped + run.notices + telemetry.notices
+            after = asyncio.run(_scrape(options)) if before is not None else None
+            return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=room)
         finally:
-            records = out_dir / RECORDS_FILE
-            telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
-        run.notices += telemetry.notices
-        after = asyncio.run(_scrape(options)) if before is not None else None
-        kept = trace_path if keep_path else kept_trace_path
-        return _finish(options, run, before, after, num_gpus, kept, failed=failed, room=room)
-    finally:
-        release_room(room)
+            release_room(room)
 
 
 def replay_sync(
@@ -459,7 +449,7 @@ class ReplayStream:
     def _start(self) -> asyncio.Task[ReplayResult]:
         if self._task is None:
             self._task = asyncio.create_task(
-                replay(self.trace, self.options, num_gpus=self.num_gpus, on_record=self._queue.put_nowait)
+                replay(self.trace, self.options, RunHooks(on_record=self._queue.put_nowait), num_gpus=self.num_gpus)
             )
             self._task.add_done_callback(self._done)
         return self._task

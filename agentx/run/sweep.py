@@ -26,8 +26,7 @@ from agentx.errors import SweepError
 from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
-from agentx.replayer.run_result import OnSent
-from agentx.replayer.schedule.recorder import OnRecord
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.folders.run_file import finished_run
 from agentx.results.folders.sweep_index import LevelEntry, SweepIndex, existing_sweep, level_dir_name, write_index
 from agentx.results.summary.summarize import Summary
@@ -178,12 +177,10 @@ async def sweep(
     trace: Trace | PreparedTrace,
     base: ReplayOptions,
     options: SweepOptions,
+    hooks: RunHooks | None = None,
     *,
     on_level_start: OnLevel | None = None,
     on_level_done: OnLevelDone | None = None,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
     level_server: LevelServer | None = None,
 ) -> SweepResult:
     """Replay `trace` once per level of `options.concurrency` with `base`'s options (its concurrency, out_dir and
@@ -191,7 +188,7 @@ async def sweep(
     The trace is prepared once (`prepare_trace`, unless it is prepared already): a session split or planned for one
     level is reused by the next.
     `level_server`, when given, names each level's server (its URL replaces `base.url` for that level).
-    `on_record`, `on_sent` and `on_profiling` go to every level's replay (`agentx.run.replay.replay`).
+    `hooks` go to every level's replay (`agentx.run.replay.replay`, which runs it the way `base.runtime` says).
 
     Cancelling the caller stops the current level as a deadline would (its partial run is kept, marked
     "interrupted"), writes the index and returns with `interrupted` set.
@@ -220,18 +217,7 @@ async def sweep(
         level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
         if on_level_start is not None:
             on_level_start(position, len(options.concurrency), concurrency)
-        result = await _level(
-            prepared,
-            base,
-            concurrency,
-            level_options,
-            settings,
-            options,
-            on_record,
-            on_sent,
-            on_profiling,
-            level_server,
-        )
+        result = await _level(prepared, base, concurrency, level_options, settings, options, hooks, level_server)
         results.append(result)
         index.levels.append(result.entry)
         write_index(out_dir, index)
@@ -250,9 +236,7 @@ async def _level(
     level: ReplayOptions,
     settings: LevelSettings,
     options: SweepOptions,
-    on_record: OnRecord | None,
-    on_sent: OnSent | None,
-    on_profiling: OnSent | None,
+    hooks: RunHooks | None,
     level_server: LevelServer | None,
 ) -> LevelResult:
     run_dir = Path(level.out_dir)
@@ -281,15 +265,7 @@ async def _level(
         if level_server is not None:
             server = msgspec.structs.replace(level.server, url=level_server(concurrency, settings))
             level = msgspec.structs.replace(level, server=server)
-        result = await replay(
-            trace,
-            level,
-            num_gpus=options.num_gpus,
-            on_record=on_record,
-            on_sent=on_sent,
-            on_profiling=on_profiling,
-            trace_path=options.trace_label or None,
-        )
+        result = await replay(trace, level, hooks, num_gpus=options.num_gpus, trace_path=options.trace_label or None)
     except asyncio.CancelledError:
         if (current := asyncio.current_task()) is not None:
             current.uncancel()

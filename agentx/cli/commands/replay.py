@@ -11,7 +11,6 @@ import click
 import msgspec
 
 if TYPE_CHECKING:
-    from agentx.records.record import RequestRecord
     from agentx.replayer.options.replay import ReplayOptions
     from agentx.replayer.plan.play import PreparedTrace
     from agentx.replayer.run_result import RunResult
@@ -93,8 +92,8 @@ def replay(
     from agentx.cli.display.progress import ReplayProgress
     from agentx.replayer.plan.preparation import prepare_trace
     from agentx.replayer.schedule.clock import loop_factory
+    from agentx.run.replay import over_processes
     from agentx.run.replay import replay as run_and_summarize
-    from agentx.run.replay import replay_workers
 
     tokenizer = flags.tokenizer
     if tokenizer is not None and flags.api != "chat":
@@ -130,12 +129,11 @@ def replay(
             fail(exc.format_message())
         # Prepared once for the progress's count and the run: an agentx run's first trees are planned once.
         prepared = prepare_trace(loaded, options)
-        workers = options.runtime.workers
-        over_processes = workers > 1 and options.runtime.ray is None  # no live progress: records meet at the end
+        live = not over_processes(options)  # a run over processes shows no live progress: its records meet at its end
         progress = ReplayProgress(
-            console=stderr,  # with --json too: stdout carries only the JSON
+            console=stderr if live else None,  # with --json too: stdout carries only the JSON
             duration_s=options.scenario.duration_s,
-            planned=None if over_processes else planned_requests(prepared, options),
+            planned=planned_requests(prepared, options) if live else None,
             grace_s=options.runtime.grace_s,
         )
         repeated: ReplayRepeats | None = None
@@ -143,25 +141,10 @@ def replay(
         try:
             with failing_against(url, "replay"):
                 if repeat > 1:
-                    repeated = _replay_repeats(
-                        trace, prepared, options, repeat, gpus, input_format, block_size, over_processes
-                    )
-                elif over_processes:
-                    result = replay_workers(
-                        trace, options, workers, num_gpus=gpus, trace_format=input_format, block_size=block_size
-                    )
+                    repeated = _replay_repeats(trace, prepared, options, repeat, gpus, live)
                 else:
-                    work = interruptible(
-                        run_and_summarize(
-                            prepared,
-                            options,
-                            num_gpus=gpus,
-                            on_record=progress.on_record,
-                            on_sent=progress.on_sent,
-                            on_profiling=progress.on_profiling,
-                            trace_path=trace,
-                        )
-                    )
+                    hooks = progress.hooks() if live else None
+                    work = interruptible(run_and_summarize(prepared, options, hooks, num_gpus=gpus, trace_path=trace))
                     with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
                         result = runner.run(work)
         except WriteFailed as exc:  # the run stopped early; what it measured is summarized below, if it could be
@@ -230,31 +213,25 @@ def interrupted_line(result: ReplayResult) -> str:
 
 
 def _replay_repeats(
-    trace: Path,
-    prepared: PreparedTrace,
-    options: ReplayOptions,
-    repeats: int,
-    gpus: int | None,
-    input_format: Format | None,
-    block_size: int | None,
-    over_processes: bool,
+    trace: Path, prepared: PreparedTrace, options: ReplayOptions, repeats: int, gpus: int | None, live: bool
 ) -> ReplayRepeats:
-    """Run the repeats (`agentx.run.repeats`), each under its header line and with its own progress on stderr."""
+    """Run the repeats (`agentx.run.repeats`), each under its header line and, when `live`, with its own progress on
+    stderr."""
     import asyncio
 
     from agentx.cli.display.planned import planned_requests
-    from agentx.cli.display.progress import ReplayProgress
+    from agentx.cli.display.progress import ReplayProgress, current_progress_hooks
     from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.folders.repeat_index import repeat_seed
-    from agentx.run.repeats import replay_repeats, replay_workers_repeats
+    from agentx.run.repeats import replay_repeats
 
     progress = ReplayProgress(console=None)
 
     def start(number: int, count: int, seed: int) -> None:
         nonlocal progress
         stderr.print(repeat_header(number, count, seed), markup=False)
-        if over_processes:
-            return  # no live progress: records meet at each run's end
+        if not live:
+            return
         seeded = msgspec.structs.replace(options, scenario=msgspec.structs.replace(options.scenario, seed=seed))
         progress = ReplayProgress(
             console=stderr,
@@ -270,39 +247,17 @@ def _replay_repeats(
         line = repeat_line(number, repeat_seed(options.scenario.seed, number), result, failed=failure is not None)
         stderr.print(line, markup=False)
 
-    if over_processes:
-        return replay_workers_repeats(
-            trace,
-            options,
-            repeats,
-            options.runtime.workers,
-            num_gpus=gpus,
-            trace_format=input_format,
-            block_size=block_size,
-            on_repeat_start=start,
-            on_repeat_done=done,
-        )
-
-    def on_record(record: RequestRecord) -> None:
-        progress.on_record(record)
-
-    def on_sent() -> None:
-        progress.on_sent()
-
-    def on_profiling() -> None:
-        progress.on_profiling()
-
+    # Each repeat has a progress of its own: the hooks feed the current one.
+    hooks = current_progress_hooks(lambda: progress)
     work = interruptible(
         replay_repeats(
             prepared,
             options,
             repeats,
+            hooks if live else None,
             num_gpus=gpus,
             on_repeat_start=start,
             on_repeat_done=done,
-            on_record=on_record,
-            on_sent=on_sent,
-            on_profiling=on_profiling,
             trace_path=trace,
         )
     )

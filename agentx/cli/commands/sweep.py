@@ -103,7 +103,7 @@ def sweep_command(
     import asyncio
 
     from agentx.cli.display.planned import planned_requests
-    from agentx.cli.display.progress import ReplayProgress
+    from agentx.cli.display.progress import ReplayProgress, current_progress_hooks
     from agentx.errors import SimServerError, SweepError
     from agentx.records.run_folder import SWEEP_FILE
     from agentx.replayer.options.replay import LaneLoad
@@ -111,6 +111,7 @@ def sweep_command(
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.results.report.cost import load_price_table
     from agentx.run.repeats import SweepRepeats, sweep_repeats
+    from agentx.run.replay import over_processes
     from agentx.run.sweep import SweepOptions, load_level_settings, parse_levels, sweep
 
     if repeat > 1 and not (resume or overwrite):
@@ -172,6 +173,7 @@ def sweep_command(
         )
         # Each level's progress on stderr (live on a terminal, else a line every 10 s), then its headline numbers.
         progress = ReplayProgress(console=None)
+        shown = not over_processes(base)  # a run over processes shows no live progress: its records meet at its end
         seed = base.scenario.seed  # the current repeat's
 
         def start_repeat(number: int, count: int, repeat_seed: int) -> None:
@@ -189,9 +191,9 @@ def sweep_command(
                 scenario=msgspec.structs.replace(base.scenario, seed=seed),  # the seed draws the session order
             )
             progress = ReplayProgress(
-                console=stderr,
+                console=stderr if shown else None,
                 duration_s=base.scenario.duration_s,
-                planned=planned_requests(loaded, level_options),
+                planned=planned_requests(loaded, level_options) if shown else None,
                 grace_s=base.runtime.grace_s,
             )
             progress.start()
@@ -201,15 +203,9 @@ def sweep_command(
             for line in level_lines(result):
                 stderr.print(line, markup=False)
 
-        def on_record(record: Any) -> None:
-            progress.on_record(record)
-
-        def on_sent() -> None:
-            progress.on_sent()
-
-        def on_profiling() -> None:
-            progress.on_profiling()
-
+        # Each level has a progress of its own: the hooks feed the current one.
+        hooks = current_progress_hooks(lambda: progress)
+        live = hooks if shown else None
         # One sweep, or a set of repeats of it (agentx.run.repeats).
         runs: Coroutine[Any, Any, SweepResult | SweepRepeats] = (
             sweep_repeats(
@@ -217,26 +213,14 @@ def sweep_command(
                 base,
                 options,
                 repeat,
+                live,
                 on_repeat_start=start_repeat,
                 on_level_start=start,
                 on_level_done=done,
-                on_record=on_record,
-                on_sent=on_sent,
-                on_profiling=on_profiling,
                 level_server=level_server,
             )
             if repeat > 1
-            else sweep(
-                loaded,
-                base,
-                options,
-                on_level_start=start,
-                on_level_done=done,
-                on_record=on_record,
-                on_sent=on_sent,
-                on_profiling=on_profiling,
-                level_server=level_server,
-            )
+            else sweep(loaded, base, options, live, on_level_start=start, on_level_done=done, level_server=level_server)
         )
         work = interruptible(runs)
         try:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from agentx.records.record import RequestRecord
+    from agentx.replayer.schedule.hooks import RunHooks
 
 INTERVAL_ENV: Final = "AGENTX_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S: Final = 10.0
@@ -115,8 +116,8 @@ class ReplayProgress:
     """Counts a replay's requests from its callbacks and shows them: live on a terminal console, as plain lines
     on any other (module docstring).
 
-    Pass `on_record`, `on_sent` and `on_profiling` to the run. The callbacks only count (a few hundred nanoseconds a
-    request on the event loop); drawing and printing happen on a thread of their own.
+    Pass `hooks()` to the run. The callbacks only count (a few hundred nanoseconds a request on the event loop);
+    drawing and printing happen on a thread of their own.
     """
 
     def __init__(
@@ -179,6 +180,12 @@ class ReplayProgress:
         """The profiling phase starts (after the warmup): the window's clock starts now."""
         if self.profiling_started is None:
             self.profiling_started = self._clock()
+
+    def hooks(self) -> RunHooks:
+        """The run's hooks that feed this progress."""
+        from agentx.replayer.schedule.hooks import RunHooks
+
+        return RunHooks(on_record=self.on_record, on_sent=self.on_sent, on_profiling=self.on_profiling)
 
     # -- reading
 
@@ -298,6 +305,18 @@ class ReplayProgress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def current_progress_hooks(current: Callable[[], ReplayProgress]) -> RunHooks:
+    """Hooks that feed whichever progress `current()` returns as each request goes (each level of a sweep and each
+    repeat has a progress of its own)."""
+    from agentx.replayer.schedule.hooks import RunHooks
+
+    return RunHooks(
+        on_record=lambda record: current().on_record(record),
+        on_sent=lambda: current().on_sent(),
+        on_profiling=lambda: current().on_profiling(),
+    )
 
 
 class _Lines:

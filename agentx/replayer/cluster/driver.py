@@ -43,9 +43,9 @@ from agentx.replayer.cluster.shard import Place, Shard, ShardReport, in_flight_r
 from agentx.replayer.options.limits import check_shards
 from agentx.replayer.options.replay import ReplayOptions, checked, flat_options
 from agentx.replayer.plan.play import PreparedTrace
-from agentx.replayer.run_replay import WRITE_FAILED, OnStart, written_partly
-from agentx.replayer.run_result import OnSent, RunResult, ShardInfo, combined
-from agentx.replayer.schedule.recorder import OnRecord
+from agentx.replayer.run_replay import WRITE_FAILED, written_partly
+from agentx.replayer.run_result import RunResult, ShardInfo, combined
+from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.trace.formats.arrow import arrow_bytes
 from agentx.trace.model import Trace
 
@@ -82,15 +82,12 @@ def _hangups_blocked() -> Iterator[None]:
 async def run_cluster(
     trace: Trace | PreparedTrace,
     options: ReplayOptions,
+    hooks: RunHooks = NO_HOOKS,
     *,
-    on_record: OnRecord | None = None,
-    on_sent: OnSent | None = None,
-    on_profiling: OnSent | None = None,
-    on_start: OnStart | None = None,
     clock_skews_ns: Mapping[int, int] = {},
 ) -> RunResult:
     """Replay `trace` over `options.runtime.workers` Ray actors on the cluster `options.runtime.ray` (module
-    docstring); the callbacks are `run_replay`'s. `clock_skews_ns` (shard → ns) makes a shard's clock read that much
+    docstring), calling `hooks` as `run_replay` does. `clock_skews_ns` (shard → ns) makes a shard's clock read that much
     off, for tests of the clock model."""
     options = checked(options)
     address, workers = options.runtime.ray, options.runtime.workers
@@ -107,7 +104,7 @@ async def run_cluster(
         with _hangups_blocked():
             ray = session.enter_context(ray_session(address))
         group = await place_shards(ray, workers, options.runtime.ray_placement_timeout_s)
-        driver = _Driver(ray, options, run_id, on_record, on_sent, on_profiling, on_start)
+        driver = _Driver(ray, options, run_id, hooks)
         try:
             await driver.launch(group, trace, clock_skews_ns)
             await driver.follow()
@@ -139,18 +136,12 @@ class _Driver:
         ray: Any,
         options: ReplayOptions,
         run_id: str,
-        on_record: OnRecord | None,
-        on_sent: OnSent | None,
-        on_profiling: OnSent | None,
-        on_start: OnStart | None,
+        hooks: RunHooks,
     ) -> None:
         self.ray = ray
         self.options = options
         self.run_id = run_id
-        self.on_record = on_record
-        self.on_sent = on_sent
-        self.on_profiling = on_profiling
-        self.on_start = on_start
+        self.hooks = hooks
         self.records_path = Path(options.out_dir) / RECORDS_FILE
         self.shards: list[_Remote] = []
         self.start_ns = 0
@@ -288,14 +279,14 @@ class _Driver:
             seen = set(table.column("request_id").to_pylist())
             self._write(table)
         shard.in_flight = [r for r in in_flight_records(report.in_flight) if r.request_id not in seen]
-        if self.on_sent is not None:
+        if self.hooks.on_sent is not None:
             for _ in range(report.sent - shard.sent):
-                self.on_sent()
+                self.hooks.on_sent()
         shard.sent = report.sent
         if report.profiling and not self.profiling:
             self.profiling = True
-            if self.on_profiling is not None:
-                self.on_profiling()
+            if self.hooks.on_profiling is not None:
+                self.hooks.on_profiling()
         shard.report = report
         if report.info is not None and shard.info is not None:
             shard.info.wall_clock_offset_ns = report.info.wall_epoch_ns - self.wall_epoch_ns
@@ -323,8 +314,8 @@ class _Driver:
             self._stop_all()
             self._stop_all()
             return
-        if self.on_start is not None:
-            self.on_start(run, self.start_ns, None)
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(run, self.start_ns, None)
 
     def _write_failed(self, error: OSError) -> None:
         """The records file takes no more rows: the shards stop as on an interrupt; the rest is kept in memory."""
@@ -344,9 +335,9 @@ class _Driver:
         counts["errors"] += pc.sum(pc.equal(table.column("status"), "error")).as_py() or 0
         counts["cancelled"] += pc.sum(pc.equal(table.column("error_kind"), "cancelled")).as_py() or 0
         counts["warmup"] += pc.sum(pc.equal(table.column("phase"), "warmup")).as_py() or 0
-        if self.on_record is not None:
+        if self.hooks.on_record is not None:
             for record in to_records(table):
-                self.on_record(record)
+                self.hooks.on_record(record)
 
     def _count(self, record: RequestRecord) -> None:
         """Count a record written one at a time (`_write` counts its tables by column)."""
@@ -355,8 +346,8 @@ class _Driver:
         counts["errors"] += record.status == "error"
         counts["cancelled"] += record.error_kind == "cancelled"
         counts["warmup"] += record.phase == "warmup"
-        if self.on_record is not None:
-            self.on_record(record)
+        if self.hooks.on_record is not None:
+            self.hooks.on_record(record)
 
     def _lose(self, shard: _Remote, reason: str) -> None:
         """`shard` died: its in-flight requests are recorded cancelled for `worker_lost`, then the rest stop

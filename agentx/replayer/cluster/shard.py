@@ -31,6 +31,7 @@ from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.clock import DispatchClock, loop_factory
+from agentx.replayer.schedule.hooks import RunHooks
 from agentx.trace.formats.arrow import from_arrow_bytes
 from agentx.trace.model import Trace
 
@@ -184,16 +185,14 @@ class Shard:
         if stops and task is not None:
             task.cancel()
         assert self.trace is not None
-        return await run_replay(
-            self.trace,
-            options,
+        hooks = RunHooks(
             on_sent=self._on_sent,
             on_profiling=self._on_profiling,
             on_start=self._on_start,
-            start_at_ns=start_perf_ns,
             on_batch=self._on_batch,
             on_in_flight=self._on_in_flight,
         )
+        return await run_replay(self.trace, options, hooks, start_at_ns=start_perf_ns)
 
     def _on_start(self, info: RunInfo, start_ns: int, clock: DispatchClock | None) -> None:
         self._start_late_s = max(0.0, (time.perf_counter_ns() - start_ns) / 1e9)

@@ -18,11 +18,11 @@ from agentx.replayer.options.slo import Slos
 from agentx.replayer.plan.play import Play
 from agentx.replayer.plan.sent_blocks import BlockHits
 from agentx.replayer.plan.steps import Step
+from agentx.replayer.schedule.hooks import OnRecord
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sanity import SanityNotices, server_notices
 from agentx.replayer.schedule.server_loss import ServerLossWatch
 
-OnRecord = Callable[[RequestRecord], None]
 FAILURE_THRESHOLD_MIN_REQUESTS: Final = 10
 """The failure threshold is judged only once max(this, concurrency) profiling requests have ended, the reference's
 grace floor (`aiperf/records/records_manager.py`): one early error must not cancel a run."""

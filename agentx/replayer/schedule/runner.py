@@ -16,10 +16,8 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
-
-import msgspec
 
 from agentx.errors import WarmupFailed
 from agentx.records.record import Phase, RequestRecord
@@ -38,9 +36,10 @@ from agentx.replayer.prompts.block_text import GROUP_BLOCKS
 from agentx.replayer.schedule import due
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, freeze_new
+from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OffLoop
-from agentx.replayer.schedule.recorder import OnRecord, Recorder
+from agentx.replayer.schedule.recorder import Recorder
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.server_loss import ServerLossWatch
@@ -91,20 +90,6 @@ def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
     return None if limit is None else shard_share(limit, options.runtime.shard)
 
 
-class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
-    """What a run calls as it goes, given when it is made: `on_record` with each record written, `on_sent` as each
-    request goes out, `on_in_flight` with the record a request keeps if its answer never arrives (a `--ray` shard
-    tells its driver), `on_profiling` once, as the profiling phase starts; `on_ready` is awaited once the run has
-    built what it sends first, before its lanes or arrivals start, and gives the instant (`perf_counter_ns`) they
-    start at (the shards of a `--workers` run agree on one, so that lanes due together across them go together)."""
-
-    on_record: OnRecord | None = None
-    on_sent: Callable[[], None] | None = None
-    on_in_flight: OnRecord | None = None
-    on_profiling: Callable[[], None] | None = None
-    on_ready: Callable[[], Awaitable[int]] | None = None
-
-
 def _ended_ns(tree: Play) -> int:
     """When `tree`'s last request ended (or its last step settled): its lane's next tree is due then."""
     return max(tree.completed_ns, default=0) or time.perf_counter_ns()
@@ -136,7 +121,7 @@ class Runner:
     ) -> None:
         """`lru_blocks`: the server's KV-cache capacity in trace blocks, for the records' `lru_hit_blocks` (None:
         not known)."""
-        hooks = hooks or RunHooks()
+        hooks = hooks or NO_HOOKS
         self.prepared = prepared
         self.trace = trace = prepared.trace
         self.played: set[int] = set()
