@@ -59,7 +59,7 @@ import math
 import time
 import uuid
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import pyarrow as pa
@@ -70,8 +70,8 @@ from agentx.records.record import RunInfo
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
 from agentx.replayer.http.client import Client, ModelNotServed
-from agentx.replayer.http.identity import identify_server
-from agentx.replayer.http.probe import STREAM_OPTIONS
+from agentx.replayer.http.identity import ServerIdentity, identify_server
+from agentx.replayer.http.probe import STREAM_OPTIONS, StreamUsage
 from agentx.replayer.options.locks import locks_broken
 from agentx.replayer.options.replay import ReplayOptions, checked, flat_options, lanes
 from agentx.replayer.options.server_client import server_client
@@ -84,6 +84,8 @@ from agentx.replayer.plan.preparation import (
     prepare_trace,
     stream_usage_probe,
 )
+from agentx.replayer.plan.sessions import ReplaySessions
+from agentx.replayer.prompts.calibrate import ChatCalibration
 from agentx.replayer.prompts.chat import ChatRenderer
 from agentx.replayer.prompts.tokens import TokenSpace
 from agentx.replayer.run_result import CalibrationSummary, RunResult
@@ -98,6 +100,69 @@ from agentx.trace.model import Trace
 _log = logging.getLogger(__name__)
 WRITE_FAILED: Final = "write_failed"
 """`RunResult.cancel_reason` of a run stopped because its records could not be written."""
+
+
+class _Server(msgspec.Struct, kw_only=True):
+    """What the probes before a run learned of the server: what it serves (with each model's context length), what it
+    is, whether it streams usage, the chat calibration and its KV-cache shape."""
+
+    context_lengths: dict[str, int | None]
+    identity: ServerIdentity
+    stream_usage: StreamUsage
+    stream_usage_assumed: str | None
+    calibration: ChatCalibration | None
+    cache: ServerCache | None
+
+
+async def _served(client: Client, options: ReplayOptions) -> tuple[dict[str, int | None], ServerIdentity]:
+    """What the server serves (each model with its context length, when it says) and what it is; `ModelNotServed`
+    when a model of the run is not served."""
+    context_lengths = await client.served_models(require=options.server.model)
+    served = list(context_lengths)
+    missing = [model for model in options.server.models if model not in served]
+    if missing:
+        raise ModelNotServed(f"models {missing} are not served by {options.server.url} (served: {', '.join(served)})")
+    return context_lengths, await identify_server(client, options.server.model)
+
+
+async def _probe(
+    client: Client,
+    options: ReplayOptions,
+    space: TokenSpace,
+    block_size: int,
+    context_lengths: dict[str, int | None],
+    identity: ServerIdentity,
+) -> _Server:
+    """Ask the server the rest of what the run needs before it starts: whether it streams usage, the chat
+    calibration, its KV-cache shape."""
+    probe = await stream_usage_probe(client, options, space)
+    calibration = await chat_calibration(client, options, block_size) if options.server.api == "chat" else None
+    cache = await _server_cache(client) if options.runtime.metrics_interval_s is not None else None
+    return _Server(
+        context_lengths=context_lengths,
+        identity=identity,
+        stream_usage=probe.usage,
+        stream_usage_assumed=probe.assumed,
+        calibration=calibration,
+        cache=cache,
+    )
+
+
+def _metadata(options: ReplayOptions, sessions: ReplaySessions, server: _Server) -> dict[str, Any]:
+    """What the records file's metadata keeps of the run: its options, the trace as replayed, the locks broken and
+    what the probes detected."""
+    metadata = flat_options(options)
+    metadata["trace"] = {"dropped_sessions": sessions.dropped, "block_size": sessions.trace.block_size}
+    broken = locks_broken(options)
+    metadata["locks_broken"] = broken
+    metadata["unsafe_override"] = bool(broken)
+    metadata["detected"] = {
+        "stream_usage": server.stream_usage,
+        "stream_usage_assumed": server.stream_usage_assumed,
+        "calibration": server.calibration.summary() if server.calibration is not None else None,
+        "server_cache": msgspec.to_builtins(server.cache) if server.cache is not None else None,
+    }
+    return metadata
 
 
 async def run_replay(
@@ -136,44 +201,21 @@ async def run_replay(
         limit=limit,
         context_overflow_substrings=options.scenario.context_overflow_substrings,
     ) as client:
-        context_lengths = await client.served_models(require=options.server.model)
-        served = list(context_lengths)
-        missing = [model for model in options.server.models if model not in served]
-        if missing:
-            raise ModelNotServed(
-                f"models {missing} are not served by {options.server.url} (served: {', '.join(served)})"
-            )
-        server = await identify_server(client, options.server.model)
+        context_lengths, identity = await _served(client, options)
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
         notices = dropped_notices(sessions, options)
-        probe = await stream_usage_probe(client, options, space)
-        stream_usage = probe.usage
-        if probe.assumed is not None:
-            notices.append(f"stream usage: {probe.assumed}; assuming {stream_usage!r}")
+        server = await _probe(client, options, space, trace.block_size, context_lengths, identity)
+        if server.stream_usage_assumed is not None:
+            notices.append(f"stream usage: {server.stream_usage_assumed}; assuming {server.stream_usage!r}")
             _log.warning(notices[-1])
-        calibration = (
-            await chat_calibration(client, options, trace.block_size) if options.server.api == "chat" else None
-        )
-        server_cache = await _server_cache(client) if options.runtime.metrics_interval_s is not None else None
         out_dir = Path(options.out_dir)
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OutputUnwritable.of(exc.filename or out_dir, exc) from None
         run_id = options.runtime.run_id or uuid.uuid4().hex
-        metadata = flat_options(options)
-        metadata["trace"] = {"dropped_sessions": sessions.dropped, "block_size": trace.block_size}
-        broken = locks_broken(options)
-        metadata["locks_broken"] = broken
-        metadata["unsafe_override"] = bool(broken)
-        metadata["detected"] = {
-            "stream_usage": stream_usage,
-            "stream_usage_assumed": probe.assumed,
-            "calibration": calibration.summary() if calibration is not None else None,
-            "server_cache": msgspec.to_builtins(server_cache) if server_cache is not None else None,
-        }
         records_path = out_dir / RECORDS_FILE
         runner: Runner | None = None
         main: asyncio.Task[None] | None = None
@@ -196,7 +238,11 @@ async def run_replay(
             # Read the two clocks back to back: wall time = epoch + offset must hold to the microsecond.
             now_ns, wall_now_ns = time.perf_counter_ns(), time.time_ns()
             start_ns = now_ns if start_at_ns is None else start_at_ns
-            info = RunInfo(run_id=run_id, wall_epoch_ns=wall_now_ns - (now_ns - start_ns), options=metadata)
+            info = RunInfo(
+                run_id=run_id,
+                wall_epoch_ns=wall_now_ns - (now_ns - start_ns),
+                options=_metadata(options, sessions, server),
+            )
             # Flushed by the runner's ticker, in gaps between due requests (`_tick`), not as records arrive.
             try:
                 made = RecordWriter(
@@ -207,6 +253,7 @@ async def run_replay(
             writer = stack.enter_context(made)
             if hooks.on_start is not None:
                 hooks.on_start(info, start_ns, clock)
+            calibration = server.calibration
             renderer = (
                 ChatRenderer(calibration, options.scenario.seed, trace.block_size) if calibration is not None else None
             )
@@ -214,11 +261,11 @@ async def run_replay(
                 options,
                 trace,
                 space,
-                stream_options=STREAM_OPTIONS[stream_usage],
+                stream_options=STREAM_OPTIONS[server.stream_usage],
                 renderer=renderer,
-                context_lengths={model: length for model, length in context_lengths.items() if length},
+                context_lengths={model: length for model, length in server.context_lengths.items() if length},
             )
-            capacity_tokens = server_cache.capacity_tokens if server_cache is not None else None
+            capacity_tokens = server.cache.capacity_tokens if server.cache is not None else None
             runner = Runner(
                 prepared,
                 options,
@@ -235,31 +282,56 @@ async def run_replay(
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
             with quiet_gc(options.runtime.quiet_gc):
                 main = asyncio.create_task(runner.run())
-                interrupts = 0
-                while True:
-                    try:
-                        await asyncio.shield(main)
-                        break
-                    except asyncio.CancelledError:
-                        current = asyncio.current_task()
-                        if main.done() or current is None:
-                            raise
-                        interrupts += 1
-                        if interrupts > 2:  # a third: give up on the records of the requests in flight
-                            main.cancel()
-                            with contextlib.suppress(asyncio.CancelledError):
-                                await main
-                            raise
-                        current.uncancel()
-                        runner.recorder.cancel_reason = runner.recorder.cancel_reason or "interrupted"
-                        runner.stop()
-                        if interrupts == 2:  # the grace period shrinks to zero; the records are still written
-                            runner.hard_stop("a second interrupt ended the grace period")
-                interrupted = interrupts > 0
+                interrupted = await _run_to_its_end(runner, main)
                 elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
+    result = _result(runner, prepared, server, run_id, records_path, interrupted, elapsed_s, start_ns)
+    if writer.error is not None:
+        raise written_partly(writer.error, result, writer.rows_written, writer.unwritten())
+    return result
+
+
+async def _run_to_its_end(runner: Runner, main: asyncio.Task[None]) -> bool:
+    """Wait for the runner's task `main`; whether it was interrupted. A cancellation of the caller stops the run as a
+    deadline does; a second ends the grace period; a third cancels `main` and propagates."""
+    interrupts = 0
+    while True:
+        try:
+            await asyncio.shield(main)
+            return interrupts > 0
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if main.done() or current is None:
+                raise
+            interrupts += 1
+            if interrupts > 2:  # a third: give up on the records of the requests in flight
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
+                raise
+            current.uncancel()
+            runner.recorder.cancel_reason = runner.recorder.cancel_reason or "interrupted"
+            runner.stop()
+            if interrupts == 2:  # the grace period shrinks to zero; the records are still written
+                runner.hard_stop("a second interrupt ended the grace period")
+
+
+def _result(
+    runner: Runner,
+    prepared: PreparedTrace,
+    server: _Server,
+    run_id: str,
+    records_path: Path,
+    interrupted: bool,
+    elapsed_s: float,
+    start_ns: int,
+) -> RunResult:
+    """What the run returns, from its runner once it has ended."""
+    sessions = prepared.sessions
+    trace = sessions.trace
     played_ids = {trace.sessions[index].session_id for index in runner.played}
     flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
-    result = RunResult(
+    calibration = server.calibration
+    return RunResult(
         run_id=run_id,
         records_path=records_path,
         requests=runner.recorder.requests,
@@ -271,7 +343,7 @@ async def run_replay(
         cancelled=runner.recorder.cancelled,
         skipped=runner.skipped,
         loop_lag_s=runner.loop_lag_s,
-        stream_usage=stream_usage,
+        stream_usage=server.stream_usage,
         calibration=msgspec.convert(calibration.summary(), CalibrationSummary) if calibration is not None else None,
         cancel_reason=runner.recorder.cancel_reason,
         server_lost_at_s=runner.server_lost_at_s,
@@ -281,7 +353,7 @@ async def run_replay(
         dropped_sessions=len(sessions.dropped),
         flattened_chains=sum(flattened.values()),
         flattened_by_session=flattened,
-        server=server,
+        server=server.identity,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.skipped_ns / 1e9,
         warmup_expected_s=runner.warmup_expected_s,
@@ -291,9 +363,6 @@ async def run_replay(
         trace_digest=trace_digest(trace),
         agentx_version=installed_version(),
     )
-    if writer.error is not None:
-        raise written_partly(writer.error, result, writer.rows_written, writer.unwritten())
-    return result
 
 
 def written_partly(error: OSError, run: RunResult, kept: int, unwritten: pa.Table | None) -> WriteFailed:

@@ -22,7 +22,7 @@ from agentx.cli.common import (
     stdout,
 )
 from agentx.cli.flags import GroupedCommand
-from agentx.cli.parsed import ParsedFlags, only_model, parsed, replay_flags, sim_fields
+from agentx.cli.parsed import ParsedFlags, ReplayParts, only_model, parsed, replay_flags, sim_fields
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
 from agentx.cli.shared_flags import (
     block_size_option,
@@ -36,10 +36,12 @@ from agentx.cli.shared_flags import (
 from agentx.trace.io import Format
 
 if TYPE_CHECKING:
-    from agentx.replayer.options.replay import Speculative
+    from agentx.replayer.options.replay import ReplayOptions, Speculative
+    from agentx.replayer.schedule.hooks import RunHooks
     from agentx.run.repeats import SweepRepeats
     from agentx.run.sweep import LevelResult, LevelSettings, SweepResult
     from agentx.sim.process import SimServer
+    from agentx.trace.model import Trace
 
 
 @click.command("sweep", cls=GroupedCommand)
@@ -102,17 +104,12 @@ def sweep_command(
     """
     import asyncio
 
-    from agentx.cli.display.planned import planned_requests
-    from agentx.cli.display.progress import ReplayProgress, current_progress_hooks
-    from agentx.errors import SimServerError, SweepError
+    from agentx.errors import SimServerError
     from agentx.records.run_folder import SWEEP_FILE
-    from agentx.replayer.options.replay import LaneLoad
     from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.folders.sweep_index import existing_sweep
-    from agentx.results.report.cost import load_price_table
     from agentx.run.repeats import SweepRepeats, sweep_repeats
-    from agentx.run.replay import over_processes
-    from agentx.run.sweep import SweepOptions, load_level_settings, parse_levels, sweep
+    from agentx.run.sweep import SweepOptions, sweep
 
     if repeat > 1 and not (resume or overwrite):
         refuse_existing_repeats(
@@ -123,22 +120,10 @@ def sweep_command(
             f"{out_dir} already holds a sweep ({held}); pass --resume to keep its finished levels, "
             "--overwrite to replace it, or choose another --out"
         )
-    try:
-        concurrency = parse_levels(levels)
-        settings = load_level_settings(level_settings) if level_settings is not None else {}
-        loaded = load_to_replay(trace, format=input_format, block_size=block_size)
-        if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
-            known = ", ".join(load_price_table().gpus)
-            raise SweepError(
-                f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
-                "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
-            )
-        parts = flags.replay_parts(concurrency=1)  # every flag checked before the simulator starts
-        forced = parts.speculative
-    except (click.BadParameter, msgspec.DecodeError) as exc:
-        fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
-    if parts.runtime.workers > 1 and parts.runtime.ray is None:
-        fail("a sweep shards its levels over Ray actors only: --workers needs --ray (on this host alone: --ray local)")
+    concurrency, settings, loaded, parts = _checked(
+        trace, levels, level_settings, gpu_sku, input_format, block_size, flags
+    )
+    forced = parts.speculative
     url = flags.url
     model = served_models[0] if served_models else None
     level_server: Callable[[int, LevelSettings], str] | None = None
@@ -171,41 +156,7 @@ def sweep_command(
             before_level_timeout_s=before_level_timeout,
             level_settings=settings,
         )
-        # Each level's progress on stderr (live on a terminal, else a line every 10 s), then its headline numbers.
-        progress = ReplayProgress(console=None)
-        shown = not over_processes(base)  # a run over processes shows no live progress: its records meet at its end
-        seed = base.scenario.seed  # the current repeat's
-
-        def start_repeat(number: int, count: int, repeat_seed: int) -> None:
-            nonlocal seed
-            seed = repeat_seed
-            stderr.print(repeat_header(number, count, repeat_seed), markup=False)
-
-        def start(position: int, count: int, level: int) -> None:
-            nonlocal progress
-            stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
-            assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops before the first level
-            level_options = msgspec.structs.replace(
-                base,
-                load=msgspec.structs.replace(base.load, concurrency=level),
-                scenario=msgspec.structs.replace(base.scenario, seed=seed),  # the seed draws the session order
-            )
-            progress = ReplayProgress(
-                console=stderr if shown else None,
-                duration_s=base.scenario.duration_s,
-                planned=planned_requests(loaded, level_options) if shown else None,
-                grace_s=base.runtime.grace_s,
-            )
-            progress.start()
-
-        def done(result: LevelResult) -> None:
-            progress.close()
-            for line in level_lines(result):
-                stderr.print(line, markup=False)
-
-        # Each level has a progress of its own: the hooks feed the current one.
-        hooks = current_progress_hooks(lambda: progress)
-        live = hooks if shown else None
+        shown = _Shown(loaded, base)
         # One sweep, or a set of repeats of it (agentx.run.repeats).
         runs: Coroutine[Any, Any, SweepResult | SweepRepeats] = (
             sweep_repeats(
@@ -213,14 +164,22 @@ def sweep_command(
                 base,
                 options,
                 repeat,
-                live,
-                on_repeat_start=start_repeat,
-                on_level_start=start,
-                on_level_done=done,
+                shown.hooks(),
+                on_repeat_start=shown.start_repeat,
+                on_level_start=shown.start_level,
+                on_level_done=shown.level_done,
                 level_server=level_server,
             )
             if repeat > 1
-            else sweep(loaded, base, options, live, on_level_start=start, on_level_done=done, level_server=level_server)
+            else sweep(
+                loaded,
+                base,
+                options,
+                shown.hooks(),
+                on_level_start=shown.start_level,
+                on_level_done=shown.level_done,
+                level_server=level_server,
+            )
         )
         work = interruptible(runs)
         try:
@@ -232,7 +191,7 @@ def sweep_command(
             stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)
         finally:
-            progress.close()
+            shown.close()
     if isinstance(result, SweepRepeats):
         _end_repeats(result, as_json)
         return
@@ -247,6 +206,92 @@ def sweep_command(
             markup=False,
         )
     _exit_for(result.interrupted, [("", result)])
+
+
+def _checked(
+    trace: Path,
+    levels: str,
+    level_settings: Path | None,
+    gpu_sku: str | None,
+    input_format: Format | None,
+    block_size: int | None,
+    flags: ParsedFlags,
+) -> tuple[tuple[int, ...], dict[int, LevelSettings], Trace, ReplayParts]:
+    """The sweep's levels, their settings, the trace and the replay's option parts, every flag checked before a
+    simulator starts; a one-line failure otherwise."""
+    from agentx.errors import SweepError
+    from agentx.results.report.cost import load_price_table
+    from agentx.run.sweep import load_level_settings, parse_levels
+
+    try:
+        concurrency = parse_levels(levels)
+        settings = load_level_settings(level_settings) if level_settings is not None else {}
+        loaded = load_to_replay(trace, format=input_format, block_size=block_size)
+        if gpu_sku is not None and gpu_sku.lower() not in load_price_table().gpus:
+            known = ", ".join(load_price_table().gpus)
+            raise SweepError(
+                f"--gpu-sku {gpu_sku!r} is not one of {known} (the price table's GPUs); for another GPU leave it "
+                "out and price the report with `agentx report OUT --price USD_PER_GPU_HOUR`"
+            )
+        parts = flags.replay_parts(concurrency=1)
+    except (click.BadParameter, msgspec.DecodeError) as exc:
+        fail(exc.format_message() if isinstance(exc, click.BadParameter) else str(exc))
+    if parts.runtime.workers > 1 and parts.runtime.ray is None:
+        fail("a sweep shards its levels over Ray actors only: --workers needs --ray (on this host alone: --ray local)")
+    return concurrency, settings, loaded, parts
+
+
+class _Shown:
+    """What a sweep shows on stderr: each repeat's header, each level's progress (live on a terminal, else a line
+    every 10 s), then the level's headline numbers."""
+
+    def __init__(self, trace: Trace, base: ReplayOptions) -> None:
+        from agentx.cli.display.progress import ReplayProgress
+
+        self.trace = trace
+        self.base = base
+        self.progress = ReplayProgress(console=None)
+        self.seed = base.scenario.seed
+        """The current repeat's: it draws the session order, so the count of planned requests."""
+
+    def hooks(self) -> RunHooks:
+        """The hooks that feed the current level's progress."""
+        from agentx.cli.display.progress import current_progress_hooks
+
+        return current_progress_hooks(lambda: self.progress)
+
+    def start_repeat(self, number: int, count: int, seed: int) -> None:
+        self.seed = seed
+        stderr.print(repeat_header(number, count, seed), markup=False)
+
+    def start_level(self, position: int, count: int, level: int) -> None:
+        from agentx.cli.display.planned import planned_requests
+        from agentx.cli.display.progress import ReplayProgress
+        from agentx.replayer.options.replay import LaneLoad
+
+        stderr.print(f"level {position}/{count}: concurrency {level}", markup=False)
+        base = self.base
+        assert isinstance(base.load, LaneLoad)  # `sweep` refuses open loops before the first level
+        level_options = msgspec.structs.replace(
+            base,
+            load=msgspec.structs.replace(base.load, concurrency=level),
+            scenario=msgspec.structs.replace(base.scenario, seed=self.seed),
+        )
+        self.progress = ReplayProgress(
+            console=stderr,
+            duration_s=base.scenario.duration_s,
+            planned=planned_requests(self.trace, level_options),
+            grace_s=base.runtime.grace_s,
+        )
+        self.progress.start()
+
+    def level_done(self, result: LevelResult) -> None:
+        self.progress.close()
+        for line in level_lines(result):
+            stderr.print(line, markup=False)
+
+    def close(self) -> None:
+        self.progress.close()
 
 
 def _end_repeats(repeated: SweepRepeats, as_json: bool) -> None:

@@ -46,8 +46,32 @@ def _key_values(title: str, rows: list[tuple[str, str]]) -> FittedTable:
 
 
 def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
-    """The summary as tables laid out for the terminal's width: overview, acceptance (when known), latency,
-    slowdown vs the trace (when known), cache. Metric names are vLLM's and AIPerf's (docs/replay.md)."""
+    """The summary as tables laid out for the terminal's width: overview, validity, acceptance and audit (when they
+    have something to say), latency, slowdown vs the trace (when known), cache, and why it missed, the critical path
+    and the server's telemetry (when known). Metric names are vLLM's and AIPerf's (docs/replay.md)."""
+    rows = _count_rows(summary) + _rate_rows(summary) + _run_rows(summary)
+    tables: list[FittedTable] = [_key_values(title or f"run {summary.run_id or ''}".strip(), rows)]
+    if summary.validity is not None and summary.validity.applies and not summary.validity.valid:
+        tables.append(validity_table(summary.validity))
+    if summary.acceptance is not None:
+        tables.append(acceptance_table(summary.acceptance))
+    if summary.audit is not None and summary.audit.findings:
+        tables.append(audit_table(summary.audit))
+    tables.append(latency_table(summary))
+    if (slowdown := slowdown_table(summary)) is not None:
+        tables.append(slowdown)
+    tables.append(cache_table(summary))
+    if summary.cache_misses is not None:
+        tables.append(cache_misses_table(summary.cache_misses))
+    if summary.critical_path is not None:
+        tables.append(critical_path_table(summary.critical_path))
+    if summary.server_telemetry is not None:
+        tables.append(telemetry_table(summary.server_telemetry))
+    return tables
+
+
+def _count_rows(summary: Summary) -> list[tuple[str, str]]:
+    """What was sent and what came back: successes, errors by kind, cancellations, answers the server got wrong."""
     rows: list[tuple[str, str]] = []
     c = summary.counts
     errors = ", ".join(f"{k} {v:,}" for k, v in c.errors_by_kind.items()) or "none"
@@ -57,6 +81,12 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
     if c.server_notices:
         wrong = ", ".join(f"{kind} {count:,}" for kind, count in c.server_notices.items())
         rows.append(("answers the server got wrong", wrong))
+    return rows
+
+
+def _rate_rows(summary: Summary) -> list[tuple[str, str]]:
+    """How fast, and whether on time: throughput (per GPU when known), goodput, dispatch and event-loop lag, QPS."""
+    rows: list[tuple[str, str]] = []
     t = summary.throughput
     if t is not None:
         rows.append(("duration (s)", _s(t.duration_s, 1)))
@@ -92,6 +122,12 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         rows.append(
             ("QPS in 1 s windows: mean · p50 · p90", f"{_s(qps.mean, 2)} · {_s(qps.p50, 1)} · {_s(qps.p90, 1)}")
         )
+    return rows
+
+
+def _run_rows(summary: Summary) -> list[tuple[str, str]]:
+    """What the run was: its rules and validity, what it detected, its plays and tasks, its shards, its acceptance."""
+    rows: list[tuple[str, str]] = []
     if summary.rules is not None:
         rows.append(("AgentX rules", summary.rules))
     if summary.validity is not None:
@@ -130,8 +166,12 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             rows.append(("[bold red]shard clocks[/]", f"[bold red]{shards.clock_warning}[/]"))
     if summary.acceptance is not None and summary.acceptance.mismatch:
         rows.append(("[bold red]speculative acceptance[/]", "[bold red]MISMATCH (see below)[/]"))
-    overview = _key_values(title or f"run {summary.run_id or ''}".strip(), rows)
+    return rows
 
+
+def latency_table(summary: Summary) -> FittedTable:
+    """TTFT, TPOT, ITL, E2EL and tokens per chunk at the run's percentiles, figures the audit rejects marked, and the
+    interactivity beside them."""
     lat = summary.latency
     shown = summary.percentiles
     latency_rows: list[list[str]] = []
@@ -168,7 +208,7 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
             latency_rows.append([name, "", *(_s(v, 1) for v in values)])
     # The first and last percentiles asked for stay longest; the ones between go first, then the std.
     middle = {p: len(shown) - k for k, p in enumerate(shown[1:-1], start=1)}
-    latency = FittedTable(
+    return FittedTable(
         "latency",
         [
             text_column("metric"),
@@ -184,36 +224,35 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         else None,
     )
 
-    tables: list[FittedTable] = [overview, latency]
-    if audit.findings:
-        tables.insert(1, audit_table(audit))
-    if summary.acceptance is not None:
-        tables.insert(1, acceptance_table(summary.acceptance))
-    if summary.validity is not None and summary.validity.applies and not summary.validity.valid:
-        tables.insert(1, validity_table(summary.validity))
-    slow = summary.slowdown
-    if any(x is not None for x in (slow.requests, slow.sessions, slow.plays, slow.ttft)):
-        slowdown_rows: list[list[str]] = []
-        for name, stats in (
-            ("play (Σ server time)", slow.plays),
-            ("session (Σ server time)", slow.sessions),
-            ("request (server time)", slow.requests),
-            ("request TTFT", slow.ttft),
-        ):
-            if stats is None:
-                slowdown_rows.append([name, "0", *("–" for _ in range(4))])
-            else:
-                slowdown_rows.append(
-                    [name, f"{stats.count:,}", *(_ratio(v) for v in (stats.mean, stats.p50, stats.p90, stats.p99))]
-                )
-        tables.append(
-            FittedTable(
-                "slowdown vs the trace's recorded times (×)",
-                [text_column("per"), Column("n"), Column("mean"), Column("p50"), Column("p90"), Column("p99")],
-                slowdown_rows,
-            )
-        )
 
+def slowdown_table(summary: Summary) -> FittedTable | None:
+    """How much slower than the trace's recorded server times each play, session and request went; None when the
+    trace recorded none."""
+    slow = summary.slowdown
+    if all(x is None for x in (slow.requests, slow.sessions, slow.plays, slow.ttft)):
+        return None
+    slowdown_rows: list[list[str]] = []
+    for name, stats in (
+        ("play (Σ server time)", slow.plays),
+        ("session (Σ server time)", slow.sessions),
+        ("request (server time)", slow.requests),
+        ("request TTFT", slow.ttft),
+    ):
+        if stats is None:
+            slowdown_rows.append([name, "0", *("–" for _ in range(4))])
+        else:
+            slowdown_rows.append(
+                [name, f"{stats.count:,}", *(_ratio(v) for v in (stats.mean, stats.p50, stats.p90, stats.p99))]
+            )
+    return FittedTable(
+        "slowdown vs the trace's recorded times (×)",
+        [text_column("per"), Column("n"), Column("mean"), Column("p50"), Column("p90"), Column("p99")],
+        slowdown_rows,
+    )
+
+
+def cache_table(summary: Summary) -> FittedTable:
+    """The prefix-cache hit by source: the usage, the server's counters, and the bounds of the run and the trace."""
     cache_rows = [
         [
             f"usage cached tokens ({summary.cache.usage_reported_requests:,} requests)",
@@ -223,14 +262,7 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         ["bound: infinite cache of what the run sent", _pct(summary.cache.replayed_hit_rate)],
         ["theoretical: the trace's, per turn (AgentX)", _pct(summary.cache.theoretical_hit_rate)],
     ]
-    tables.append(FittedTable("prefix-cache hit", [text_column("source"), Column("hit rate")], cache_rows))
-    if summary.cache_misses is not None:
-        tables.append(cache_misses_table(summary.cache_misses))
-    if summary.critical_path is not None:
-        tables.append(critical_path_table(summary.critical_path))
-    if summary.server_telemetry is not None:
-        tables.append(telemetry_table(summary.server_telemetry))
-    return tables
+    return FittedTable("prefix-cache hit", [text_column("source"), Column("hit rate")], cache_rows)
 
 
 def cache_misses_table(misses: CacheMisses) -> FittedTable:
