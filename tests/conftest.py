@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from paths import SHARED_DATA
 from strategies import WEKA_SUBAGENT, WEKA_TRACE
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-"""`../shared/data` next to the repository: real public traces, never copied into it."""
 WEKA_SAMPLE = SHARED_DATA / "weka-sample"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from flat import replay_options
+from paths import SAMPLE_TRACE
 
 from agentx.errors import WarmupFailed
 from agentx.records.record import RequestRecord, read_records, to_records
@@ -247,7 +248,7 @@ def test_cli_flags_reach_the_options(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    sample = Path(__file__).parent.parent / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     command = [
         sys.executable, "-m", "agentx.cli", "replay", str(sample), "--sessions", "1", "--delay-scale", "0",
         "--sim-time-scale", "0.01", "--tstar-window", "0.5,0.5", "--warmup", "burst", "--warmup-max-tokens", "2",

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.sim.process import SimServer
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 KEY = "sk-cli-key-5f1e0c2a9b7d"
 
 
@@ -29,7 +29,7 @@ def guarded() -> Iterator[SimServer]:
 
 
 def _replay(sim: SimServer, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--url", sim.url, "--mode", "closed"]
+    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--url", sim.url, "--mode", "closed"]
     command += ["--sessions", "2", "--concurrency", "2", "--delay-scale", "0", "--out", str(out), *args]
     env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": ""}  # no key from the environment
     return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
@@ -56,7 +56,7 @@ def test_without_the_key_the_same_server_refuses(guarded: SimServer, tmp_path: P
 
 
 def test_a_key_and_an_authorization_header_together_are_refused_without_saying_either(tmp_path: Path) -> None:
-    args = ["replay", str(SAMPLE), "--api-key", KEY, "--header", "Authorization: Bearer other-secret-value"]
+    args = ["replay", str(SAMPLE_TRACE), "--api-key", KEY, "--header", "Authorization: Bearer other-secret-value"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "pass --api-key KEY or --header Authorization:..., not both" in result.output

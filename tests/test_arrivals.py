@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import SAMPLE_MOONCAKE
 from strategies import examples
 
 from agentx.records.record import read_records, to_records
@@ -21,8 +22,6 @@ from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
-
-MOONCAKE = Path(__file__).parent.parent / "traces" / "sample.mooncake.jsonl"
 
 
 def _single(session_id: str, start_s: float, t: float = 0.0) -> Session:
@@ -51,7 +50,7 @@ def test_rate_arrivals_have_the_asked_mean_rate(rate: float, burstiness: float, 
 
 
 def test_trace_mode_replays_the_mooncake_sample_at_its_timestamps(tmp_path: Path) -> None:
-    trace = load_trace(MOONCAKE)
+    trace = load_trace(SAMPLE_MOONCAKE)
     trace.sessions = trace.sessions[:60]
     expected = dict(trace_arrivals(trace, speedup=20.0))
     with SimServer(time_scale=0.001, block_size=trace.block_size) as sim:

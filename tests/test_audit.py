@@ -12,6 +12,7 @@ import msgspec
 import pyarrow as pa
 import pytest
 from flat import replay_options
+from paths import SAMPLE_TRACE
 from rich.console import Console
 from strategies import record_identity
 
@@ -32,7 +33,6 @@ pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 MS = 1_000_000
 S = 1_000_000_000
-SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 
 
 def rec(index: int = 0, **overrides: Any) -> RequestRecord:
@@ -175,7 +175,7 @@ def demo_options(server: SimServer, out_dir: Path, sessions: int = 8) -> ReplayO
 
 
 def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_client_bound(tmp_path: Path) -> None:
-    trace = load_trace(SAMPLE)
+    trace = load_trace(SAMPLE_TRACE)
 
     def blocking(_record: object) -> None:
         time.sleep(0.12)  # a harness doing slow work on the replay's event loop
@@ -201,7 +201,7 @@ def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_clie
 
 
 def test_a_server_that_bundles_drops_cached_tokens_or_answers_before_the_prefill_is_caught(tmp_path: Path) -> None:
-    trace = load_trace(SAMPLE)
+    trace = load_trace(SAMPLE_TRACE)
     with SimServer(time_scale=0.05, faults=FaultConfig(bundle_rate=1.0, drop_cached_tokens=True)) as server:
         bundling = replay_sync(trace, demo_options(server, tmp_path / "bundling", sessions=4))
     # A prefill of 100 µs a token (wall): the early token comes long before the engine's first.

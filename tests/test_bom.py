@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from paths import TRACES
 
 from agentx.cli import main
 from agentx.trace.io import detect_format, load_trace
@@ -16,7 +17,6 @@ from agentx.trace.io import detect_format, load_trace
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 BOM = b"\xef\xbb\xbf"
-SAMPLES = Path(__file__).resolve().parent.parent / "traces"
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -33,9 +33,9 @@ def test_a_weka_trace_with_a_bom_reads_as_without(weka_trace: dict[str, Any], tm
 @pytest.mark.parametrize(("name", "fmt"), [("sample.weka.jsonl", "weka"), ("sample.mooncake.jsonl", "mooncake")])
 def test_jsonl_traces_with_a_bom_read_as_without(tmp_path: Path, name: str, fmt: str) -> None:
     marked = tmp_path / name
-    marked.write_bytes(BOM + (SAMPLES / name).read_bytes())
+    marked.write_bytes(BOM + (TRACES / name).read_bytes())
     assert detect_format(marked) == fmt
-    assert load_trace(marked).sessions == load_trace(SAMPLES / name).sessions
+    assert load_trace(marked).sessions == load_trace(TRACES / name).sessions
 
 
 def test_the_cli_validates_a_trace_with_a_bom(weka_trace: dict[str, Any], tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from typing import IO
 
 import pytest
 from children import default_stop_signals
+from paths import SAMPLE_TRACE
 
 from agentx.records.record import read_records
 from agentx.replayer.plan.play import CHECKPOINT_TURNS, StepFlags, StepIds
@@ -38,7 +39,6 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FAST = ["--sim-time-scale", "0.001", "--delay-scale", "0"]
 PROGRESS_EVERY_S = {"AGENTX_PROGRESS_INTERVAL_S": "0.5"}
 """Progress lines twice a second (on a pipe they are plain lines): the first says "starting"."""
@@ -46,7 +46,7 @@ PROGRESS_EVERY_S = {"AGENTX_PROGRESS_INTERVAL_S": "0.5"}
 
 def _replay(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """`agentx replay` of the sample into tmp_path/run, in a session of its own (the simulator it starts with it)."""
-    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--out", str(tmp_path / "run"), *args]
+    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--out", str(tmp_path / "run"), *args]
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,

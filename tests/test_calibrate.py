@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import SAMPLE_TRACE
 from strategies import examples
 
 from agentx.errors import CalibrationError
@@ -220,7 +221,7 @@ def test_a_local_tokenizer_file_calibrates_like_the_server(tmp_path: Path) -> No
         calibration = asyncio.run(go(sim.url, sim.model))
         assert calibration.source == "tokenizer.json" and len(calibration.words) >= 1000
         assert all(predicted == counted for predicted, counted in calibration.checks)
-        trace = load_trace(Path(__file__).parent.parent / "traces" / "sample.arrow")
+        trace = load_trace(SAMPLE_TRACE)
         trace.sessions = trace.sessions[:2]
         trace.block_size = 16
         options = ReplayOptions(

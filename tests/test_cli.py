@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from children import default_stop_signals
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.records.record import read_records
@@ -106,7 +107,7 @@ def test_bad_cache_tokens_option(weka_file: Path) -> None:
 def test_block_size_bounds_are_the_same_on_the_command_line_and_in_the_library(weka_file: Path) -> None:
     from agentx.errors import TraceError
 
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     for path in (weka_file, sample):
         result = CliRunner().invoke(main, ["inspect", str(path), "--block-size", "999999999999"])
         assert result.exit_code == 2 and "--block-size" in result.output and "1048576" in result.output
@@ -117,7 +118,7 @@ def test_block_size_bounds_are_the_same_on_the_command_line_and_in_the_library(w
 
 
 def test_replay_without_url_runs_against_the_simulator_and_prints_the_summary(tmp_path: Path) -> None:
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     out = tmp_path / "run"
     args = ["replay", str(sample), "--sessions", "2", "--concurrency", "2", "--sim-time-scale", "0.01"]
     args += ["--mode", "closed", "--delay-scale", "0", "--out", str(out), "--json"]
@@ -168,7 +169,7 @@ def test_ctrl_c_stops_a_replay_gracefully_with_a_partial_summary(tmp_path: Path,
     import signal
     import time
 
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     out = tmp_path / "run"
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "0.2", "--delay-scale", "0.1"]
     args += ["--grace", "1", "--out", str(out), "--json"]
@@ -205,7 +206,7 @@ def test_a_replay_started_under_nohup_rides_out_a_hangup(tmp_path: Path, workers
     import signal
     import time
 
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     out = tmp_path / "run"
     args = ["replay", str(sample), "--mode", "closed", "--concurrency", "2", "--sim-time-scale", "0.2"]
     args += ["--delay-scale", "0.1", "--grace", "1", "--workers", workers, "--out", str(out), "--json"]
@@ -230,7 +231,7 @@ def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path
     import signal
     import time
 
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     out = tmp_path / "run"
     args = ["replay", str(sample), "--concurrency", "2", "--sim-time-scale", "1", "--delay-scale", "0.1"]
     args += ["--mode", "closed", "--grace", "600", "--out", str(out), "--json"]
@@ -257,7 +258,6 @@ def test_a_second_ctrl_c_ends_the_grace_period_and_still_writes_the_run(tmp_path
     assert "cancelled" in records.column("error_kind").to_pylist()
 
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FAST_REPLAY = ["--sim-time-scale", "0.01", "--delay-scale", "0"]
 
 
@@ -313,7 +313,7 @@ def _replay(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), *FAST_REPLAY, *args],
+        [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), *FAST_REPLAY, *args],
         capture_output=True,
         text=True,
         timeout=240,
@@ -340,7 +340,7 @@ def test_replay_flags_reach_the_run_and_run_json_keeps_no_secrets(tmp_path: Path
     assert (run_file["options"]["request_timeout_s"], run_file["options"]["idle_timeout_s"]) == (120.0, None)
     assert run_file["run"]["stream_usage"] == "final"  # forced, not probed
     assert run_file["summary"]["stream_usage"] == "final"
-    requests = load_trace(SAMPLE).sessions[0].request_count
+    requests = load_trace(SAMPLE_TRACE).sessions[0].request_count
     assert run_file["run"]["requests"] == run_file["summary"]["counts"]["kept"] == requests
     assert run_file["summary"]["loop_lag"]["samples"] == len(run_file["run"]["loop_lag_s"]) > 0
     # the table names where the files went
@@ -353,7 +353,7 @@ def test_replay_api_chat_calibrates_and_reports_it(tmp_path: Path) -> None:
     result = _replay("--sessions", "1", "--api", "chat", "--mode", "closed", "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["counts"]["kept"] == load_trace(SAMPLE).sessions[0].request_count
+    assert summary["counts"]["kept"] == load_trace(SAMPLE_TRACE).sessions[0].request_count
     assert summary["calibration"] is not None
     run_file = json.loads((out / "run.json").read_text())
     assert run_file["options"]["api"] == "chat" and run_file["run"]["calibration"] == summary["calibration"]
@@ -437,7 +437,7 @@ def test_url_forms_users_type_reach_the_server(tmp_path: Path) -> None:
         host_port = sim.url.removeprefix("http://")
         for index, url in enumerate([host_port, f" {sim.url}/v1/ "]):
             out = tmp_path / f"run{index}"
-            args = ["replay", str(Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"), "--url", url]
+            args = ["replay", str(SAMPLE_TRACE), "--url", url]
             args += ["--sessions", "1", "--mode", "closed", "--delay-scale", "0", "--out", str(out), "--json"]
             result = CliRunner().invoke(main, args)
             assert result.exit_code == 0, result.output
@@ -465,7 +465,7 @@ def test_replay_draws_progress_on_a_terminal_only(tmp_path: Path) -> None:
     import select
 
     main_fd, child_fd = pty.openpty()
-    args = ["replay", str(SAMPLE), "--sessions", "3", "--concurrency", "2", "--sim-time-scale", "0.05"]
+    args = ["replay", str(SAMPLE_TRACE), "--sessions", "3", "--concurrency", "2", "--sim-time-scale", "0.05"]
     args += ["--delay-scale", "0.02", "--out", str(tmp_path / "run")]
     child = subprocess.Popen(
         [sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.DEVNULL, stderr=child_fd, text=True

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from paths import REPO
 
 from agentx.cli import main
 from agentx.cli.manual import manual
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_the_manual_is_the_commands_help() -> None:
-    written = (ROOT / "docs" / "cli.md").read_text()
+    written = (REPO / "docs" / "cli.md").read_text()
     assert written == manual(main), "docs/cli.md is out of date: run `make docs`"
 
 

@@ -29,6 +29,7 @@ import pyarrow.csv as pa_csv
 import pytest
 from children import default_stop_signals
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.errors import OutputUnwritable, WriteFailed
@@ -42,7 +43,6 @@ from agentx.trace.io import load_trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 RECORDS = "records.arrow"
 
 
@@ -180,7 +180,7 @@ def test_a_refused_write_mid_run_stops_it_and_says_what_was_kept(
     out = tmp_path / "run"
     budget = 250_000  # the schema and a few batches (of up to 16 rows, FLUSH_ROWS)
     disk = _Disk(monkeypatch, RECORDS, budget=budget, code=code)
-    trace = load_trace(SAMPLE)
+    trace = load_trace(SAMPLE_TRACE)
     with pytest.raises(WriteFailed) as caught:
         replay_sync(trace, _options(sim, out))
     failed = caught.value
@@ -216,7 +216,7 @@ def test_a_records_file_refused_at_the_start_is_one_error_and_nothing_is_left(
     out = tmp_path / "run"
     _Disk(monkeypatch, RECORDS, budget=0, code=code, open_error=True)
     with pytest.raises(OutputUnwritable) as caught:
-        replay_sync(load_trace(SAMPLE), _options(sim, out))
+        replay_sync(load_trace(SAMPLE_TRACE), _options(sim, out))
     assert caught.value.errno == code and caught.value.path == str(out / RECORDS)
     assert os.strerror(code) in str(caught.value) and "did not start" in str(caught.value)
     assert not (out / RECORDS).exists() and not (out / "run.json").exists()
@@ -226,7 +226,7 @@ def test_a_run_folder_that_cannot_be_made_is_one_error(sim: SimServer, tmp_path:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(OutputUnwritable) as caught:
-        replay_sync(load_trace(SAMPLE), _options(sim, blocker / "run"))
+        replay_sync(load_trace(SAMPLE_TRACE), _options(sim, blocker / "run"))
     assert caught.value.errno == errno.ENOTDIR and str(blocker) in str(caught.value)
 
 
@@ -234,7 +234,7 @@ def test_a_run_json_that_cannot_be_written_keeps_the_records_and_the_result(sim:
     out = tmp_path / "run"
     (out / "run.json.partial").mkdir(parents=True)  # the OS refuses the file: EISDIR
     with pytest.raises(WriteFailed) as caught:
-        replay_sync(load_trace(SAMPLE), _options(sim, out, sessions=2))
+        replay_sync(load_trace(SAMPLE_TRACE), _options(sim, out, sessions=2))
     failed = caught.value
     assert failed.errno == errno.EISDIR and failed.run_file is None and not (out / "run.json").exists()
     assert failed.result is not None and failed.result.run.cancel_reason is None  # it ran to its end
@@ -260,7 +260,7 @@ def test_a_full_disk_at_the_end_loses_only_the_ipc_footer(
         real_close(self)
 
     monkeypatch.setattr(RecordWriter, "close", close_on_a_full_disk)
-    result = replay_sync(load_trace(SAMPLE), _options(sim, out, sessions=2))
+    result = replay_sync(load_trace(SAMPLE_TRACE), _options(sim, out, sessions=2))
     assert disk.refused >= 1 and "stays an Arrow IPC stream" in caplog.text
     assert read_records(out / RECORDS).num_rows == result.summary.counts.rows > 0
     assert json.loads((out / "run.json").read_text())["summary"]["counts"]["rows"] == result.summary.counts.rows
@@ -275,7 +275,7 @@ def test_the_cli_says_a_refused_write_in_one_line_after_the_summary(
 ) -> None:
     out = tmp_path / "run"
     _Disk(monkeypatch, RECORDS, budget=60_000, code=errno.EIO)
-    args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "4"]
+    args = ["replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--concurrency", "4"]
     args += ["--delay-scale", "0", "--grace", "1", "--out", str(out), "--json"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 4, result.output
@@ -338,7 +338,18 @@ def _one_error(stderr: str) -> str:
 def test_a_disk_that_fills_mid_run_stops_it_with_its_records_run_json_and_summary(
     sim: SimServer, tmp_path: Path, workers: int
 ) -> None:
-    args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "4", "--delay-scale", "0"]
+    args = [
+        "replay",
+        str(SAMPLE_TRACE),
+        "--url",
+        sim.url,
+        "--model",
+        sim.model,
+        "--concurrency",
+        "4",
+        "--delay-scale",
+        "0",
+    ]
     args += ["--grace", "1", "--workers", str(workers), "--json"]
     done, run = _on_small_disk(tmp_path, "400k", args)
     assert done.returncode == 4, done.stderr
@@ -349,7 +360,7 @@ def test_a_disk_that_fills_mid_run_stops_it_with_its_records_run_json_and_summar
     kept = json.loads((run / "run.json").read_text())  # the room held for it took it
     assert kept["summary"]["counts"] == summary["counts"] and kept["run"]["cancel_reason"] == "write_failed"
     total = summary["counts"]["rows"]
-    assert 0 < total < load_trace(SAMPLE).request_count
+    assert 0 < total < load_trace(SAMPLE_TRACE).request_count
     on_disk = read_records(run / RECORDS).num_rows if (run / RECORDS).exists() else 0
     assert f"{RECORDS} keeps {on_disk:,} of the {total:,} records measured" in line
     assert "run.json was written" in line
@@ -357,7 +368,7 @@ def test_a_disk_that_fills_mid_run_stops_it_with_its_records_run_json_and_summar
 
 @real_file_systems
 def test_an_existing_out_folder_on_a_read_only_file_system_is_one_line_exit_2(sim: SimServer, tmp_path: Path) -> None:
-    args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "2"]
+    args = ["replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--concurrency", "2"]
     done, _ = _on_small_disk(tmp_path, "1m", args, read_only=True)
     assert done.returncode == 2, done.stderr
     line = _one_error(done.stderr)
@@ -372,7 +383,7 @@ def test_an_existing_out_folder_on_a_read_only_file_system_is_one_line_exit_2(si
 def _replay(out: Path, sim: SimServer, *extra: str, grace: str = "2") -> subprocess.Popen[str]:
     """`agentx replay` in a session of its own (its process group: a terminal's job), against `sim`, which is not
     in that group (a hangup of the group reaches the replay's processes only)."""
-    args = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model]
+    args = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model]
     args += ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.1", "--grace", grace, "--out", str(out)]
     args += ["--json", *extra]
     return subprocess.Popen(

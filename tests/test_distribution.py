@@ -12,13 +12,13 @@ import venv
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from agentx.distribution import DISTRIBUTION
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-ROOT = Path(__file__).resolve().parent.parent
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 IMPORTED = "import agentx, importlib.metadata as m; print(agentx.__file__, m.version('agentx-replay'))"
 EVERY_MODULE = (
     "import importlib, pkgutil, agentx\n"
@@ -43,9 +43,9 @@ def _run(*command: str | Path, cwd: Path) -> str:
 def test_a_built_wheel_installs_as_agentx_replay_with_the_agentx_command(tmp_path: Path) -> None:
     # Built from a copy: setuptools leaves a build/ folder beside the sources.
     source = tmp_path / "source"
-    shutil.copytree(ROOT / "agentx", source / "agentx", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "agentx", source / "agentx", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
+        shutil.copy(REPO / name, source / name)
     dist = tmp_path / "dist"
     _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", dist, source,
          cwd=tmp_path)  # fmt: skip

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "traces" / "sample.weka.jsonl"
+SAMPLE = REPO / "traces" / "sample.weka.jsonl"
 
 
 def _first_python_block(document: Path) -> str:
@@ -25,7 +25,7 @@ def _first_python_block(document: Path) -> str:
 
 @pytest.mark.parametrize("document", ["README.md", "docs/api.md"])
 def test_the_python_example_runs(document: str, tmp_path: Path) -> None:
-    code = _first_python_block(ROOT / document)
+    code = _first_python_block(REPO / document)
     swaps = {
         '"corpus.jsonl"': repr(str(SAMPLE)),
         "time_scale=0.05": "time_scale=0.002",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import click
 import pytest
+from paths import REPO
 
 from agentx.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted(path for path in (ROOT / "docs").glob("*.md") if path.name != "cli.md")]
+DOCS = [REPO / "README.md", *sorted(path for path in (REPO / "docs").glob("*.md") if path.name != "cli.md")]
 """The hand-written documents (docs/cli.md is the commands' own help: tests/test_cli_manual.py)."""
 FOREIGN: dict[str, str] = {
     # AIPerf 0.13.0, the AgentX reference (docs/agentx.md compares its options with agentx's)
@@ -116,7 +116,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
 def _uses(path: Path) -> Iterator[tuple[str, set[str] | None, str]]:
     """(where, the commands it may belong to or None for any, flag) for every flag `path` names."""
     for number, line, fenced in _lines(path):
-        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{number}"
+        where = f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:{number}"
         if fenced:
             for commands, flag in _used(line):
                 yield where, commands, flag
@@ -167,4 +167,4 @@ def test_the_scan_sees_commands_tables_and_prose(tmp_path: Path) -> None:
     assert ("--concurrency" in {flag for _, commands, flag in uses if commands == {"sweep"}}) is True
     assert any(commands == {"replay"} and flag == "--tstar-window" for _, commands, flag in uses)
     assert any(commands is None and flag == "--seed" for _, commands, flag in uses)
-    assert any(commands == {"sweep"} for _, commands, _ in _uses(ROOT / "README.md"))
+    assert any(commands == {"sweep"} for _, commands, _ in _uses(REPO / "README.md"))

@@ -20,8 +20,6 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _trace() -> Trace:
     requests = [

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 import agentx
 from agentx.cli import main
@@ -211,7 +212,7 @@ def test_a_worker_that_dies_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         raise WorkerFailed("worker 1 exited with code -9 and no result")
 
     monkeypatch.setattr(agentx.run.replay, "run_workers", dies)
-    sample = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
+    sample = SAMPLE_TRACE
     args = ["replay", str(sample), "--url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "2"]
     result = CliRunner().invoke(main, [*args, "--workers", "2", "--out", str(tmp_path / "run")])
     assert result.exit_code == 3, result.output

@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 from strategies import examples, record_identity
 
 from agentx.cli import main
@@ -802,14 +803,14 @@ def test_sweep_metrics_on_a_known_timeline() -> None:
 # the keys the reference writes
 
 
-FIXTURES = {
-    "agentx-harness-1.0.12": Path(__file__).parent / "fixtures" / "harness_export_keys.json",
-    "aiperf-0.13.0": Path(__file__).parent / "fixtures" / "aiperf_export_keys.json",
+EXPORT_KEYS = {
+    "agentx-harness-1.0.12": FIXTURES / "harness_export_keys.json",
+    "aiperf-0.13.0": FIXTURES / "aiperf_export_keys.json",
 }
 """The key sets each reference's real runs wrote (scripts/aiperf_export_keys.py fixture; each file says how)."""
 
 
-@pytest.fixture(scope="module", params=list(FIXTURES))
+@pytest.fixture(scope="module", params=list(EXPORT_KEYS))
 def agentx_run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """An agentx-mode run (warmup, subagents) of a rule set whose server starts failing requests once profiling has
     begun (as the reference's fixture runs did; a failed root request of the warmup would abort the run)."""
@@ -843,7 +844,7 @@ def test_the_exports_carry_every_key_the_reference_writes(agentx_run_dir: tuple[
     """Against the reference of the run's rule set: every key it wrote is written, with its unit and statistics,
     but those `NOT_EXPORTED` lists (each with its reason); under AIPerf 0.13.0 exactly those are missing."""
     rules, run_dir = agentx_run_dir
-    fixture = FIXTURES[rules]
+    fixture = EXPORT_KEYS[rules]
     reference = keys.load_fixture(fixture)
     ours = keys.agentx_keys(run_dir)
     produced = msgspec.json.decode(fixture.read_bytes())

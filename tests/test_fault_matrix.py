@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from paths import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentx.errors import RecordsError
@@ -44,7 +45,6 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-REPO = Path(__file__).resolve().parents[1]
 BLOCK = 16
 SEED = 7
 """The fault RNG's seed: with it, which faults a run meets (and so every `> 0` below) is the same every run."""

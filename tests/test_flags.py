@@ -11,6 +11,7 @@ import click
 import msgspec
 import pytest
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.cli.flag_table import FLAGS
@@ -28,7 +29,6 @@ from agentx.replayer.options.replay import (
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 SHARED = (Server, Connection, Speculative)
 """Parts every command that talks to a server takes."""
 DECODE_SKIPS = frozenset({"tokenizer", "affinity_headers"})
@@ -89,7 +89,9 @@ def test_a_flags_default_and_help_are_its_fields(kind: type[msgspec.Struct]) -> 
     ],
 )
 def test_a_flag_of_another_mode_is_refused(tmp_path: Path, args: list[str], message: str) -> None:
-    result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--url", "http://127.0.0.1:9", "--model", "m", *args])
+    result = CliRunner().invoke(
+        main, ["replay", str(SAMPLE_TRACE), "--url", "http://127.0.0.1:9", "--model", "m", *args]
+    )
     assert result.exit_code == 2 and message in result.output, result.output
 
 
@@ -104,7 +106,7 @@ def test_a_bad_flag_is_refused_before_the_simulator_starts(tmp_path: Path) -> No
         (["--extra-body", "{not json"], "--extra-body"),
     ]:
         out = tmp_path / "run"
-        result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--out", str(out), *args])
+        result = CliRunner().invoke(main, ["replay", str(SAMPLE_TRACE), "--out", str(out), *args])
         assert result.exit_code == 2 and message in result.output, result.output
         assert "simulator" not in result.output and "Traceback" not in result.output and not out.exists()
 

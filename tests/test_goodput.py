@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from paths import SAMPLE_TRACE
 from strategies import record_identity
 
 from agentx.cli import main
@@ -32,7 +33,6 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 MS = 1_000_000
 
 # ---------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_the_commands_refuse_a_bad_slo_in_one_line(
     tmp_path: Path, command: str, flags: list[str], message: str
 ) -> None:
     out = tmp_path / "run"
-    given_args = [command, str(SAMPLE), "--url", "http://127.0.0.1:1", "--model", "m", "--out", str(out)]
+    given_args = [command, str(SAMPLE_TRACE), "--url", "http://127.0.0.1:1", "--model", "m", "--out", str(out)]
     if command == "sweep":
         given_args += ["--concurrency", "1"]
     result = CliRunner().invoke(main, [*given_args, *flags])
@@ -210,7 +210,18 @@ def _expected(records: pa.Table, ttft_s: float, tpot_s: float) -> tuple[list[boo
 
 def test_a_replay_with_a_tight_ttft_counts_the_requests_meeting_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["replay", str(SAMPLE), "--mode", "closed", "--sessions", "4", "--concurrency", "4", "--delay-scale", "0"]
+    args = [
+        "replay",
+        str(SAMPLE_TRACE),
+        "--mode",
+        "closed",
+        "--sessions",
+        "4",
+        "--concurrency",
+        "4",
+        "--delay-scale",
+        "0",
+    ]
     args += ["--sim-time-scale", "0.05", "--slo", "ttft=15ms", "--slo", "tpot=50ms", "--out", str(out)]
     env = {**os.environ, "COLUMNS": "120"}
     result = subprocess.run(

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES
 from strategies import examples, record_identity
 
 from agentx.cli import main
@@ -29,26 +30,26 @@ from agentx.results.imports.aiperf_records import ErrorDetails, error_kind, requ
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "aiperf_artifacts"
+ARTIFACTS = FIXTURES / "aiperf_artifacts"
 TOOLS = {"harness_1_0_12": "agentx-harness-1.0.12", "aiperf_0_13_0": "aiperf-0.13.0"}
 """Each fixture folder and the agentx rule set of the tool that wrote it."""
 MS = 1_000_000
 
 
 def _lines(name: str) -> list[dict[str, Any]]:
-    text = (FIXTURES / name / JSONL_FILE).read_text()
+    text = (ARTIFACTS / name / JSONL_FILE).read_text()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _tool_summary(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((FIXTURES / name / SUMMARY_FILE).read_text())
+    document: dict[str, Any] = json.loads((ARTIFACTS / name / SUMMARY_FILE).read_text())
     return document
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ImportedRun]:
     out = tmp_path_factory.mktemp("imported")
-    return {name: import_aiperf(FIXTURES / name, out / name) for name in TOOLS}
+    return {name: import_aiperf(ARTIFACTS / name, out / name) for name in TOOLS}
 
 
 def _value(line: dict[str, Any], tag: str) -> Any:
@@ -189,7 +190,7 @@ def test_the_re_export_of_an_imported_run_equals_the_tools_summary(imported: dic
 def test_server_telemetry_and_cache_counters_come_from_the_metrics_export(
     imported: dict[str, ImportedRun], name: str
 ) -> None:
-    document = json.loads((FIXTURES / name / "server_metrics_export.json").read_text())
+    document = json.loads((ARTIFACTS / name / "server_metrics_export.json").read_text())
     export = document["metrics"]
     telemetry = imported[name].summary.server_telemetry
     assert telemetry is not None and telemetry.engine == "vllm" and telemetry.endpoint == "/metrics"
@@ -230,7 +231,7 @@ def test_run_json_reads_back_as_a_run_file_with_the_notices(imported: dict[str, 
 def test_a_folder_without_summary_or_server_metrics_imports_and_says_what_is_unknown(tmp_path: Path) -> None:
     source = tmp_path / "bare"
     source.mkdir()
-    (source / JSONL_FILE).write_bytes((FIXTURES / "aiperf_0_13_0" / JSONL_FILE).read_bytes())
+    (source / JSONL_FILE).write_bytes((ARTIFACTS / "aiperf_0_13_0" / JSONL_FILE).read_bytes())
     run = import_aiperf(source, tmp_path / "run")
     assert run.options == {"imported_from": "aiperf", "tool": "aiperf", "artifact_dir": str(source.resolve())}
     assert run.summary.server_telemetry is None and run.summary.cache.server_hit_rate is None
@@ -388,7 +389,7 @@ def _assert_one_paragraph_error(args: list[str], *expected: str) -> None:
 
 
 def test_the_command_refuses_bad_artifacts_in_one_paragraph(tmp_path: Path) -> None:
-    good = (FIXTURES / "aiperf_0_13_0" / JSONL_FILE).read_text().splitlines()
+    good = (ARTIFACTS / "aiperf_0_13_0" / JSONL_FILE).read_text().splitlines()
     out = str(tmp_path / "run")
     _assert_one_paragraph_error(["import", "aiperf", str(tmp_path / "nope"), "--out", out], "no such directory")
     bad_line = _artifacts(tmp_path, "\n".join([*good[:3], '{"metadata": {"request_start_ns": "soon"}}']))
@@ -405,14 +406,14 @@ def test_the_command_refuses_bad_artifacts_in_one_paragraph(tmp_path: Path) -> N
 
 def test_the_command_imports_refuses_an_existing_run_and_report_reads_it(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["import", "aiperf", str(FIXTURES / "harness_1_0_12"), "--out", str(out), "--gpus", "2"]
+    args = ["import", "aiperf", str(ARTIFACTS / "harness_1_0_12"), "--out", str(out), "--gpus", "2"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "imported 51 requests (22 warmup, 2 failed)" in result.stderr and "note: " in result.stderr
     assert "agentx-harness 1.0.12" in result.stdout and str(out / "run.json") in result.stdout
     _assert_one_paragraph_error(args, "already holds a run", "--overwrite")
     with pytest.raises(RunExists):
-        import_aiperf(FIXTURES / "harness_1_0_12", out)
+        import_aiperf(ARTIFACTS / "harness_1_0_12", out)
     result = CliRunner().invoke(main, [*args, "--overwrite", "--json"])
     assert result.exit_code == 0, result.output
     summary = msgspec.json.decode(result.stdout)

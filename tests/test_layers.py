@@ -12,8 +12,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import PACKAGE, TESTS
 
-PACKAGE = Path(__file__).resolve().parent.parent / "agentx"
 FLOORS = {
     "errors": -1,
     "secrets": -1,
@@ -215,9 +215,6 @@ def test_only_the_cli_draws_for_the_terminal() -> None:
     """rich is the terminal's: results/ and the floors below compute, cli/ presents (docs/architecture.md)."""
     drawing = [_module_name(path) for path in sorted(PACKAGE.rglob("*.py")) if _imports_package(path, "rich")]
     assert [module for module in drawing if _package(module) != "cli"] == []
-
-
-TESTS = Path(__file__).resolve().parent
 
 
 def _private_imports(path: Path) -> list[str]:

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import SAMPLE_MOONCAKE
 
 import agentx
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 INIT = Path(agentx.__file__)
-MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "sample.mooncake.jsonl"
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -45,7 +45,7 @@ def test_import_agentx_loads_nothing_heavy() -> None:
 
 
 def test_a_jsonl_trace_loads_without_pyarrow_or_numpy() -> None:
-    loaded = _loaded_after(f"import agentx; agentx.trace.load_trace({str(MOONCAKE)!r})")
+    loaded = _loaded_after(f"import agentx; agentx.trace.load_trace({str(SAMPLE_MOONCAKE)!r})")
     assert _packages(loaded) & HEAVY == set()
 
 
@@ -113,7 +113,7 @@ def test_a_replay_through_the_command_line_never_loads_aiohttp() -> None:
     """Every call of a replay to its server (the model listing, the stream-usage probe, the requests, the /metrics
     scrapes) goes through the replayer's own http1 pool: aiohttp (~120 ms and ~13 MB of imports before the first
     request) is the simulator's, never loaded by a replay against a server of its own, start to end."""
-    script = _SERVE_AND_REPLAY.replace("TRACE", repr(str(MOONCAKE)))
+    script = _SERVE_AND_REPLAY.replace("TRACE", repr(str(SAMPLE_MOONCAKE)))
     loaded = _loaded_after(f"exec({script!r})")
     assert "agentx.replayer.run_replay" in loaded and "agentx.replayer.http.calls" in loaded  # the replay ran
     assert _packages(loaded) & {"aiohttp", "yarl", "multidict", "aiohappyeyeballs"} == set()

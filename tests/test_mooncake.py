@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from paths import SHARED_DATA
 from strategies import examples
 
 from agentx.errors import TraceError
@@ -20,7 +21,7 @@ from agentx.trace.io import detect_format, load_trace
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
 from agentx.trace.validation import validate
 
-REAL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+REAL_TRACE = SHARED_DATA / "mooncake" / "conversation_trace.jsonl"
 FIXTURE_SETTINGS = settings(deadline=None)
 
 

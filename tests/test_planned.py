@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from flat import replay_options
+from paths import SAMPLE_TRACE
 
 import agentx
 from agentx.cli.display.planned import planned_requests
@@ -23,12 +24,10 @@ from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
-
 
 @pytest.fixture(scope="module")
 def trace() -> Trace:
-    return load_trace(SAMPLE)
+    return load_trace(SAMPLE_TRACE)
 
 
 @pytest.fixture(scope="module")

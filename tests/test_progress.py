@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import SAMPLE_TRACE
 from rich.console import Console
 from strategies import record_identity
 
@@ -23,8 +24,6 @@ from agentx.errors import ConfigError
 from agentx.records.record import Phase, RequestRecord
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
-
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 
 
 class FakeClock:
@@ -253,7 +252,7 @@ LINE = re.compile(
 def test_a_replay_on_a_pipe_prints_plain_progress_lines(tmp_path: Path) -> None:
     """The command line against the built-in simulator, stderr a pipe: a line every interval with every field,
     plain ASCII, then a last one; stdout still holds only the JSON summary."""
-    args = ["replay", str(SAMPLE), "--mode", "closed", "--concurrency", "2", "--duration", "2.5", "--grace", "5"]
+    args = ["replay", str(SAMPLE_TRACE), "--mode", "closed", "--concurrency", "2", "--duration", "2.5", "--grace", "5"]
     args += ["--delay-scale", "0", "--sim-time-scale", "0.05", "--out", str(tmp_path / "run"), "--json"]
     env = {**os.environ, INTERVAL_ENV: "0.4"}
     env.pop("FORCE_COLOR", None)

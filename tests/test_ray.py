@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from children import default_stop_signals
+from paths import SAMPLE_TRACE
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentx.errors import RecordsError
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 Cluster = Any
 """`ray.cluster_utils.Cluster`, whose methods are untyped."""
-SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 """Ray then gives every node 127.0.0.1 instead of the host's outbound address, and reports no usage statistics: tests
 talk only to loopback. Ray reads these as it is imported, so this module imports Ray only in the fixture."""
@@ -97,7 +97,7 @@ def _plan_key(record: RequestRecord) -> tuple[int, str, str, int, int]:
 
 
 def test_shards_on_two_nodes_replay_the_one_process_plan(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
-    trace = load_trace(SAMPLE)  # in memory: the actors get it from the object store, never from this path
+    trace = load_trace(SAMPLE_TRACE)  # in memory: the actors get it from the object store, never from this path
     single = asyncio.run(run_replay(trace, _options(sim, tmp_path / "one")))
     before = _received(sim)
     result = asyncio.run(run_cluster(trace, _options(sim, tmp_path / "ray", workers=2, ray=cluster.address)))
@@ -135,7 +135,7 @@ def test_a_shard_clock_offset_is_measured_and_taken_off(cluster: Cluster, sim: S
     """Shard 1 reads its clock 250 ms ahead (both shards really share this host's clock, offset 0)."""
     skew_ns = 250_000_000
     options = _options(sim, tmp_path, workers=2, ray=cluster.address)
-    result = asyncio.run(run_cluster(load_trace(SAMPLE), options, clock_skews_ns={1: skew_ns}))
+    result = asyncio.run(run_cluster(load_trace(SAMPLE_TRACE), options, clock_skews_ns={1: skew_ns}))
     shards = {shard.index: shard for shard in result.shards}
     assert abs(shards[0].clock_offset_ns) <= shards[0].clock_error_ns
     assert abs(shards[1].clock_offset_ns - skew_ns) <= shards[1].clock_error_ns
@@ -155,7 +155,7 @@ def _cli(*args: str) -> list[str]:
 def _long_run(sim: SimServer, cluster: Cluster, out: Path, *extra: str) -> subprocess.Popen[str]:
     """A CLI replay on two shards that runs until stopped (sessions recycle for 60 s)."""
     command = _cli(
-        "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "4",
+        "replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "4",
         "--duration", "60", "--delay-scale", "0.001", "--ray", cluster.address, "--workers", "2",
         "--stream-usage", "continuous", "--grace", "5", "--out", str(out), "--json", *extra,
     )  # fmt: skip
@@ -249,8 +249,8 @@ def test_with_continue_the_other_shards_run_to_the_end(cluster: Cluster, sim: Si
 def test_a_cluster_too_small_fails_before_any_request(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
     before = _received(sim)
     command = _cli(
-        "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "4", "--ray", cluster.address,
-        "--workers", "3", "--ray-placement-timeout", "2", "--out", str(tmp_path / "run"),
+        "replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--concurrency", "4",
+        "--ray", cluster.address, "--workers", "3", "--ray-placement-timeout", "2", "--out", str(tmp_path / "run"),
     )  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
@@ -261,7 +261,7 @@ def test_a_cluster_too_small_fails_before_any_request(cluster: Cluster, sim: Sim
 
 def test_a_sweep_runs_each_level_on_the_cluster(cluster: Cluster, sim: SimServer, tmp_path: Path) -> None:
     command = _cli(
-        "sweep", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "2,4",
+        "sweep", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "2,4",
         "--sessions", "4", "--delay-scale", "0.001", "--ray", cluster.address, "--workers", "2",
         "--out", str(tmp_path / "sweep"),
     )  # fmt: skip
@@ -276,7 +276,7 @@ def test_a_sweep_runs_each_level_on_the_cluster(cluster: Cluster, sim: SimServer
 
 def test_ray_local_starts_a_private_instance_for_the_run(sim: SimServer, tmp_path: Path) -> None:
     command = _cli(
-        "replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "2",
+        "replay", str(SAMPLE_TRACE), "--url", sim.url, "--model", sim.model, "--mode", "closed", "--concurrency", "2",
         "--sessions", "2", "--delay-scale", "0", "--ray", "local", "--workers", "2", "--out", str(tmp_path / "run"),
         "--json",
     )  # fmt: skip
@@ -288,7 +288,7 @@ def test_ray_local_starts_a_private_instance_for_the_run(sim: SimServer, tmp_pat
 
 
 def test_a_sweep_over_processes_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    command = _cli("sweep", str(SAMPLE), "--concurrency", "2,4", "--workers", "2", "--out", str(tmp_path / "s"))
+    command = _cli("sweep", str(SAMPLE_TRACE), "--concurrency", "2,4", "--workers", "2", "--out", str(tmp_path / "s"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--workers needs --ray" in done.stderr
     assert not (tmp_path / "s").exists()

@@ -18,6 +18,7 @@ import pyarrow.ipc as ipc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import REPO
 from strategies import examples, record_identity
 
 from agentx.errors import RecordsError
@@ -357,7 +358,7 @@ _CHILD = textwrap.dedent(
 
 def test_a_killed_writer_leaves_every_flushed_record(tmp_path: Path) -> None:
     path = tmp_path / "crash.arrow"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env)
     assert child.stdout is not None
     flushed = 0

@@ -26,6 +26,7 @@ import pyarrow.ipc as ipc
 import pytest
 from children import default_stop_signals
 from click.testing import CliRunner
+from paths import REPO
 from strategies import record_identity
 
 import agentx
@@ -40,8 +41,7 @@ from agentx.sim.process import SimServer
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "traces" / "sample.arrow"
+SAMPLE = REPO / "traces" / "sample.arrow"
 RUN = RunInfo(run_id="run-1", wall_epoch_ns=1_780_000_000_000_000_000, options={"concurrency": 4, "mode": "closed"})
 COLUMNS = ["request_id", "session_id", "agent_id", "turn", "sent_ns", "ttft_s", "chunk_tokens", "status"]
 
@@ -297,7 +297,7 @@ def test_a_kill_while_finalizing_leaves_the_whole_stream(tmp_path: Path, monkeyp
             writer.append(make(turn))
     stream = path.read_bytes()
     assert not stream.startswith(FILE_MAGIC)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-c", _KILLED_WHILE_FINALIZING, str(path)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-ROOT = Path(__file__).resolve().parent.parent
 DOTTED = re.compile(r"(?<![\w./-])agentx(?:\.[A-Za-z_]\w*)+")
 LOGGER = re.compile(r"getLogger\([^)]*\)")
 PATH = re.compile(
@@ -22,13 +22,13 @@ PATH = re.compile(
 
 def _tracked() -> list[Path]:
     names = subprocess.run(
-        ["git", "ls-files", "*.py", "*.md", "Makefile", "*.toml"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "*.py", "*.md", "Makefile", "*.toml"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
-    return [ROOT / name for name in names if (ROOT / name).is_file()]
+    return [REPO / name for name in names if (REPO / name).is_file()]
 
 
 def _module_file(parts: list[str]) -> Path | None:
-    base = ROOT.joinpath(*parts)
+    base = REPO.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -37,7 +37,7 @@ def _module_file(parts: list[str]) -> Path | None:
 
 def _resolves(dotted: str) -> bool:
     parts = dotted.rstrip(".").split(".")
-    if _module_file(parts[:2]) is None and not (ROOT / parts[0] / parts[1]).is_dir():
+    if _module_file(parts[:2]) is None and not (REPO / parts[0] / parts[1]).is_dir():
         return True  # not a module's name: a metadata key (agentx.run_id), a logger's, a dunder
     for cut in range(len(parts), 0, -1):
         module = _module_file(parts[:cut])
@@ -54,7 +54,7 @@ def _resolves(dotted: str) -> bool:
 def _path_exists(path: str) -> bool:
     if path.startswith("bench/out") or "/build" in path:
         return True  # made by a run, not kept
-    candidates = [ROOT / path, ROOT / "agentx" / path]
+    candidates = [REPO / path, REPO / "agentx" / path]
     return any(candidate.exists() or Path(str(candidate).rstrip(".")).exists() for candidate in candidates)
 
 
@@ -64,7 +64,7 @@ def _unresolved() -> list[str]:
         text = file.read_text(encoding="utf-8")
         for number, line in enumerate(text.splitlines(), 1):
             line = LOGGER.sub("", line)  # a logger's dotted name is not a module's
-            where = f"{file.relative_to(ROOT)}:{number}"
+            where = f"{file.relative_to(REPO)}:{number}"
             found += [f"{where}: {name}" for name in DOTTED.findall(line) if not _resolves(name)]
             found += [f"{where}: {path}" for path in PATH.findall(line) if "*" not in path and not _path_exists(path)]
     return found

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from flat import replay_options
+from paths import SAMPLE_TRACE
 
 from agentx.records.record import RequestRecord, read_records, run_info, to_records
 from agentx.replayer.http.client import ModelNotServed
@@ -430,7 +431,7 @@ def test_each_play_of_a_tree_carries_one_correlation_id(tmp_path: Path) -> None:
 
 def test_chat_replay_of_the_sample_corpus_is_exact(tmp_path: Path) -> None:
     """`--api chat` against the simulator: calibrated text lands on the trace's `in`, token for token."""
-    trace = load_trace(Path(__file__).parent.parent / "traces" / "sample.arrow")
+    trace = load_trace(SAMPLE_TRACE)
     trace.sessions = trace.sessions[:6]
     with SimServer(time_scale=0.0005, block_size=trace.block_size) as server:
         options = _options(server, tmp_path, concurrency=3, delay_scale=0.0002, api="chat")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import SAMPLE_TRACE
 
 from agentx.records.record import read_records
 from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, RateLoad, ReplayOptions, Runtime, Scenario, Server
@@ -23,7 +24,6 @@ from agentx.trace.model import Agent, Request, Session, Trace
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
 BLOCK = 16
-SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_the_agentx_warmup_is_not_counted(sim: SimServer, tmp_path: Path) -> Non
     result, _ = _run(
         sim,
         tmp_path / "run",
-        load_trace(SAMPLE),
+        load_trace(SAMPLE_TRACE),
         load=AgentxLoad(concurrency=2, warmup_requests_per_lane=2),
         scenario=Scenario(num_requests=5, delay_scale=0),
     )
@@ -174,6 +174,6 @@ def test_a_cap_that_is_not_a_positive_count_is_refused_before_anything_starts(tm
     from agentx.cli import main
 
     out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--num-requests", value, "--out", str(out)])
+    result = CliRunner().invoke(main, ["replay", str(SAMPLE_TRACE), "--num-requests", value, "--out", str(out)])
     assert result.exit_code == 2 and "'--num-requests'" in result.output, result.output
     assert "built-in simulator" not in result.output and not out.exists()

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from flat import replay_options
 from hypothesis import given
 from hypothesis import strategies as st
+from paths import SAMPLE_TRACE
 from validity_records import S, failed, rec, run_file, table
 
 from agentx.cli import main
@@ -29,8 +30,6 @@ from agentx.results.summary.inferencex import inferencex_metrics, qps_windows
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "traces" / "sample.arrow"
 HARNESS_OPTIONS = {"rules": "agentx-harness-1.0.12", "mode": "agentx", "duration_s": 1000.0}
 
 
@@ -259,7 +258,7 @@ def test_the_report_refuses_runs_of_different_rules_unless_asked(tmp_path: Path)
 
 def _replay_json(tmp_path: Path, *args: str) -> dict[str, Any]:
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--sim-time-scale", "0.02"]
+    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--sim-time-scale", "0.02"]
     command += ["--delay-scale", "0.02", "--sessions", "1", "--out", str(out), "--overwrite", *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from paths import TRACES
 
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Session, Trace
@@ -19,7 +20,6 @@ from scripts.make_sample_traces import (
     write_samples,
 )
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"
 JOIN_EPSILON_S = 1e-6  # docs/agentx.md §3a: the tolerance when a parent request joins a subagent
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from children import default_stop_signals
+from paths import REPO, SAMPLE_TRACE
 from strategies import record_identity
 
 from agentx.errors import RecordsError, ServerUnreachable
@@ -29,9 +30,6 @@ from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
-
-REPO = Path(__file__).resolve().parent.parent
-SAMPLE = REPO / "traces" / "sample.arrow"
 
 
 def _record(**fields: Any) -> RequestRecord:
@@ -166,7 +164,7 @@ def _replay(sim: SimServer, out: Path, extra: list[str]) -> subprocess.Popen[byt
         "-m",
         "agentx.cli",
         "replay",
-        str(SAMPLE),
+        str(SAMPLE_TRACE),
         "--url",
         sim.url,
         "--model",

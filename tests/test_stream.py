@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from flat import replay_options
+from paths import SAMPLE_TRACE
 
 import agentx
 from agentx.records.record import to_records
@@ -18,12 +19,10 @@ from agentx.replayer.http.client import ServerUnreachable
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
-
 
 @pytest.fixture(scope="module")
 def trace() -> agentx.trace.Trace:
-    return agentx.trace.load_trace(SAMPLE)
+    return agentx.trace.load_trace(SAMPLE_TRACE)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.cli.commands.sweep import level_lines
@@ -20,7 +21,6 @@ from agentx.run.sweep import LevelResult
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 HEAD = re.compile(r"  c(\d+): ok in \d+\.\d s, ([\d,]+) requests, 0 errors, ([\d,]+) out tok/s")
 FIGURES = re.compile(
     r"    TTFT p50 [\d.]+ (us|ms|s) p99 [\d.]+ (us|ms|s), [\d,.]+ tok/s/user p90, dispatch lag p99 [\d.]+ (us|ms|s)"
@@ -31,7 +31,7 @@ FIGURES = re.compile(
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
     """A tiny sweep through the command line against the built-in simulator: its stderr lines, its folder."""
     out = tmp_path_factory.mktemp("sweep") / "out"
-    args = ["sweep", str(SAMPLE), "--mode", "closed", "--concurrency", "1,2", "--duration", "1.5", "--grace", "5"]
+    args = ["sweep", str(SAMPLE_TRACE), "--mode", "closed", "--concurrency", "1,2", "--duration", "1.5", "--grace", "5"]
     args += ["--delay-scale", "0", "--sim-time-scale", "0.05", "--out", str(out)]
     result = CliRunner().invoke(main, args, env={INTERVAL_ENV: "0.3", "FORCE_COLOR": None, "TTY_COMPATIBLE": None})
     assert result.exit_code == 0, result.output

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from paths import SAMPLE_TRACE
 
 from agentx.cli import main
 from agentx.synth.fidelity import compare, ks_distance
@@ -22,7 +23,6 @@ from agentx.trace.validation import validate
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 samples = st.lists(st.integers(0, 20).map(float), min_size=1, max_size=40)
 
 
@@ -35,7 +35,7 @@ def test_ks_distance_is_the_largest_cdf_gap(a: list[float], b: list[float]) -> N
 
 
 def test_a_trace_is_alike_to_itself_and_not_to_a_preset() -> None:
-    sample = load_trace(SAMPLE)
+    sample = load_trace(SAMPLE_TRACE)
     same = compare(sample, sample)
     assert same.alike and same.max_hit_gap_points == 0.0 and all(d.ks == 0.0 for d in same.distances)
     other = compare(sample, generate(preset("agentic-coding"), sessions=40, seed=0))
@@ -52,7 +52,7 @@ def _assert_like(source: Trace, multiple: int) -> None:
 
 
 def test_like_the_sample_corpus() -> None:
-    _assert_like(load_trace(SAMPLE), 3)
+    _assert_like(load_trace(SAMPLE_TRACE), 3)
 
 
 def test_like_the_public_weka_sample(weka_sample_dir: Path) -> None:
@@ -62,10 +62,10 @@ def test_like_the_public_weka_sample(weka_sample_dir: Path) -> None:
 def test_like_generates_more_sessions_without_compressing_time(tmp_path: Path) -> None:
     out = tmp_path / "like.arrow"
     result = CliRunner().invoke(
-        main, ["synth", "generate", "--like", str(SAMPLE), "--sessions", "60", "--out", str(out)]
+        main, ["synth", "generate", "--like", str(SAMPLE_TRACE), "--sessions", "60", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
-    source, generated = load_trace(SAMPLE), load_trace(out)
+    source, generated = load_trace(SAMPLE_TRACE), load_trace(out)
     assert len(generated.sessions) == 60
     durations = [max(r.end for a, _, _ in s.agents() for r in a.requests) for s in generated.sessions]
     originals = [max(r.end for a, _, _ in s.agents() for r in a.requests) for s in source.sessions]
@@ -73,10 +73,10 @@ def test_like_generates_more_sessions_without_compressing_time(tmp_path: Path) -
 
 
 def test_cli_compare_prints_a_verdict_and_json(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(SAMPLE)])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE_TRACE), str(SAMPLE_TRACE)])
     assert result.exit_code == 0, result.output
     assert result.output.strip().splitlines()[-1].startswith("alike: largest KS 0.000")
-    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(SAMPLE), "--json"])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE_TRACE), str(SAMPLE_TRACE), "--json"])
     document = json.loads(result.output)
     assert document["alike"] is True
     assert {d["quantity"] for d in document["distances"]} == {
@@ -87,5 +87,5 @@ def test_cli_compare_prints_a_verdict_and_json(tmp_path: Path) -> None:
         "fan_out",
     }
     assert document["hit_curve"][-1]["capacity_tokens_per_session"] is None
-    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE), str(tmp_path / "none.arrow")])
+    result = CliRunner().invoke(main, ["synth", "compare", str(SAMPLE_TRACE), str(tmp_path / "none.arrow")])
     assert result.exit_code == 2 and "no such file" in result.output and "Traceback" not in result.output

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import SAMPLE_TRACE
 from strategies import examples
 
 from agentx.cli import main
@@ -29,7 +30,6 @@ from agentx.trace.validation import validate
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 FUZZ_KEYS = [
     *("request", "response", "messages", "content", "role", "type", "text", "system", "tools", "usage"),
     *("input_tokens", "output_tokens", "prompt_tokens", "choices", "message", "delta", "tool_calls", "function"),
@@ -68,7 +68,7 @@ def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture(scope="module")
 def sample() -> Trace:
-    return load_trace(SAMPLE)
+    return load_trace(SAMPLE_TRACE)
 
 
 @pytest.mark.parametrize(

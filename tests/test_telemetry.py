@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from loopback import serve
+from paths import SAMPLE_TRACE
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from tables80 import WIDTHS, assert_fits
 
@@ -54,8 +55,6 @@ from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
-
-SAMPLE = Path(__file__).resolve().parent.parent / "traces" / "sample.arrow"
 
 
 def _values(text: str) -> tuple[str | None, dict[str, float]]:
@@ -501,7 +500,7 @@ def test_a_scrape_waits_for_a_gap_between_due_requests_to_send_and_to_read(tmp_p
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplayResult, Path]]:
     """Four lanes of the sample corpus against the simulator for 5 s, the telemetry scraped every second."""
-    trace = load_trace(SAMPLE)
+    trace = load_trace(SAMPLE_TRACE)
     out = tmp_path_factory.mktemp("run")
     with SimServer(time_scale=0.05, block_size=trace.block_size) as sim:
         options = ReplayOptions(
@@ -662,7 +661,7 @@ def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
                 load=ClosedLoad(concurrency=2),
                 scenario=Scenario(sessions=3, delay_scale=0.0),
             )
-            return await replay(load_trace(SAMPLE), options)
+            return await replay(load_trace(SAMPLE_TRACE), options)
 
     with caplog.at_level(logging.WARNING, logger="agentx"):
         result = asyncio.run(go())
@@ -684,7 +683,7 @@ def test_a_workers_run_scrapes_from_the_parent_onto_the_merged_records_clock(tmp
             scenario=Scenario(duration_s=3.0, delay_scale=0.05),
             runtime=Runtime(grace_s=1.0, metrics_interval_s=0.5, workers=2),
         )
-        result = replay_sync(load_trace(SAMPLE), options, trace_path=SAMPLE)
+        result = replay_sync(load_trace(SAMPLE_TRACE), options, trace_path=SAMPLE_TRACE)
     records = read_records(tmp_path / "records.arrow")
     table = read_server_metrics(tmp_path / SERVER_METRICS_FILE)
     info = server_metrics_info(table.schema)
@@ -708,7 +707,18 @@ def test_a_killed_replay_keeps_every_scrape_up_to_the_kill(tmp_path: Path) -> No
 
     out = tmp_path / "run"
     with SimServer(time_scale=0.05) as sim:
-        args = ["replay", str(SAMPLE), "--url", sim.url, "--model", sim.model, "--concurrency", "2", "--mode", "closed"]
+        args = [
+            "replay",
+            str(SAMPLE_TRACE),
+            "--url",
+            sim.url,
+            "--model",
+            sim.model,
+            "--concurrency",
+            "2",
+            "--mode",
+            "closed",
+        ]
         args += ["--delay-scale", "0.05", "--metrics-interval", "0.2", "--out", str(out), "--json"]
         child = subprocess.Popen([sys.executable, "-m", "agentx.cli", *args], stdout=subprocess.PIPE, text=True)
         path = out / SERVER_METRICS_FILE

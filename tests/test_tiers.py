@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import TESTS
 
-TESTS = Path(__file__).resolve().parent
 PROCESS_MODULES = frozenset({"subprocess", "multiprocessing", "ray", "concurrent.futures.process"})
 PROCESS_NAMES = frozenset({"SimServer", "Popen", "ProcessPoolExecutor", "replay_workers", "CliRunner"})
 """What starts a process, or runs the CLI whose commands do (a replay, a sweep)."""

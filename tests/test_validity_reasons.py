@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 import pytest
+from paths import SAMPLE_TRACE
 from tables80 import rendered
 
 from agentx.cli.display.summary_tables import summary_table
@@ -28,13 +29,12 @@ from agentx.results.summary.summarize import summarize
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
 
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "sample.arrow"
 S = 1_000_000_000
 
 
 def _replay(out: Path, *args: str) -> tuple[str, dict[str, Any]]:
     """`agentx replay` of two sample sessions against the simulator: its stdout and its run.json."""
-    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--sessions", "2", "--concurrency", "2"]
+    command = [sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--sessions", "2", "--concurrency", "2"]
     command += ["--sim-time-scale", "0.01", "--out", str(out), *args]
     env = {**os.environ, "COLUMNS": "120"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from paths import SAMPLE_TRACE
 
 from agentx.records.record import RequestRecord, RunInfo, read_records, run_info, to_records
 from agentx.records.writer import RecordWriter, merge_records
@@ -16,8 +17,6 @@ from agentx.replayer.workers import run_workers
 from agentx.sim.process import SimServer
 
 pytestmark = pytest.mark.slow  # starts processes (tests/test_tiers.py)
-
-SAMPLE = Path(__file__).parent.parent / "traces" / "sample.arrow"
 
 
 def _key(record: RequestRecord) -> tuple[int, str, str, int]:
@@ -34,8 +33,8 @@ def test_two_workers_replay_the_single_process_plan(tmp_path: Path) -> None:
             load=ClosedLoad(concurrency=4),
             scenario=Scenario(sessions=6, delay_scale=0.001),
         )
-        single = asyncio.run(run_replay(load_trace(SAMPLE), base))
-        sharded = run_workers(SAMPLE, msgspec.structs.replace(base, out_dir=tmp_path / "two"), workers=2)
+        single = asyncio.run(run_replay(load_trace(SAMPLE_TRACE), base))
+        sharded = run_workers(SAMPLE_TRACE, msgspec.structs.replace(base, out_dir=tmp_path / "two"), workers=2)
     one = to_records(read_records(single.records_path))
     table = read_records(sharded.records_path)
     two = to_records(table)
@@ -61,7 +60,7 @@ def test_the_workers_lanes_start_together_on_one_agreed_instant(tmp_path: Path) 
             load=ClosedLoad(concurrency=4),
             scenario=Scenario(sessions=4, delay_scale=0.0),
         )
-        result = run_workers(SAMPLE, options, workers=2)
+        result = run_workers(SAMPLE_TRACE, options, workers=2)
     records = to_records(read_records(result.records_path))
     firsts = [min((r for r in records if r.lane == lane), key=lambda r: r.sent_ns) for lane in range(4)]
     due = [r.scheduled_ns for r in firsts]
@@ -80,7 +79,7 @@ def test_agentx_workers_report_every_lanes_snapshot(tmp_path: Path) -> None:
             load=AgentxLoad(concurrency=4),
             scenario=Scenario(sessions=4, delay_scale=0.001),
         )
-        result = run_workers(SAMPLE, options, workers=2)
+        result = run_workers(SAMPLE_TRACE, options, workers=2)
     assert [entry.lane for entry in result.tstar] == [0, 1, 2, 3]
     records = to_records(read_records(result.records_path))
     assert result.warmup_requests == sum(r.phase == "warmup" for r in records) > 0
@@ -91,7 +90,7 @@ def test_more_workers_than_lanes_is_refused(tmp_path: Path) -> None:
         server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=ClosedLoad(concurrency=2)
     )
     with pytest.raises(ValueError, match="exceeds --concurrency"):
-        run_workers(SAMPLE, options, workers=3)
+        run_workers(SAMPLE_TRACE, options, workers=3)
 
 
 def _record(run_id: str, sent_ns: int) -> RequestRecord:
@@ -149,7 +148,7 @@ def test_an_unreachable_server_is_one_clear_error_from_the_workers(tmp_path: Pat
         server=Server(url="http://127.0.0.1:9", model="m"), out_dir=tmp_path, load=ClosedLoad(concurrency=2)
     )
     with pytest.raises(ServerUnreachable, match=r"127\.0\.0\.1:9"):
-        run_workers(SAMPLE, options, workers=2)
+        run_workers(SAMPLE_TRACE, options, workers=2)
 
 
 def test_the_cli_runs_workers_and_summarizes_the_merged_records(tmp_path: Path) -> None:
@@ -158,7 +157,7 @@ def test_the_cli_runs_workers_and_summarizes_the_merged_records(tmp_path: Path) 
     import sys
 
     command = [
-        sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE), "--concurrency", "2", "--sessions", "2",
+        sys.executable, "-m", "agentx.cli", "replay", str(SAMPLE_TRACE), "--concurrency", "2", "--sessions", "2",
         "--workers", "2", "--delay-scale", "0", "--sim-time-scale", "0.002", "--out", str(tmp_path / "run"),
         "--json",
     ]  # fmt: skip
@@ -175,7 +174,7 @@ def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
     import agentx
     from agentx.replayer.options.replay import Runtime
 
-    trace = agentx.trace.load_trace(SAMPLE)
+    trace = agentx.trace.load_trace(SAMPLE_TRACE)
     with SimServer(time_scale=0.002) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),
@@ -184,7 +183,7 @@ def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
             scenario=Scenario(sessions=6, delay_scale=0.001),
             runtime=Runtime(workers=2),
         )
-        result = agentx.replay_sync(trace, options, trace_path=SAMPLE)
+        result = agentx.replay_sync(trace, options, trace_path=SAMPLE_TRACE)
         with pytest.raises(agentx.ConfigError, match="per-request callbacks"):
             asyncio.run(
                 agentx.replay(
@@ -194,4 +193,4 @@ def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
     records = to_records(read_records(result.run.records_path))
     assert {r.lane for r in records} == {0, 1, 2, 3} and result.run.trees_finished == 6
     assert (tmp_path / "run" / "workers" / "1").is_dir()  # shards wrote their own records beside the merged ones
-    assert result.summary.counts.rows == len(records) and result.run.trace_path == str(SAMPLE.resolve())
+    assert result.summary.counts.rows == len(records) and result.run.trace_path == str(SAMPLE_TRACE.resolve())
