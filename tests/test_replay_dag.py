@@ -280,7 +280,7 @@ def test_cli_affinity_header_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     captured: list[ReplayOptions] = []
 
-    async def fake_replay(_trace: Trace, options: ReplayOptions, **_kwargs: object) -> None:
+    async def fake_replay(_trace: Trace, options: ReplayOptions, *_args: object, **_kwargs: object) -> None:
         captured.append(options)
         raise ServerUnreachable("stand-in")
 
