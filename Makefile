@@ -33,7 +33,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # The suite side by side on every core (pytest-xdist); `test-fast` leaves out the modules marked slow (they start
-# processes: tests/test_tiers.py) and runs a quarter of the property tests' examples, for the inner loop.
+# processes: tests/project/test_tiers.py) and runs a quarter of the property tests' examples, for the inner loop.
 unit: install
 	$(BIN)/pytest -q -n auto
 
@@ -127,7 +127,7 @@ schemas: install
 samples: install
 	$(BIN)/python scripts/make_sample_traces.py
 
-# docs/cli.md: every command's --help (tests/test_cli_manual.py keeps it current).
+# docs/cli.md: every command's --help (tests/cli/test_cli_manual.py keeps it current).
 docs: install
 	$(BIN)/python -m agentx.cli.manual > docs/cli.md
 

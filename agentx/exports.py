@@ -1,7 +1,7 @@
 """A package's public names from one table (module → names): its `__all__`, and a module `__getattr__` (PEP 562) that
 imports each name's module when the name is first used, so `import agentx` (and the command line, which starts with
 it) loads no engine, pyarrow or numpy before a command needs them. Type checkers read the package's
-`if TYPE_CHECKING:` imports instead, which tests/test_api.py holds equal to the table."""
+`if TYPE_CHECKING:` imports instead, which tests/project/test_api.py holds equal to the table."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Two commands:
         --produced-by "how the reference runs were made" [--reference "agentx-harness 1.0.12"]
 
 reads each reference artifact directory (`profile_export.jsonl`, `profile_export_aiperf.json`) and writes the
-key sets it found — key names and units only, no values — as a JSON fixture (`tests/test_export.py` checks
+key sets it found — key names and units only, no values — as a JSON fixture (`tests/results/test_export.py` checks
 agentx covers them);
 
     python scripts/aiperf_export_keys.py diff (--fixture FILE | --ref REF_DIR [--ref REF_DIR ...]) RUN_DIR

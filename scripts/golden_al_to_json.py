@@ -1,4 +1,5 @@
-"""Regenerate agentx/spec/golden_al.json from the published golden AL YAML files (tests/test_spec_golden.py checks it).
+"""Regenerate agentx/spec/golden_al.json from the published golden AL YAML files (tests/spec/test_spec_golden.py
+checks it).
 
 Each YAML file holds one model's golden acceptance lengths per thinking mode and K, with its provenance in
 the header comments. The package reads only the JSON, so it needs no YAML dependency; this script parses

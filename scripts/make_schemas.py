@@ -1,4 +1,4 @@
-"""Regenerate schemas/ from the code (CI checks they match: tests/test_schemas.py)."""
+"""Regenerate schemas/ from the code (CI checks they match: tests/project/test_schemas.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The command line's manual, docs/cli.md: every command's `--help`, generated (`make docs`), so the page and the
-commands never disagree (tests/test_cli_manual.py)."""
+commands never disagree (tests/cli/test_cli_manual.py)."""
 
 from __future__ import annotations
 

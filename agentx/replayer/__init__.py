@@ -1,7 +1,7 @@
 """Driving a server with a trace: `run_replay` (run_replay.py) plays a trace's sessions against an OpenAI-compatible
 server under the chosen rules and writes one record per request.
 
-Sub-packages by concern, each importing only those below it (tests/test_layers.py):
+Sub-packages by concern, each importing only those below it (tests/project/test_layers.py):
 
 - `http/`: every call to the server, over agentx's own HTTP/1.1 connections; knows nothing of traces.
 - `options/`: what a run is told (`ReplayOptions`), the rule sets, the loads, the SLO targets.

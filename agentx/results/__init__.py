@@ -1,6 +1,6 @@
 """What the records of a run add up to, from its folder alone (records.arrow, run.json, server_metrics.arrow).
 
-Sub-packages, each importing only those below it (tests/test_layers.py):
+Sub-packages, each importing only those below it (tests/project/test_layers.py):
 
 - `summary/`: a run's `Summary` (summarize.py; the structs in model.py) by the InferenceX aggregation (docs/agentx.md
   §6–§7), read from the records table (columns.py), never `RequestRecord` objects, so it reads a file of any run;

@@ -5,7 +5,7 @@ ever narrower than its longest word, and a number is one word, so it is never cu
 figures ("1,234 · 5,678") wraps between them only once the text columns have wrapped as far as they can. When the
 table does not fit, the optional columns go first (highest `drop` first); when it still does not fit, each row is
 shown as a small table of its own (header: value), so even a 40-column terminal shows every figure whole. Tests
-print every table at 40 to 200 columns (tests/test_layout.py).
+print every table at 40 to 200 columns (tests/cli/test_layout.py).
 """
 
 from __future__ import annotations
