@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builders import make_request, make_session, make_trace
+
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.run.sweep import (
     SweepOptions,
@@ -12,7 +14,7 @@ from agentx.run.sweep import (
 )
 from agentx.sim.engine.loop import EngineConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 BLOCK = 16
 LEVELS = (1, 2, 4)
@@ -27,19 +29,13 @@ def small_trace(sessions: int = 6, turns: int = 4, out_tokens: int = 40) -> Trac
     result = []
     for s in range(sessions):
         requests = [
-            Request(
-                t=float(i),
-                model="m",
-                in_tokens=48 + 16 * i,
-                out_tokens=out_tokens,
-                api_time=0.5,
-                hash_ids_kept=0,
-                hash_ids_added=tuple(range(1000 * s, 1000 * s + 3 + i)),
+            make_request(
+                float(i), 48 + 16 * i, out_tokens, api_time=0.5, added=tuple(range(1000 * s, 1000 * s + 3 + i))
             )
             for i in range(turns)
         ]
-        result.append(Session(session_id=f"s{s}", root=Agent(requests=requests)))
-    return Trace(sessions=result, block_size=BLOCK)
+        result.append(make_session(f"s{s}", requests))
+    return make_trace(*result, block_size=BLOCK)
 
 
 def base_options(sim: SimServer, out_dir: Path) -> ReplayOptions:

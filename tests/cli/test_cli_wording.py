@@ -7,13 +7,14 @@ import pickle
 from pathlib import Path
 
 import pytest
+from builders import make_request, make_session, make_trace
 from click.testing import CliRunner
 
 from agentx.cli import main
 from agentx.errors import ConfigError, RunExists, TraceError, cli_words
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.trace.io import load_trace, save_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -26,8 +27,7 @@ def unknown(tmp_path: Path) -> Path:
 
 
 def _trace() -> Trace:
-    request = Request(t=0, model="m", in_tokens=8, out_tokens=2, hash_ids_added=(0,))
-    return Trace(sessions=[Session(session_id="s", root=Agent(requests=[request]))], block_size=16)
+    return make_trace(make_session("s", [make_request(0.0, 8, 2, added=(0,))]))
 
 
 def test_the_library_names_its_parameter(unknown: Path, tmp_path: Path) -> None:

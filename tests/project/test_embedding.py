@@ -12,21 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from builders import make_request, make_session, make_trace
 
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
 
 def _trace() -> Trace:
-    requests = [
-        Request(t=float(turn), model="m", in_tokens=64, out_tokens=4, api_time=0.1, hash_ids_added=(turn,))
-        for turn in range(3)
-    ]
-    return Trace(sessions=[Session(session_id="s", root=Agent(requests=requests))], block_size=16)
+    requests = [make_request(float(turn), 64, 4, api_time=0.1, added=(turn,)) for turn in range(3)]
+    return make_trace(make_session("s", requests))
 
 
 def _collectable(thing: object) -> bool:

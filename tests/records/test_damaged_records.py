@@ -18,6 +18,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from builders import make_request, make_session, make_trace
 from click.testing import CliRunner
 
 from agentx.cli import main
@@ -30,7 +31,7 @@ from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, S
 from agentx.results.export.export_run import FILES
 from agentx.run.replay import replay_sync
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -42,14 +43,8 @@ SMALL_BATCH_ROWS = 3
 
 
 def _trace() -> Trace:
-    sessions = []
-    for n in range(SESSIONS):
-        requests = [
-            Request(t=float(i), model="m", in_tokens=20 + 16 * i, out_tokens=4, hash_ids_added=tuple(range(i + 2)))
-            for i in range(TURNS)
-        ]
-        sessions.append(Session(session_id=f"s{n}", root=Agent(requests=requests)))
-    return Trace(sessions=sessions, block_size=BLOCK)
+    requests = [make_request(float(i), 20 + 16 * i, 4, added=tuple(range(i + 2))) for i in range(TURNS)]
+    return make_trace(*(make_session(f"s{n}", requests) for n in range(SESSIONS)), block_size=BLOCK)
 
 
 def _replay(out: Path) -> Path:

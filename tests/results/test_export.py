@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pytest
+from builders import growing_chain, make_agent, make_session, make_trace
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,7 +45,7 @@ from agentx.results.summary.summarize import Summary, summarize
 from agentx.run.replay import replay, replay_sync
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request, Trace
 from scripts import aiperf_export_keys as keys
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
@@ -148,30 +149,18 @@ def assert_matches_summary(aggregate: dict[str, Any], summary: Summary) -> None:
 # a real run against the simulator (with injected 500s and connection resets)
 
 
-def _req(t: float, in_tokens: int, out: int, kept: int, added: tuple[int, ...]) -> Request:
-    return Request(
-        t=t, model="m", in_tokens=in_tokens, out_tokens=out, api_time=0.5, hash_ids_kept=kept, hash_ids_added=added
-    )
-
-
-def _chain(start: float, n: int, *, out: int, base_id: int = 0) -> list[Request]:
-    requests: list[Request] = []
-    kept = 0
-    for i in range(n):
-        in_tokens = 40 + 37 * i
-        blocks = -(-in_tokens // BLOCK)
-        requests.append(_req(start + i, in_tokens, out + 3 * i, kept, tuple(range(base_id + kept, base_id + blocks))))
-        kept = blocks
-    return requests
+def _chain(start: float, n: int, *, out: int, base: int = 0) -> list[Request]:
+    """A growing chain whose outputs grow too: `out + 3 * i` tokens on request i."""
+    requests = growing_chain(n, start=start, base=base, block_size=BLOCK)
+    return [msgspec.structs.replace(r, out_tokens=out + 3 * i) for i, r in enumerate(requests)]
 
 
 def _trace() -> Trace:
     sessions = []
     for n in range(4):
-        sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=_chain(1.0, 3, out=20, base_id=1000))
-        root = Agent(requests=_chain(0.0, 5, out=12), subagents=[sub])
-        sessions.append(Session(session_id=f"s{n}", root=root))
-    return Trace(sessions=sessions, block_size=BLOCK)
+        sub = make_agent("sub", _chain(1.0, 3, out=20, base=1000), spawn_after=1, t=1.0)
+        sessions.append(make_session(f"s{n}", _chain(0.0, 5, out=12), subagents=[sub]))
+    return make_trace(*sessions, block_size=BLOCK)
 
 
 @pytest.fixture(scope="module")

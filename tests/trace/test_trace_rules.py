@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 
 from agentx.records.record import read_records, to_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
@@ -14,21 +15,18 @@ from agentx.replayer.plan.play import file_order_models, model_map
 from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request, Session
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
 
 def _req(t: float, model: str = "opus", in_tokens: int = 30, out: int = 6) -> Request:
-    return Request(t=t, model=model, in_tokens=in_tokens, out_tokens=out, api_time=0.1, hash_ids_added=(int(t),))
+    return make_request(t, in_tokens, out, model=model, api_time=0.1, added=(int(t),))
 
 
 def _session() -> Session:
-    sub = Agent(
-        agent_id="helper", spawn_after=1, t=0.5, requests=[_req(0.5, "haiku", out=9), _req(0.8, "haiku", out=9)]
-    )
-    root = Agent(requests=[_req(0.0), _req(2.0), _req(3.0, "sonnet")], subagents=[sub])
-    return Session(session_id="s", root=root)
+    sub = make_agent("helper", [_req(0.5, "haiku", out=9), _req(0.8, "haiku", out=9)], spawn_after=1, t=0.5)
+    return make_session("s", [_req(0.0), _req(2.0), _req(3.0, "sonnet")], subagents=[sub])
 
 
 def test_models_map_in_file_order_main_model_first() -> None:
@@ -39,7 +37,7 @@ def test_models_map_in_file_order_main_model_first() -> None:
 
 
 def test_the_output_cap_binds_the_root_but_never_a_subagent(tmp_path: Path) -> None:
-    trace = Trace(sessions=[_session()], block_size=16)
+    trace = make_trace(_session())
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),
@@ -54,9 +52,9 @@ def test_the_output_cap_binds_the_root_but_never_a_subagent(tmp_path: Path) -> N
 
 
 def test_sessions_over_the_context_limit_are_dropped_whole(tmp_path: Path) -> None:
-    small = Session(session_id="small", root=Agent(requests=[_req(0.0, in_tokens=40)]))
-    large = Session(session_id="large", root=Agent(requests=[_req(0.0, in_tokens=40), _req(1.0, in_tokens=400)]))
-    trace = Trace(sessions=[small, large], block_size=16)
+    small = make_session("small", [_req(0.0, in_tokens=40)])
+    large = make_session("large", [_req(0.0, in_tokens=40), _req(1.0, in_tokens=400)])
+    trace = make_trace(small, large)
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),
@@ -75,7 +73,7 @@ def test_an_unserved_extra_model_is_refused_before_the_run(tmp_path: Path) -> No
     with SimServer(time_scale=0.01) as sim:
         options = ReplayOptions(server=Server(url=sim.url, model=sim.model, models=("nope",)), out_dir=tmp_path / "x")
         with pytest.raises(ModelNotServed, match="nope"):
-            asyncio.run(run_replay(Trace(sessions=[_session()], block_size=16), options))
+            asyncio.run(run_replay(make_trace(_session()), options))
     assert not (tmp_path / "x").exists()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ from agentx.records.record import read_records, to_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
 from agentx.replayer.run_replay import run_replay
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request
 from agentx.trace.warp import IdleWarp, warp_idle_gaps
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
@@ -59,13 +60,12 @@ def test_times_inside_a_gap() -> None:
 
 
 def _req(t: float, api_time: float = 0.05, think_time: float | None = None) -> Request:
-    return Request(t=t, model="m", in_tokens=32, out_tokens=4, api_time=api_time, think_time=think_time)
+    return make_request(t, 32, 4, api_time=api_time, think_time=think_time)
 
 
 def test_a_session_tree_is_warped_as_one_with_durations_kept() -> None:
-    sub = Agent(agent_id="sub", spawn_after=1, t=500.0, requests=[_req(500.0), _req(900.0, 2.0, 398.0)])
-    root = Agent(requests=[_req(0.0), _req(2000.0, 1.0, 1999.95)], subagents=[sub])
-    session = warp_idle_gaps(Session(session_id="s", root=root), 60.0)
+    sub = make_agent("sub", [_req(500.0), _req(900.0, 2.0, 398.0)], spawn_after=1, t=500.0)
+    session = warp_idle_gaps(make_session("s", [_req(0.0), _req(2000.0, 1.0, 1999.95)], subagents=[sub]), 60.0)
     warped_root, warped_sub = session.root, session.root.subagents[0]
     # Starts 0, 500, 900, 2000: gaps 500, 400, 1100 each cut to 60.
     assert [r.t for r in warped_root.requests] == [0.0, 180.0]
@@ -73,7 +73,7 @@ def test_a_session_tree_is_warped_as_one_with_durations_kept() -> None:
     assert [r.api_time for r in warped_sub.requests] == [0.05, 2.0]
     assert warped_sub.requests[1].think_time == pytest.approx(120.0 - 60.05)
     assert warped_root.requests[1].think_time == pytest.approx(180.0 - 0.05)
-    unchanged = Session(session_id="s", root=Agent(requests=[_req(0.0), _req(30.0)]))
+    unchanged = make_session("s", [_req(0.0), _req(30.0)])
     assert warp_idle_gaps(unchanged, 60.0) is unchanged
 
 
@@ -81,8 +81,7 @@ def test_a_session_tree_is_warped_as_one_with_durations_kept() -> None:
 def test_a_replay_with_the_load_time_cap(tmp_path: Path, mode: Literal["runtime", "warp"]) -> None:
     """A 100 s recorded gap under a 0.3 s cap: `warp` cuts the recorded start-to-start gap to 0.3 s (the end-to-
     start delay becomes 0.3 − api_time); `runtime` waits the cap after the tree went idle."""
-    root = Agent(requests=[_req(0.0, api_time=0.1), _req(100.0)])
-    trace = Trace(sessions=[Session(session_id="gap", root=root)], block_size=16)
+    trace = make_trace(make_session("gap", [_req(0.0, api_time=0.1), _req(100.0)]))
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from builders import make_agent, make_request, make_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
 
 from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.plan.tstar import snapshot, t_star
-from agentx.trace.model import Agent, Request, Session
+from agentx.trace.model import Request, Session
 
 
 def _req(t: float, api: float = 0.5) -> Request:
-    return Request(t=t, model="m", in_tokens=10, out_tokens=2, api_time=api)
+    return make_request(t, 10, 2, api_time=api)
 
 
 def _session() -> Session:
@@ -27,16 +28,16 @@ def _session() -> Session:
     - `cut`: spawned by the root turn that runs 14.0–15.5, first turn at 15.8: t* = 15 falls inside its
       spawning request, which had started, so it is live at its turn 0 (the reference's rule).
     """
-    early = Agent(agent_id="early", spawn_after=1, t=1.0, requests=[_req(1.0), _req(2.0), _req(3.0)])
-    across = Agent(agent_id="across", spawn_after=2, t=11.0, requests=[_req(11.0), _req(13.0), _req(16.0), _req(18.0)])
-    pending = Agent(agent_id="pending", spawn_after=2, t=16.0, requests=[_req(16.0), _req(17.0)])
-    late = Agent(agent_id="late", spawn_after=4, t=21.0, requests=[_req(21.0), _req(22.0)])
-    cut = Agent(agent_id="cut", spawn_after=3, t=15.8, requests=[_req(15.8), _req(16.5)])
-    root = Agent(
-        requests=[_req(0.0), _req(10.0), _req(14.0, api=1.5), _req(20.0), _req(30.0)],
+    early = make_agent("early", [_req(1.0), _req(2.0), _req(3.0)], spawn_after=1, t=1.0)
+    across = make_agent("across", [_req(11.0), _req(13.0), _req(16.0), _req(18.0)], spawn_after=2, t=11.0)
+    pending = make_agent("pending", [_req(16.0), _req(17.0)], spawn_after=2, t=16.0)
+    late = make_agent("late", [_req(21.0), _req(22.0)], spawn_after=4, t=21.0)
+    cut = make_agent("cut", [_req(15.8), _req(16.5)], spawn_after=3, t=15.8)
+    return make_session(
+        "s",
+        [_req(0.0), _req(10.0), _req(14.0, api=1.5), _req(20.0), _req(30.0)],
         subagents=[early, across, pending, cut, late],
     )
-    return Session(session_id="s", root=root)
 
 
 def _index(plan_steps: object, agent: str, turn: int) -> int:
@@ -111,15 +112,13 @@ def _sessions(draw: st.DrawFn) -> Session:
     n_root = draw(st.integers(1, 6))
     gaps = draw(st.lists(st.floats(0.6, 5.0), min_size=n_root, max_size=n_root))
     times = [sum(gaps[:i]) for i in range(n_root)]
-    root = Agent(requests=[_req(t) for t in times])
+    subagents = []
     for k in range(draw(st.integers(0, 3))):
         after = draw(st.integers(1, n_root))
         start = times[after - 1] + draw(st.floats(0.5, 3.0))
         count = draw(st.integers(1, 4))
-        root.subagents.append(
-            Agent(agent_id=f"a{k}", spawn_after=after, t=start, requests=[_req(start + 0.7 * i) for i in range(count)])
-        )
-    return Session(session_id="g", root=root)
+        subagents.append(make_agent(f"a{k}", [_req(start + 0.7 * i) for i in range(count)], spawn_after=after, t=start))
+    return make_session("g", [_req(t) for t in times], subagents=subagents)
 
 
 @settings(max_examples=examples(200), deadline=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from builders import growing_chain, make_session, make_trace
 from flat import replay_options
 from paths import SAMPLE_TRACE
 
@@ -22,7 +23,7 @@ from agentx.replayer.run_result import RunResult
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -37,24 +38,7 @@ def sim() -> Iterator[SimServer]:
 
 def _chain(session_id: str, n: int, *, gap_s: float = 1.0, base: int = 0) -> Session:
     """`n` root turns `gap_s` apart, each 0.5 s long, the context growing by ~2 blocks a turn."""
-    requests = []
-    kept = 0
-    for i in range(n):
-        in_tokens = 40 + 37 * i
-        blocks = -(-in_tokens // BLOCK)
-        requests.append(
-            Request(
-                t=i * gap_s,
-                model="m",
-                in_tokens=in_tokens,
-                out_tokens=4,
-                api_time=0.5,
-                hash_ids_kept=kept,
-                hash_ids_added=tuple(range(base + kept, base + blocks)),
-            )
-        )
-        kept = blocks
-    return Session(session_id=session_id, root=Agent(requests=requests))
+    return make_session(session_id, growing_chain(n, gap_s=gap_s, base=base, block_size=BLOCK))
 
 
 def _run(trace: Trace, options: ReplayOptions) -> tuple[RunResult, list[RequestRecord]]:
@@ -69,7 +53,7 @@ def _options(sim: SimServer, out_dir: Path, **fields: object) -> ReplayOptions:
 
 
 def test_warmup_primes_the_turn_before_t_star_and_every_lane_resumes_together(sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[_chain(f"s{i}", 12, base=1000 * i) for i in range(3)], block_size=BLOCK)
+    trace = make_trace(*(_chain(f"s{i}", 12, base=1000 * i) for i in range(3)), block_size=BLOCK)
     options = _options(sim, tmp_path, concurrency=3, sessions=3)
     assert isinstance(options.load, AgentxLoad)
     window = options.load.tstar_window
@@ -108,7 +92,7 @@ def test_warmup_primes_the_turn_before_t_star_and_every_lane_resumes_together(si
 
 
 def test_a_recycled_tree_gets_a_new_marker_and_no_cache_from_its_previous_play(sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[_chain("only", 4)], block_size=BLOCK)
+    trace = make_trace(_chain("only", 4), block_size=BLOCK)
     _, records = _run(trace, _options(sim, tmp_path, mode="agentx", sessions=3, tstar_window=(0.0, 0.0)))
     plays = sorted({r.play for r in records})
     assert len(plays) == 3
@@ -123,7 +107,7 @@ def test_a_recycled_tree_gets_a_new_marker_and_no_cache_from_its_previous_play(s
 
 def test_markers_are_identical_across_runs_with_one_benchmark_id(sim: SimServer, tmp_path: Path) -> None:
     """Same seed and benchmark id: the second run's first turns hit the cache the first run left."""
-    trace = Trace(sessions=[_chain("again", 3, base=777)], block_size=BLOCK)
+    trace = make_trace(_chain("again", 3, base=777), block_size=BLOCK)
     fields = {"sessions": 1, "tstar_window": (0.0, 0.0), "benchmark_id": "fixed"}
     _, first = _run(trace, _options(sim, tmp_path / "a", **fields))
     _, second = _run(trace, _options(sim, tmp_path / "b", **fields))
@@ -134,7 +118,7 @@ def test_markers_are_identical_across_runs_with_one_benchmark_id(sim: SimServer,
 
 
 def test_same_seed_same_t_star_other_seed_other(sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[_chain("x", 30)], block_size=BLOCK)
+    trace = make_trace(_chain("x", 30), block_size=BLOCK)
 
     def first_profiled_turn(seed: int, name: str) -> int:
         _, records = _run(trace, _options(sim, tmp_path / name, seed=seed, sessions=1, delay_scale=0.0))
@@ -145,7 +129,7 @@ def test_same_seed_same_t_star_other_seed_other(sim: SimServer, tmp_path: Path) 
 
 
 def test_chat_markers_count_exactly(sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[_chain("c", 5)], block_size=BLOCK)
+    trace = make_trace(_chain("c", 5), block_size=BLOCK)
     _, records = _run(trace, _options(sim, tmp_path, api="chat", sessions=2, tstar_window=(0.5, 0.5)))
     for record in records:
         assert record.cache_bust_tokens == 4
@@ -154,7 +138,7 @@ def test_chat_markers_count_exactly(sim: SimServer, tmp_path: Path) -> None:
 
 def test_a_failed_root_primer_stops_the_run_before_profiling(tmp_path: Path) -> None:
     with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
-        trace = Trace(sessions=[_chain("big", 12)], block_size=BLOCK)  # later turns exceed 200 tokens
+        trace = make_trace(_chain("big", 12), block_size=BLOCK)  # later turns exceed 200 tokens
         options = ReplayOptions(
             server=Server(url=small.url, model=small.model),
             out_dir=tmp_path,
@@ -169,7 +153,7 @@ def test_a_failed_root_primer_stops_the_run_before_profiling(tmp_path: Path) -> 
 
 def test_a_context_overflow_ends_the_session_and_a_generic_error_does_not(tmp_path: Path) -> None:
     with SimServer(time_scale=0.01, block_size=BLOCK, max_model_len=200) as small:
-        trace = Trace(sessions=[_chain("grows", 10)], block_size=BLOCK)
+        trace = make_trace(_chain("grows", 10), block_size=BLOCK)
         options = ReplayOptions(
             server=Server(url=small.url, model=small.model),
             out_dir=tmp_path,
@@ -185,7 +169,7 @@ def test_a_context_overflow_ends_the_session_and_a_generic_error_does_not(tmp_pa
 
 def test_generic_errors_never_end_a_session(tmp_path: Path) -> None:
     with SimServer(time_scale=0.01, block_size=BLOCK, faults=FaultConfig(error_500_rate=0.5, seed=1)) as flaky:
-        trace = Trace(sessions=[_chain("flaky", 10)], block_size=BLOCK)
+        trace = make_trace(_chain("flaky", 10), block_size=BLOCK)
         options = ReplayOptions(
             server=Server(url=flaky.url, model=flaky.model, stream_usage="final"),
             out_dir=tmp_path,
@@ -199,7 +183,7 @@ def test_generic_errors_never_end_a_session(tmp_path: Path) -> None:
 
 def test_the_failure_threshold_cancels_the_run(tmp_path: Path) -> None:
     with SimServer(time_scale=0.001, block_size=BLOCK, faults=FaultConfig(error_500_rate=1.0)) as failing:
-        trace = Trace(sessions=[_chain(f"f{i}", 5, base=100 * i) for i in range(20)], block_size=BLOCK)
+        trace = make_trace(*(_chain(f"f{i}", 5, base=100 * i) for i in range(20)), block_size=BLOCK)
         options = ReplayOptions(
             server=Server(url=failing.url, model=failing.model, stream_usage="final"),
             out_dir=tmp_path,
@@ -225,14 +209,14 @@ def test_broken_locks_make_the_run_an_invalid_submission(sim: SimServer, tmp_pat
         "duration 60 s, below the rules' 900 s minimum (--duration)",
         "recorded delays scaled by 0.5 (--delay-scale); the rules replay them as recorded",
     ]
-    trace = Trace(sessions=[_chain("v", 6)], block_size=BLOCK)
+    trace = make_trace(_chain("v", 6), block_size=BLOCK)
     result = asyncio.run(replay(trace, _options(sim, tmp_path / "run", sessions=1)))
     validity = result.summary.validity
     assert validity is not None and not validity.valid and validity.reasons == ["unsafe_override"]
 
 
 def test_the_run_reports_each_lanes_snapshot_at_t_star(sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[_chain(f"r{i}", 10, base=100 * i) for i in range(2)], block_size=BLOCK)
+    trace = make_trace(*(_chain(f"r{i}", 10, base=100 * i) for i in range(2)), block_size=BLOCK)
     result, records = _run(trace, _options(sim, tmp_path, concurrency=2, sessions=2))
     assert [entry.lane for entry in result.tstar] == [0, 1]
     for entry in result.tstar:
@@ -268,7 +252,7 @@ def test_cli_flags_reach_the_options(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_the_cache_pressure_stage_sends_its_budget_then_hands_over(sim: SimServer, tmp_path: Path, api: str) -> None:
-    trace = Trace(sessions=[_chain(f"p{i}", 14, base=100 * i) for i in range(2)], block_size=BLOCK)
+    trace = make_trace(*(_chain(f"p{i}", 14, base=100 * i) for i in range(2)), block_size=BLOCK)
     options = _options(
         sim, tmp_path, concurrency=2, sessions=2, warmup_requests_per_lane=3, tstar_window=(0.2, 0.2), api=api
     )
@@ -333,7 +317,7 @@ def test_burst_also_starts_each_lanes_earliest_live_turn_at_the_profiling_start(
     is due 5 s × 0.1 after the profiling start in spread; the reference's `--burst-phase-starts` sends it at the
     start. The harness's one phase-wide start sends the earliest live turn over every lane at the start in both
     (§4d)."""
-    trace = Trace(sessions=[_chain("s", 10, gap_s=10.0)], block_size=BLOCK)
+    trace = make_trace(_chain("s", 10, gap_s=10.0), block_size=BLOCK)
     options = _options(sim, tmp_path, sessions=1, tstar_window=(0.5, 0.5), delay_scale=0.1, warmup=warmup, rules=rules)
     _, records = _run(trace, options)
     (primer,) = [r for r in records if r.phase == "warmup"]
@@ -352,9 +336,7 @@ def test_the_harness_presses_each_lane_to_its_quota_and_hands_the_rest_over_at_t
     """agentx-harness 1.0.12 (§4d): each lane sends `warmup_requests_per_lane` cache-pressure requests beside its
     primers, its further turns wait; profiling then sends each stream's next turn at its recorded offset from its
     tree's t* less the earliest such offset over every lane (one phase-wide start), with no residual delay."""
-    trace = Trace(
-        sessions=[_chain("long", 40, gap_s=2.0), _chain("longer", 60, gap_s=3.0, base=1000)], block_size=BLOCK
-    )
+    trace = make_trace(_chain("long", 40, gap_s=2.0), _chain("longer", 60, gap_s=3.0, base=1000), block_size=BLOCK)
     options = _options(
         sim, tmp_path, concurrency=2, sessions=2, warmup_requests_per_lane=4, delay_scale=0.01, tstar_window=(0.2, 0.3)
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 from children import default_stop_signals
 from paths import SAMPLE_TRACE
 
@@ -35,7 +36,7 @@ from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.plan.tstar import snapshot
 from agentx.replayer.schedule.warmup import ProfilingGate
 from agentx.trace.formats.arrow import arrow_bytes, from_arrow_bytes
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request, Session
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -184,22 +185,22 @@ def _session(seed: int) -> Session:
     each request keeps part of its predecessor's ids."""
     rng = random.Random(seed)
 
-    def agent(agent_id: str, turns: int, start: float) -> Agent:
+    def turns(count: int, start: float) -> list[Request]:
         requests = []
         held = 0
-        for turn in range(turns):
+        for turn in range(count):
             kept = rng.randint(0, held) if rng.random() < 0.1 else held
             added = tuple(rng.randrange(1 << 40) for _ in range(rng.randint(0, 5)))
-            requests.append(
-                Request(t=start + turn, model="m", in_tokens=64, out_tokens=1, hash_ids_kept=kept, hash_ids_added=added)
-            )
+            requests.append(make_request(start + turn, 64, 1, kept=kept, added=added))
             held = kept + len(added)
-        return Agent(agent_id=agent_id, requests=requests)
+        return requests
 
-    root = agent("", 3 * CHECKPOINT_TURNS + 5, 0.0)
-    root.subagents = [agent("a", CHECKPOINT_TURNS + 1, 0.5), agent("b", 2, 1.5)]
-    root.subagents[0].spawn_after, root.subagents[1].spawn_after = 1, 2
-    return Session(session_id=f"s{seed}", root=root)
+    root = turns(3 * CHECKPOINT_TURNS + 5, 0.0)
+    subagents = [
+        make_agent("a", turns(CHECKPOINT_TURNS + 1, 0.5), spawn_after=1),
+        make_agent("b", turns(2, 1.5), spawn_after=2),
+    ]
+    return make_session(f"s{seed}", root, subagents=subagents)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -279,20 +280,8 @@ def test_the_pressure_stage_counts_the_lanes_still_pressing() -> None:
 def test_a_loaded_trace_shares_its_repeated_ids_and_type_lists() -> None:
     """Equal hash ids in different sessions are one int object, equal `input_types` one tuple: the AgentX-size corpus
     repeats 57k distinct ids over 4.4M places."""
-    requests = [
-        Request(
-            t=float(i),
-            model="m",
-            in_tokens=64,
-            out_tokens=1,
-            hash_ids_added=(1000 + i % 3, 1001),
-            input_types=("text",),
-        )
-        for i in range(6)
-    ]
-    trace = Trace(
-        sessions=[Session(session_id=f"s{n}", root=Agent(requests=requests[n::2])) for n in range(2)], block_size=64
-    )
+    requests = [make_request(float(i), 64, 1, added=(1000 + i % 3, 1001), input_types=("text",)) for i in range(6)]
+    trace = make_trace(*(make_session(f"s{n}", requests[n::2]) for n in range(2)), block_size=64)
     loaded = from_arrow_bytes(arrow_bytes(trace), file="memory")
     assert loaded == trace
     rows = [request for session in loaded.sessions for request in session.root.requests]

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from builders import growing_chain, make_session, make_trace
 
 from agentx.records.record import RequestRecord, read_records, to_records
 from agentx.replayer.http.http1 import Body
@@ -21,7 +22,7 @@ from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule import runner as runner_module
 from agentx.replayer.schedule.recorder import LATE_NOTICE_S
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -37,19 +38,10 @@ def sim() -> Iterator[SimServer]:
 
 
 def _session(session_id: str, turns: int, base: int) -> Session:
-    requests = [
-        Request(
-            t=float(turn),
-            model="m",
-            in_tokens=64 * (turn + 1),
-            out_tokens=4,
-            api_time=0.5,
-            hash_ids_kept=4 * turn,
-            hash_ids_added=tuple(range(base + 4 * turn, base + 4 * turn + 4)),
-        )
-        for turn in range(turns)
-    ]
-    return Session(session_id=session_id, root=Agent(requests=requests))
+    """`turns` turns 1 s apart, 0.5 s each, each adding 4 blocks (ids from `base`) to the context."""
+    return make_session(
+        session_id, growing_chain(turns, first_in_tokens=64, in_tokens_step=64, base=base, block_size=BLOCK)
+    )
 
 
 def _replay(
@@ -86,7 +78,7 @@ def test_a_turn_whose_build_outlasts_its_anchor_is_late_by_the_build_and_said(
     sim: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _slow_builds(monkeypatch, lambda prepared, step: step.turn == 2)
-    result, records = _replay(sim, tmp_path / "run", Trace(sessions=[_session("s", 4, 0)], block_size=BLOCK), 1, 1)
+    result, records = _replay(sim, tmp_path / "run", make_trace(_session("s", 4, 0), block_size=BLOCK), 1, 1)
     late = next(record for record in records if record.turn == 2)
     previous = next(record for record in records if record.turn == 1)
     assert late.scheduled_ns == previous.end_ns  # due as its anchor ended (no think time)
@@ -100,7 +92,7 @@ def test_a_lanes_next_tree_is_due_as_its_last_one_ended_however_long_it_takes_to
 ) -> None:
     """A lane's second tree: due at its first tree's end, so the build of its first turn is dispatch lag."""
     _slow_builds(monkeypatch, lambda prepared, step: prepared.plan.session_id == "b" and step.turn == 0)
-    trace = Trace(sessions=[_session("a", 2, 0), _session("b", 2, 100)], block_size=BLOCK)
+    trace = make_trace(_session("a", 2, 0), _session("b", 2, 100), block_size=BLOCK)
     result, records = _replay(sim, tmp_path / "run", trace, 1, 2)
     first_tree_end = max(record.end_ns for record in records if record.session_id == "a")
     second = next(record for record in records if record.session_id == "b" and record.turn == 0)
@@ -124,7 +116,7 @@ def test_lanes_due_together_go_together_however_long_their_bodies_take(
         return real_build(self, tree, step, phase)
 
     monkeypatch.setattr(BodyBuilder, "build", slow_first)
-    trace = Trace(sessions=[_session(f"s{i}", 2, 100 * i) for i in range(lanes)], block_size=BLOCK)
+    trace = make_trace(*(_session(f"s{i}", 2, 100 * i) for i in range(lanes)), block_size=BLOCK)
     _, records = _replay(sim, tmp_path / "run", trace, lanes, lanes)
     firsts = [record for record in records if record.turn == 0]
     assert len(firsts) == lanes
@@ -143,8 +135,8 @@ def test_open_loop_trees_arriving_together_are_built_ahead_and_go_out_when_due(
     for i in range(4):
         late = _session(f"s{i}", 2, 100 * (i + 1))
         requests = [msgspec.structs.replace(request, t=request.t + 1.0 + 0.01 * i) for request in late.root.requests]
-        sessions.append(Session(session_id=late.session_id, root=Agent(requests=requests)))
-    _, records = _replay(sim, tmp_path / "run", Trace(sessions=sessions, block_size=BLOCK), 1, 5, open_loop=True)
+        sessions.append(make_session(late.session_id, requests))
+    _, records = _replay(sim, tmp_path / "run", make_trace(*sessions, block_size=BLOCK), 1, 5, open_loop=True)
     firsts = [record for record in records if record.turn == 0 and record.session_id != "first"]
     assert len(firsts) == 4
     assert all(record.dispatch_lag_s < 0.1 for record in firsts), [record.dispatch_lag_s for record in firsts]

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from builders import growing_chain, make_session, make_trace
 from paths import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -41,7 +42,7 @@ from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.hooks import RunHooks
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -92,33 +93,10 @@ class Outcome:
         return Counter((record.error_kind, record.http_status) for record in self.errors)
 
 
-def _chain(n: int) -> list[Request]:
-    """`n` growing-context requests 1 s apart, 0.5 s each, forcing OUT_TOKENS each."""
-    requests = []
-    kept = 0
-    for i in range(n):
-        in_tokens = 40 + 37 * i
-        blocks = -(-in_tokens // BLOCK)
-        requests.append(
-            Request(
-                t=float(i),
-                model="m",
-                in_tokens=in_tokens,
-                out_tokens=OUT_TOKENS,
-                api_time=0.5,
-                hash_ids_kept=kept,
-                hash_ids_added=tuple(range(kept, blocks)),
-            )
-        )
-        kept = blocks
-    return requests
-
-
 def _trace(sessions: int) -> Trace:
-    return Trace(
-        sessions=[Session(session_id=f"s{i}", root=Agent(requests=_chain(TURNS))) for i in range(sessions)],
-        block_size=BLOCK,
-    )
+    """Sessions of TURNS growing-context requests 1 s apart, 0.5 s each, forcing OUT_TOKENS each."""
+    chain = growing_chain(TURNS, out=OUT_TOKENS, block_size=BLOCK)
+    return make_trace(*(make_session(f"s{i}", chain) for i in range(sessions)), block_size=BLOCK)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 
 from agentx.records.record import read_records, to_records
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Scenario, Server
@@ -15,7 +16,7 @@ from agentx.replayer.options.rules import RulesName
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -207,7 +208,7 @@ def test_the_tree_cap_moves_only_that_trees_timers() -> None:
 
 
 def _req(t: float, api: float = 0.05) -> Request:
-    return Request(t=t, model="m", in_tokens=20, out_tokens=2, api_time=api, hash_ids_added=(int(t * 10),))
+    return make_request(t, 20, 2, api_time=api, added=(int(t * 10),))
 
 
 @pytest.mark.parametrize("rules", ["agentx-harness-1.0.12", "aiperf-0.13.0"])
@@ -217,9 +218,8 @@ def test_a_replay_skips_idle_gaps_but_never_a_join(tmp_path: Path, rules: RulesN
     turn ended, with none of its recorded 40 s delay; under the harness its 40 s deadline is a timer the cap moves
     too, so it goes out one cap after the subagent's end (docs/agentx.md §3a, §4b). The cap never sends it before
     the subagent ended."""
-    sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=[_req(1.0), _req(21.0)])
-    root = Agent(requests=[_req(0.0), _req(40.0)], subagents=[sub])
-    trace = Trace(sessions=[Session(session_id="gaps", root=root)], block_size=16)
+    sub = make_agent("sub", [_req(1.0), _req(21.0)], spawn_after=1, t=1.0)
+    trace = make_trace(make_session("gaps", [_req(0.0), _req(40.0)], subagents=[sub]))
     with SimServer(time_scale=0.01, block_size=16) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 
 from agentx.records.record import read_records, to_records
 from agentx.replayer.http.http1 import Body
@@ -20,7 +21,7 @@ from agentx.replayer.run_replay import run_replay
 from agentx.replayer.schedule import runner as runner_module
 from agentx.replayer.schedule.offloop import SWITCH_INTERVAL_S, OffLoop
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -53,20 +54,14 @@ def _trace() -> Trace:
     sessions = []
     for s in range(2):
         requests = [
-            Request(
-                t=float(turn),
-                model="m",
-                in_tokens=200 + 48 * turn,
-                out_tokens=4,
-                api_time=0.1,
-                hash_ids_kept=0,
-                hash_ids_added=tuple(range(100 * s, 100 * s + 12 + 3 * turn)),
+            make_request(
+                float(turn), 200 + 48 * turn, 4, api_time=0.1, added=tuple(range(100 * s, 100 * s + 12 + 3 * turn))
             )
             for turn in range(5)
         ]
-        sub = Agent(agent_id="sub", spawn_after=1, t=1.5, requests=[msgspec.structs.replace(requests[1], t=1.5)])
-        sessions.append(Session(session_id=f"s{s}", root=Agent(requests=requests, subagents=[sub])))
-    return Trace(sessions=sessions, block_size=16)
+        sub = make_agent("sub", [msgspec.structs.replace(requests[1], t=1.5)], spawn_after=1, t=1.5)
+        sessions.append(make_session(f"s{s}", requests, subagents=[sub]))
+    return make_trace(*sessions)
 
 
 def _replay(sim: SimServer, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[tuple[object, ...], str]:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from builders import growing_chain, make_agent, make_request, make_session, make_trace
 from flat import replay_options
 from paths import SAMPLE_TRACE
 
@@ -20,7 +21,7 @@ from agentx.replayer.schedule.hooks import RunHooks
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request, Session, Trace
 from agentx.trace.stats import prefix_cache_hits
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
@@ -41,46 +42,38 @@ def slow_sim() -> Iterator[SimServer]:
         yield server
 
 
-def _req(t: float, in_tokens: int, out: int, api: float, kept: int = 0, added: tuple[int, ...] = ()) -> Request:
-    return Request(
-        t=t, model="m", in_tokens=in_tokens, out_tokens=out, api_time=api, hash_ids_kept=kept, hash_ids_added=added
-    )
-
-
-def _chain(start: float, n: int, *, in0: int = 40, out: int = 8, base_id: int = 0) -> list[Request]:
+def _chain(start: float, n: int, *, out: int = 8, base: int = 0) -> list[Request]:
     """`n` growing-context requests 1 s apart, each 0.5 s long (ids extend the previous request's)."""
-    requests: list[Request] = []
-    kept = 0
-    for i in range(n):
-        in_tokens = in0 + 37 * i
-        blocks = in_tokens // BLOCK + (1 if in_tokens % BLOCK else 0)  # a partial last block, as real traces have
-        added = tuple(range(base_id + kept, base_id + blocks))
-        requests.append(_req(start + i, in_tokens, out, 0.5, kept, added))
-        kept = blocks
-    return requests
+    return growing_chain(n, start=start, out=out, base=base, block_size=BLOCK)
 
 
 def _flat_session(session_id: str, n: int) -> Session:
-    return Session(session_id=session_id, root=Agent(requests=_chain(0.0, n)))
+    return make_session(session_id, _chain(0.0, n))
 
 
 def _joined_session(session_id: str) -> Session:
     """Root r0 → subagent (3 long requests) → root r1 joins it; r1's own delay is far shorter than the subagent."""
-    sub = Agent(agent_id="sub", spawn_after=1, t=1.0, requests=_chain(1.0, 3, out=400, base_id=1000))
-    root = Agent(requests=[_req(0.0, 50, 4, 0.5, 0, (0, 1, 2, 3)), _req(3.6, 90, 4, 0.5, 4, (4, 5))], subagents=[sub])
-    return Session(session_id=session_id, root=root)
+    sub = make_agent("sub", _chain(1.0, 3, out=400, base=1000), spawn_after=1, t=1.0)
+    root = [
+        make_request(0.0, 50, 4, api_time=0.5, added=(0, 1, 2, 3)),
+        make_request(3.6, 90, 4, api_time=0.5, kept=4, added=(4, 5)),
+    ]
+    return make_session(session_id, root, subagents=[sub])
 
 
 def _background_session(session_id: str) -> Session:
     """The root ends quickly; its subagent (nobody joins it) runs on long after."""
-    sub = Agent(agent_id="bg", spawn_after=1, t=0.6, requests=_chain(0.6, 3, out=150, base_id=500))
-    root = Agent(requests=[_req(0.0, 33, 2, 0.5, 0, (0, 1, 2)), _req(0.7, 70, 2, 0.1, 2, (2, 3, 4))], subagents=[sub])
+    sub = make_agent("bg", _chain(0.6, 3, out=150, base=500), spawn_after=1, t=0.6)
+    root = [
+        make_request(0.0, 33, 2, api_time=0.5, added=(0, 1, 2)),
+        make_request(0.7, 70, 2, api_time=0.1, kept=2, added=(2, 3, 4)),
+    ]
     # The last subagent request ends at 0.6 + 2 + 0.5 > the root's end, so join_index is None.
-    return Session(session_id=session_id, root=root)
+    return make_session(session_id, root, subagents=[sub])
 
 
 def _trace(*sessions: Session) -> Trace:
-    return Trace(sessions=list(sessions), block_size=BLOCK)
+    return make_trace(*sessions, block_size=BLOCK)
 
 
 def _options(server: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptions:
@@ -172,8 +165,8 @@ def test_a_recycled_play_hits_what_its_first_play_sent(sim: SimServer, tmp_path:
     content the server has cached. The replay's own bound (`replayed_hit_blocks`) sees that, and so does the
     server's cache; on the first plays the two agree with the trace."""
     trace = _trace(
-        Session(session_id="a", root=Agent(requests=_chain(0.0, 3))),
-        Session(session_id="b", root=Agent(requests=_chain(0.0, 3, base_id=100))),
+        make_session("a", _chain(0.0, 3)),
+        make_session("b", _chain(0.0, 3, base=100)),
     )
     result, records = _replay(trace, _options(sim, tmp_path, concurrency=1, sessions=4))
     assert [r.session_id for r in sorted(records, key=lambda r: r.sent_ns)] == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + [
@@ -199,9 +192,9 @@ def test_an_output_past_the_context_gets_what_the_context_leaves(tmp_path: Path,
     """vLLM 0.32 clamps `max_tokens` to the context's room and refuses a `min_tokens` above it; the references send
     no `min_tokens` and get the room's tokens. agentx holds `min_tokens` to the room the server's `/v1/models`
     gives, so it gets the same answer; a prompt past the context stays a context overflow."""
-    near = _req(0.0, 900, 400, 0.5, 0, tuple(range(900 // BLOCK + 1)))
-    over = _req(1.0, 1100, 8, 0.5, 0, tuple(range(1000, 1000 + 1100 // BLOCK + 1)))
-    trace = _trace(Session(session_id="near", root=Agent(requests=[near])), _flat_session("over", 1))
+    near = make_request(0.0, 900, 400, api_time=0.5, added=tuple(range(900 // BLOCK + 1)))
+    over = make_request(1.0, 1100, 8, api_time=0.5, added=tuple(range(1000, 1000 + 1100 // BLOCK + 1)))
+    trace = _trace(make_session("near", [near]), _flat_session("over", 1))
     trace.sessions[1].root.requests[0] = over
     with SimServer(time_scale=0.001, block_size=BLOCK, max_model_len=1024) as server:
         _, records = _replay(trace, _options(server, tmp_path, concurrency=2, api=api))
@@ -214,7 +207,7 @@ def test_an_output_past_the_context_gets_what_the_context_leaves(tmp_path: Path,
 
 
 def test_deadline_cancels_in_flight_after_grace(slow_sim: SimServer, tmp_path: Path) -> None:
-    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0), _req(61.0, 80, 4, 1.0)]))
+    long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0), make_request(61.0, 80, 4, api_time=1.0)])
     options = _options(slow_sim, tmp_path, concurrency=2, duration_s=0.3, grace_s=0.3)
     result, records = _replay(_trace(long), options)
     assert result.elapsed_s < 5
@@ -233,7 +226,7 @@ def test_request_and_idle_timeouts_fail_requests_with_their_kind(tmp_path: Path)
     from agentx.sim.faults import FaultConfig
 
     with SimServer(time_scale=1.0, block_size=BLOCK) as server:
-        long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+        long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0)])
         options = _options(server, tmp_path / "request", request_timeout_s=0.5, sessions=1)
         _, [record] = _replay(_trace(long), options)
         assert (record.status, record.error_kind, record.timeout_kind) == ("error", "timeout", "request")
@@ -242,7 +235,7 @@ def test_request_and_idle_timeouts_fail_requests_with_their_kind(tmp_path: Path)
         assert record.error_message is not None and "request timeout" in record.error_message
 
         server.set_faults(FaultConfig(stall_rate=1.0, stall_s=5.0, stall_after_chunks=2))
-        short = Session(session_id="short", root=Agent(requests=[_req(0.0, 64, 40, 1.0)]))
+        short = make_session("short", [make_request(0.0, 64, 40, api_time=1.0)])
         _, [record] = _replay(_trace(short), _options(server, tmp_path / "idle", idle_timeout_s=0.4, sessions=1))
         assert (record.error_kind, record.timeout_kind) == ("timeout", "idle")
         assert record.error_message is not None and "no bytes from the server for 0.4 s" in record.error_message
@@ -258,7 +251,7 @@ def test_timeouts_must_be_positive(sim: SimServer, tmp_path: Path, name: str, va
 
 
 def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> None:
-    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+    long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0)])
     options = _options(slow_sim, tmp_path, grace_s=0.2, sessions=1)
 
     async def main() -> RunResult:
@@ -274,7 +267,7 @@ def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> No
 
 
 def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: SimServer, tmp_path: Path) -> None:
-    long = Session(session_id="long", root=Agent(requests=[_req(0.0, 64, 5000, 60.0)]))
+    long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0)])
     options = _options(slow_sim, tmp_path, grace_s=60.0, sessions=2, concurrency=2)
 
     async def main() -> RunResult:

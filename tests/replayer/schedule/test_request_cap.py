@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import growing_chain, make_session, make_trace
 from paths import SAMPLE_TRACE
 
 from agentx.records.record import read_records
@@ -19,7 +20,7 @@ from agentx.replayer.options.replay import AgentxLoad, ClosedLoad, RateLoad, Rep
 from agentx.run.replay import ReplayResult, replay_sync
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace, save_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -36,20 +37,11 @@ def _trace(sessions: int = 2, turns: int = 2, out: int = 8) -> Trace:
     """`sessions` sessions of `turns` growing turns each: a pass is `sessions × turns` requests."""
     made = []
     for index in range(sessions):
-        requests = [
-            Request(
-                t=float(turn),
-                model="m",
-                in_tokens=32 * (turn + 1),
-                out_tokens=out,
-                api_time=0.5,
-                hash_ids_kept=2 * turn,
-                hash_ids_added=(1000 * index + 2 * turn, 1000 * index + 2 * turn + 1),
-            )
-            for turn in range(turns)
-        ]
-        made.append(Session(session_id=f"s{index}", root=Agent(requests=requests)))
-    return Trace(sessions=made, block_size=BLOCK)
+        requests = growing_chain(
+            turns, first_in_tokens=32, in_tokens_step=32, out=out, base=1000 * index, block_size=BLOCK
+        )
+        made.append(make_session(f"s{index}", requests))
+    return make_trace(*made, block_size=BLOCK)
 
 
 def _run(sim: SimServer, out: Path, trace: Trace, **parts: Any) -> tuple[ReplayResult, dict[str, Any]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from builders import make_request, make_session, make_trace
 from hypothesis import given
 from hypothesis import strategies as st
 from loopback import serve
@@ -27,7 +28,7 @@ from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -36,16 +37,8 @@ OUT_TOKENS = 12
 
 
 def _trace(sessions: int = 2, turns: int = 3) -> Trace:
-    def chain() -> list[Request]:
-        return [
-            Request(t=float(i), model="m", in_tokens=64 + 32 * i, out_tokens=OUT_TOKENS, api_time=0.1)
-            for i in range(turns)
-        ]
-
-    return Trace(
-        sessions=[Session(session_id=f"s{i}", root=Agent(requests=chain())) for i in range(sessions)],
-        block_size=BLOCK,
-    )
+    chain = [make_request(float(i), 64 + 32 * i, OUT_TOKENS, api_time=0.1) for i in range(turns)]
+    return make_trace(*(make_session(f"s{i}", chain) for i in range(sessions)), block_size=BLOCK)
 
 
 def _replay(url: str, model: str, out_dir: Path, **server: object) -> RunResult:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from builders import make_request, make_session, make_trace
 from click.testing import CliRunner
 from flat import replay_options
 from rich.console import Console
@@ -32,7 +33,7 @@ from agentx.run.replay import ReplayResult, replay
 from agentx.sim.engine.speculative import acceptance_schedule
 from agentx.sim.process import SimServer
 from agentx.trace.io import save_trace
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -46,19 +47,13 @@ def _trace(requests: int = 6, out_tokens: int = 700) -> Trace:
     sessions = []
     for s in range(2):
         turns = [
-            Request(
-                t=float(i),
-                model="m",
-                in_tokens=40 + 16 * i,
-                out_tokens=out_tokens,
-                api_time=0.5,
-                hash_ids_kept=0,
-                hash_ids_added=tuple(range(1000 * s, 1000 * s + 3 + i)),
+            make_request(
+                float(i), 40 + 16 * i, out_tokens, api_time=0.5, added=tuple(range(1000 * s, 1000 * s + 3 + i))
             )
             for i in range(requests)
         ]
-        sessions.append(Session(session_id=f"s{s}", root=Agent(requests=turns)))
-    return Trace(sessions=sessions, block_size=BLOCK)
+        sessions.append(make_session(f"s{s}", turns))
+    return make_trace(*sessions, block_size=BLOCK)
 
 
 def _replay(sim: SimServer, out_dir: Path, trace: Trace | None = None, **fields: object) -> ReplayResult:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+from builders import growing_chain, make_session, make_trace
 from flat import replay_options
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,7 +27,7 @@ from agentx.replayer.telemetry.metrics import ServerCache, parse_cache_config
 from agentx.results.summary.explain.cache_misses import cache_misses, split_uncached
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Request
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -105,25 +106,9 @@ def test_the_servers_cache_shape_is_read_from_its_metrics() -> None:
     assert parse_cache_config("vllm:num_requests_running 1\n") is None
 
 
-def _chain(n: int, in0: int, step: int, base: int) -> list[Request]:
+def _chain(n: int, first_in_tokens: int, step: int, base: int) -> list[Request]:
     """`n` growing-context turns 1 s apart (0.5 s each), each prompt's ids extending the one before."""
-    turns, kept = [], 0
-    for i in range(n):
-        in_tokens = in0 + step * i
-        blocks = -(-in_tokens // BLOCK)
-        turns.append(
-            Request(
-                t=float(i),
-                model="m",
-                in_tokens=in_tokens,
-                out_tokens=4,
-                api_time=0.5,
-                hash_ids_kept=kept,
-                hash_ids_added=tuple(range(base + kept, base + blocks)),
-            )
-        )
-        kept = blocks
-    return turns
+    return growing_chain(n, first_in_tokens=first_in_tokens, in_tokens_step=step, base=base, block_size=BLOCK)
 
 
 def _assert_the_parts_add_up(records: list[RequestRecord], summary_parts: tuple[int, ...], uncached: int) -> None:
@@ -138,7 +123,7 @@ def _assert_the_parts_add_up(records: list[RequestRecord], summary_parts: tuple[
 def test_a_recycled_play_misses_under_its_new_cache_bust_marker(tmp_path: Path) -> None:
     """AgentX mode plays the one session again with a new marker: its first turn's blocks were all sent, under the
     previous play's marker, so its misses are the cache-bust scope's, not first seen."""
-    trace = Trace(sessions=[Session(session_id="s", root=Agent(requests=_chain(4, 64, 32, 0)))], block_size=BLOCK)
+    trace = make_trace(make_session("s", _chain(4, 64, 32, 0)), block_size=BLOCK)
     with SimServer(time_scale=0.01, block_size=BLOCK) as sim:
         options = ReplayOptions(
             server=Server(url=sim.url, model=sim.model),
@@ -183,8 +168,8 @@ def test_a_tiny_kv_cache_forgets_what_the_run_sent_and_an_lru_of_its_size_says_s
 ) -> None:
     """Three sessions of ~1,000-token prompts played twice each, in turn: by the time one comes back the other two
     have filled the server's cache, so content sent in the same scope is not hit."""
-    sessions = [Session(session_id=name, root=Agent(requests=_chain(2, 960, 40, 0))) for name in "abc"]
-    trace = Trace(sessions=sessions, block_size=BLOCK, hash_id_scope="session")
+    sessions = [make_session(name, _chain(2, 960, 40, 0)) for name in "abc"]
+    trace = make_trace(*sessions, block_size=BLOCK, hash_id_scope="session")
     options = replay_options(
         mode="closed", url=tiny_sim.url, model=tiny_sim.model, out_dir=tmp_path, sessions=6, delay_scale=0.01
     )
@@ -213,7 +198,7 @@ def test_a_tiny_kv_cache_forgets_what_the_run_sent_and_an_lru_of_its_size_says_s
 
 
 def test_records_without_the_new_counts_give_none(tiny_sim: SimServer, tmp_path: Path) -> None:
-    trace = Trace(sessions=[Session(session_id="s", root=Agent(requests=_chain(2, 64, 32, 0)))], block_size=BLOCK)
+    trace = make_trace(make_session("s", _chain(2, 64, 32, 0)), block_size=BLOCK)
     options = replay_options(mode="closed", url=tiny_sim.url, model=tiny_sim.model, out_dir=tmp_path)
     table = read_records(asyncio.run(run_replay(trace, options)).records_path)
     assert cache_misses(table) is not None

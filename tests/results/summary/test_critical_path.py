@@ -11,6 +11,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.ipc
 import pytest
+from builders import make_agent, make_request, make_session, make_trace
 from flat import replay_options
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from agentx.results.report.plots import on_critical_path
 from agentx.results.summary.explain.critical_path import RELEASE_COLUMNS, critical_path, play_paths
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
+from agentx.trace.model import Session
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -167,25 +168,24 @@ def sim() -> Iterator[SimServer]:
         yield server
 
 
-def _request(t: float, in_tokens: int, out_tokens: int, api_time: float, ids: tuple[int, ...]) -> Request:
-    return Request(t=t, model="m", in_tokens=in_tokens, out_tokens=out_tokens, api_time=api_time, hash_ids_added=ids)
-
-
 def _fan_out(session_id: str) -> Session:
     """Turn 0, then a fast and a slow subagent spawned together, both joined by turn 1 (3.7 s recorded after turn 0's
     end), then turn 2 one second after turn 1."""
-    fast = Agent(agent_id="fast", t=1.0, spawn_after=1, requests=[_request(1.0, 64, 4, 0.5, (100, 101, 102, 103))])
-    slow = Agent(agent_id="slow", t=1.0, spawn_after=1, requests=[_request(1.0, 64, 200, 3.0, (200, 201, 202, 203))])
-    turns = [_request(0.0, 48, 8, 0.5, (0, 1, 2)), _request(4.2, 80, 8, 0.5, (3, 4)), _request(5.7, 96, 8, 0.5, (5,))]
-    turns[1] = msgspec.structs.replace(turns[1], hash_ids_kept=3)
-    turns[2] = msgspec.structs.replace(turns[2], hash_ids_kept=5)
-    return Session(session_id=session_id, root=Agent(requests=turns, subagents=[fast, slow]))
+    fast = make_request(1.0, 64, 4, api_time=0.5, added=(100, 101, 102, 103))
+    slow = make_request(1.0, 64, 200, api_time=3.0, added=(200, 201, 202, 203))
+    turns = [
+        make_request(0.0, 48, 8, api_time=0.5, added=(0, 1, 2)),
+        make_request(4.2, 80, 8, api_time=0.5, kept=3, added=(3, 4)),
+        make_request(5.7, 96, 8, api_time=0.5, kept=5, added=(5,)),
+    ]
+    subagents = [make_agent("fast", [fast], spawn_after=1, t=1.0), make_agent("slow", [slow], spawn_after=1, t=1.0)]
+    return make_session(session_id, turns, subagents=subagents)
 
 
 def test_on_a_replay_every_play_splits_exactly_and_its_join_goes_through_the_slower_subagent(
     sim: SimServer, tmp_path: Path
 ) -> None:
-    trace = Trace(sessions=[_fan_out("a"), _fan_out("b")], block_size=BLOCK, hash_id_scope="session")
+    trace = make_trace(_fan_out("a"), _fan_out("b"), block_size=BLOCK, hash_id_scope="session")
     options = replay_options(
         mode="closed",
         url=sim.url,
@@ -244,10 +244,10 @@ def test_on_a_replay_every_play_splits_exactly_and_its_join_goes_through_the_slo
 def test_an_idle_cap_cut_shows_in_the_records_and_the_split_still_adds_up(sim: SimServer, tmp_path: Path) -> None:
     """A 20 s recorded think at delay scale 0.01 (0.2 s) under a 10 ms system idle cap: the caps cut most of it."""
     turns = [
-        Request(t=0.0, model="m", in_tokens=32, out_tokens=4, api_time=0.5, hash_ids_added=(0, 1)),
-        Request(t=20.5, model="m", in_tokens=48, out_tokens=4, api_time=0.5, hash_ids_kept=2, hash_ids_added=(2,)),
+        make_request(0.0, 32, 4, api_time=0.5, added=(0, 1)),
+        make_request(20.5, 48, 4, api_time=0.5, kept=2, added=(2,)),
     ]
-    trace = Trace(sessions=[Session(session_id="s", root=Agent(requests=turns))], block_size=BLOCK)
+    trace = make_trace(make_session("s", turns), block_size=BLOCK)
     options = replay_options(
         mode="closed", url=sim.url, model=sim.model, out_dir=tmp_path, delay_scale=0.01, system_idle_cap_s=0.01
     )
