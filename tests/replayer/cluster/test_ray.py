@@ -140,13 +140,14 @@ def test_a_shard_clock_offset_is_measured_and_taken_off(cluster: Cluster, sim: S
     assert abs(shards[0].clock_offset_ns) <= shards[0].clock_error_ns
     assert abs(shards[1].clock_offset_ns - skew_ns) <= shards[1].clock_error_ns
     # Taken off: both shards started at the same true instant (their wall clocks, which the skew does not touch,
-    # read the same at their starts), and their first requests were due together on the merged timeline (when
-    # each went out also holds its shard's dispatch lag, which a loaded machine stretches by hundreds of ms).
+    # read the same at their starts), and their first requests were due together on the merged timeline, inside
+    # the 250 ms a skew left on would put between them (a loaded machine moved them 125 ms apart; when each went
+    # out also holds its shard's dispatch lag, which such a machine stretches by hundreds of ms).
     for shard in shards.values():
         assert shard.wall_clock_offset_ns is not None and abs(shard.wall_clock_offset_ns) < 5_000_000
     records = to_records(read_records(result.records_path))
     due = [min(r.scheduled_ns for r in records if r.worker == index) for index in (0, 1)]
-    assert abs(due[0] - due[1]) < 100_000_000 and min(due) >= 0, due
+    assert abs(due[0] - due[1]) < 200_000_000 and min(due) >= 0, due
     assert max(min(r.sent_ns for r in records if r.worker == index) for index in (0, 1)) < 2_000_000_000
 
 
