@@ -230,9 +230,9 @@ async def _over_processes(
             f"workers={options.runtime.workers}: per-request callbacks (on_record, on_sent, on_profiling) need "
             "the run in this process; records of a run over processes meet in records.arrow at its end"
         )
-    dropped: list[str] = []
-    if isinstance(trace, PreparedTrace):
-        dropped = dropped_notices(trace.sessions, options)  # the workers get the sessions kept: they drop none again
+    dropped = _Dropped()
+    if isinstance(trace, PreparedTrace):  # the workers get the sessions kept: they drop none again
+        dropped = _Dropped(sessions=len(trace.sessions.dropped), notices=dropped_notices(trace.sessions, options))
         trace = trace.trace
     stops = WorkerStops()
     work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, trace, options, num_gpus, trace_path, dropped, stops))
@@ -245,6 +245,13 @@ async def _over_processes(
                 raise
             current.uncancel()
             stops.stop()
+
+
+class _Dropped(msgspec.Struct, frozen=True):
+    """The sessions preparing a trace left out before its workers got it: how many, and the notices saying so."""
+
+    sessions: int = 0
+    notices: list[str] = []
 
 
 def _finish(
@@ -369,11 +376,11 @@ def _replay_saved(
     options: ReplayOptions,
     num_gpus: int | None,
     trace_path: str | os.PathLike[str] | None,
-    dropped: list[str],
+    dropped: _Dropped,
     stops: WorkerStops,
 ) -> ReplayResult:
     """`trace` over `options.runtime.workers` processes, saved once as Arrow for the workers to load; `dropped`: what
-    preparing it left out, said in the run's notices."""
+    preparing it left out, counted and said in the run's result."""
     with tempfile.TemporaryDirectory(prefix="agentx-trace-") as folder:
         saved = Path(folder) / "trace.arrow"
         save_trace(trace, saved)
@@ -401,7 +408,8 @@ def _replay_saved(
             finally:
                 records = out_dir / RECORDS_FILE
                 telemetry.stop(records_epoch_ns(records) if records.is_file() else None)
-            run.notices = dropped + run.notices + telemetry.notices
+            run.notices = dropped.notices + run.notices + telemetry.notices
+            run.dropped_sessions += dropped.sessions
             after = asyncio.run(_scrape(options)) if before is not None else None
             return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=room)
         finally:
@@ -409,7 +417,7 @@ def _replay_saved(
 
 
 def replay_sync(
-    trace: Trace,
+    trace: Trace | PreparedTrace,
     options: ReplayOptions,
     *,
     num_gpus: int | None = None,

@@ -194,3 +194,33 @@ def test_the_public_replay_runs_workers_itself(tmp_path: Path) -> None:
     assert {r.lane for r in records} == {0, 1, 2, 3} and result.run.trees_finished == 6
     assert (tmp_path / "run" / "workers" / "1").is_dir()  # shards wrote their own records beside the merged ones
     assert result.summary.counts.rows == len(records) and result.run.trace_path == str(SAMPLE_TRACE.resolve())
+
+
+def test_a_prepared_trace_over_workers_keeps_what_its_preparation_left_out(tmp_path: Path) -> None:
+    """The workers get the sessions a prepared trace kept; the sessions it left out (over `max_context_length`) are
+    counted and said in the run's result as a run in one process says them."""
+    from builders import growing_chain, make_session, make_trace
+
+    import agentx
+    from agentx.replayer.options.replay import Runtime
+
+    small = [make_session(f"s{index}", growing_chain(2, first_in_tokens=64, in_tokens_step=16)) for index in range(4)]
+    large = make_session("large", growing_chain(2, first_in_tokens=4000, in_tokens_step=16))
+    trace = make_trace(*small, large)
+    with SimServer(time_scale=0.002) as sim:
+        options = ReplayOptions(
+            server=Server(url=sim.url, model=sim.model),
+            out_dir=tmp_path / "workers",
+            load=ClosedLoad(concurrency=2),
+            scenario=Scenario(delay_scale=0.001, max_context_length=1000),
+            runtime=Runtime(workers=2),
+        )
+        over_workers = agentx.replay_sync(agentx.prepare_trace(trace, options), options)
+        one = msgspec.structs.replace(options, out_dir=tmp_path / "one", runtime=Runtime())
+        in_one = agentx.replay_sync(agentx.prepare_trace(trace, one), one)
+    for result in (over_workers, in_one):
+        assert result.run.dropped_sessions == 1
+        assert sum("'large'" in notice and "left out" in notice for notice in result.run.notices) == 1
+    assert {r.session_id for r in to_records(read_records(over_workers.run.records_path))} == {
+        f"s{i}" for i in range(4)
+    }
