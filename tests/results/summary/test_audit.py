@@ -208,12 +208,18 @@ def test_a_server_that_bundles_drops_cached_tokens_or_answers_before_the_prefill
     early_faults = FaultConfig(early_first_token_rate=1.0)
     with SimServer(time_scale=0.05, prefill_s_per_token=2e-3, faults=early_faults) as server:
         early = replay_sync(trace, demo_options(server, tmp_path / "early", sessions=4))
-    assert codes(bundling.summary.audit) == ["bundled_output", "cached_tokens_absent"]
+    # A loaded machine (the suite beside other work) may add that the client fell behind, which is then true.
+    found = codes(bundling.summary.audit)
+    assert [code for code in found if code != "client_bound"] == ["bundled_output", "cached_tokens_absent"]
     assert "ttft_before_server" in codes(early.summary.audit)
     assert early.summary.audit is not None and early.summary.audit.rejects("ttft")
     console = Console(width=200, record=True)
     for table_ in summary_table(bundling.summary):
         console.print(table_)
     text = console.export_text()
-    assert "TPOT (ms)  ✗ audit" in text and "TTFT (ms)  ✗ audit" not in text
-    assert "plausibility audit: 2 findings, 1 rejecting figures" in text
+    audit = bundling.summary.audit
+    assert audit is not None and "TPOT (ms)  ✗ audit" in text
+    assert ("TTFT (ms)  ✗ audit" in text) is audit.rejects("ttft")  # only a client far behind rejects TTFT here
+    rejecting = sum(finding.severity == "error" for finding in audit.findings)
+    assert rejecting == 1 + ("client_bound" in found and audit.rejects("ttft"))
+    assert f"plausibility audit: {len(found)} findings, {rejecting} rejecting figures" in text
