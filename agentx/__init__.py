@@ -13,6 +13,9 @@ process-wide settings, as the CLI does; off for a library caller; `Runtime(worke
 with `ray="auto"` N actors on a Ray cluster, docs/distributed.md).
     await replay(trace, options, RunHooks(on_record=..., on_sent=..., on_profiling=...)) hears of each request as it
     goes (a run over `workers` processes refuses them: its records meet at its end).
+    RunHooks(stops=RunStops()): `stops.stop()` ends the run early with its partial result (the first as its deadline
+    would, the second ending the grace period; RunStopped if it had not started). Cancelling the task ends the run at
+    once, writes its files and raises CancelledError (TimeoutError under `asyncio.timeout`).
     replay_sync(trace, options) for code without an event loop; `result.summary`, `result.run.records_path`.
     stream_replay(trace, options) -> ReplayStream, an async iterator of RequestRecord as requests finish
     (`async with ... as stream: async for record in stream`; then `stream.result`), for harnesses.
@@ -49,7 +52,7 @@ a RunError, 4 for a WriteFailed):
       TraceError   a trace that cannot be used (each problem a Finding)
       ConfigError  an option or an input file to change (RunExists, RecordsError, ...); a ValueError too
       ServerError  ServerUnreachable, ModelNotServed, CalibrationError, WarmupFailed
-      RunError     a run that could not complete (WorkerFailed, ClusterError)
+      RunError     a run that could not complete (WorkerFailed, ClusterError, RunStopped)
       StorageError the run's files refused by the OS: OutputUnwritable at the start (nothing sent), WriteFailed
                    once it ran (a RunError too, exit 4: it stopped early; `result` holds what it kept)
 """
@@ -74,6 +77,7 @@ if TYPE_CHECKING:
     from agentx.errors import RecordsError as RecordsError
     from agentx.errors import RunError as RunError
     from agentx.errors import RunExists as RunExists
+    from agentx.errors import RunStopped as RunStopped
     from agentx.errors import ServerError as ServerError
     from agentx.errors import ServerUnreachable as ServerUnreachable
     from agentx.errors import StorageError as StorageError
@@ -99,6 +103,7 @@ if TYPE_CHECKING:
     from agentx.replayer.plan.preparation import prepare_trace as prepare_trace
     from agentx.replayer.run_result import RunResult as RunResult
     from agentx.replayer.schedule.hooks import RunHooks as RunHooks
+    from agentx.replayer.schedule.stops import RunStops as RunStops
     from agentx.replayer.telemetry.metrics import ServerMetrics as ServerMetrics
     from agentx.results.summary.summarize import Summary as Summary
     from agentx.results.summary.summarize import summarize as summarize
@@ -128,6 +133,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "RecordsError",
         "RunError",
         "RunExists",
+        "RunStopped",
         "ServerError",
         "ServerUnreachable",
         "StorageError",
@@ -155,6 +161,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.replayer.plan.preparation": ("prepare_trace",),
     "agentx.replayer.run_result": ("RunResult",),
     "agentx.replayer.schedule.hooks": ("RunHooks",),
+    "agentx.replayer.schedule.stops": ("RunStops",),
     "agentx.replayer.telemetry.metrics": ("ServerMetrics",),
     "agentx.results.summary.summarize": ("Summary", "summarize"),
     "agentx.run.decode": ("DecodeResult", "decode", "decode_sync"),

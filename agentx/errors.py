@@ -9,13 +9,14 @@
       ServerError           the server cannot be used for a run
         ServerUnreachable, ModelNotServed, CalibrationError, WarmupFailed, SimServerError
       RunError              a run that started could not complete
-        WorkerFailed, ClusterError
+        WorkerFailed, ClusterError, RunStopped
       StorageError          an OS condition on a run's files (a full disk, a read-only file system, no permission)
         OutputUnwritable    at the start: nothing was sent
         WriteFailed         once the run had started (a RunError too): it stopped early, and says what it kept
 
 Each message is one paragraph a user can act on; the command line prints it and exits with the code its kind
-maps to (agentx.cli.common.exit_code): 4 for a WriteFailed, 3 for another RunError, 2 for the others. Errors that
+maps to (agentx.cli.common.exit_code): 130 for a RunStopped, 4 for a WriteFailed, 3 for another RunError, 2 for the
+others. Errors that
 never reach a user (a connection's protocol error, the simulator's answer to a bad request) stay private to the
 modules that raise and catch them.
 """
@@ -263,6 +264,11 @@ class WorkerFailed(RunError):  # noqa: N818 (reads as a sentence: "worker failed
 
 class ClusterError(RunError):
     """The Ray cluster cannot be reached, or cannot place the run's shards: nothing was sent."""
+
+
+class RunStopped(RunError):  # noqa: N818 (reads as what happened)
+    """The caller stopped the run (`RunStops`) before any of its processes or shards had started: nothing was
+    measured."""
 
 
 # The run's files

@@ -28,6 +28,7 @@ from agentx.errors import (
     ConfigError,
     Finding,
     RunError,
+    RunStopped,
     ServerError,
     TraceError,
     WriteFailed,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agentx.replayer.options.replay import ReplayOptions
+    from agentx.replayer.schedule.hooks import RunHooks
     from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
@@ -146,7 +148,8 @@ EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (
     (TraceError, EXIT_BAD_INPUT),
     (ConfigError, EXIT_BAD_INPUT),  # OutputUnwritable too: the run folder cannot be written as the run starts
     (ServerError, EXIT_BAD_INPUT),
-    (WriteFailed, EXIT_WRITE_FAILED),  # a RunError of its own code
+    (RunStopped, EXIT_INTERRUPTED),  # RunErrors of their own codes
+    (WriteFailed, EXIT_WRITE_FAILED),
     (RunError, EXIT_RUN_FAILED),
 )
 """Each kind of agentx error and the exit code it ends a command with (docs/cli.md, "Exit codes")."""
@@ -288,23 +291,34 @@ def stop_signals_raise() -> Iterator[None]:
             warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
 
 
-async def interruptible(work: Coroutine[Any, Any, T]) -> T:
-    """Run `work`; Ctrl-C, SIGTERM or SIGHUP cancels it, and the replay turns that into a graceful stop (grace, flush,
-    run.json, the partial summary, exit 130); one the process was started with ignored (`nohup`) stays ignored. The
-    handlers before are back afterwards (`stop_signals_raise`'s)."""
+async def interruptible(work: Callable[[RunHooks], Coroutine[Any, Any, T]], hooks: RunHooks | None = None) -> T:
+    """Run `work(hooks)`, `hooks` given the run's stops (`RunStops`): Ctrl-C, SIGTERM or SIGHUP is one stop (the first
+    graceful, the second ending the grace period: the run writes its files and returns its partial summary, exit 130).
+    A third cancels it: the run is written at once and nothing more is summarized. One the process was started with
+    ignored (`nohup`) stays ignored. The handlers before are back afterwards (`stop_signals_raise`'s)."""
     import asyncio
 
+    import msgspec
+
+    from agentx.replayer.schedule.hooks import NO_HOOKS
+    from agentx.replayer.schedule.stops import RunStops
     from agentx.replayer.workers import stop_signals_to
 
-    task = asyncio.ensure_future(work)
+    stops = RunStops()
+    task = asyncio.ensure_future(work(msgspec.structs.replace(hooks or NO_HOOKS, stops=stops)))
     loop = asyncio.get_running_loop()
 
-    def cancel(signum: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(task.cancel)
+    def stop() -> None:
+        stops.stop()
+        if stops.count > 2:
+            task.cancel()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(stop)
 
     # Not loop.add_signal_handler: removing the loop's handler puts the default action back before the one before can
     # return, and a SIGTERM in that instant would end the process without its summary.
-    with stop_signals_to(cancel):
+    with stop_signals_to(on_signal):
         return await task
 
 

@@ -34,8 +34,8 @@ How a run goes (docs/agentx.md §4d–§4e, §8; docs/replay.md):
   settled; the next tree starts at turn 0.
 - End: after `sessions` trees have started (default with no duration and no request cap: one pass,
   `len(trace.sessions)` trees) the lanes drain and stop. Once `num_requests` profiling requests have been sent, no
-  new request or tree starts and the run ends when those in flight have finished. At `duration_s` (or on
-  cancellation of `run_replay`) no new tree or step starts, in-flight requests get `grace_s`, then are cancelled
+  new request or tree starts and the run ends when those in flight have finished. At `duration_s` (or on a
+  stop, `RunHooks.stops`) no new tree or step starts, in-flight requests get `grace_s`, then are cancelled
   and recorded as errors of kind `cancelled`; steps never sent are counted in `RunResult.skipped`, not recorded.
 - A failed request still completes its step: its dependents go on (the error is in its record).
 - Records stream to `out_dir/records.arrow`; a ticker flushes the writer every `FLUSH_EVERY_S` (50 ms), in a gap
@@ -58,14 +58,15 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import pyarrow as pa
 
 from agentx.distribution import installed_version
-from agentx.errors import OutputUnwritable, WriteFailed
+from agentx.errors import OutputUnwritable, RunStopped, WriteFailed
 from agentx.records.record import RunInfo
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
@@ -93,11 +94,13 @@ from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.collector import quiet_gc
 from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.replayer.schedule.runner import Runner
+from agentx.replayer.schedule.stops import Cancellation, RunStops
 from agentx.replayer.telemetry.metrics import ServerCache, parse_cache_config
 from agentx.trace.digest import trace_digest
 from agentx.trace.model import Trace
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 WRITE_FAILED: Final = "write_failed"
 """`RunResult.cancel_reason` of a run stopped because its records could not be written."""
 
@@ -123,6 +126,27 @@ async def _served(client: Client, options: ReplayOptions) -> tuple[dict[str, int
     if missing:
         raise ModelNotServed(f"models {missing} are not served by {options.server.url} (served: {', '.join(served)})")
     return context_lengths, await identify_server(client, options.server.model)
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stops: RunStops | None) -> T:
+    """`work` (a probe before the run starts), given up on with `RunStopped` at a stop of `stops` (one given before
+    too): a run stopped before it started has measured nothing."""
+    if stops is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    cancellation = Cancellation()
+
+    def on_stop(count: int) -> None:
+        loop.call_soon_threadsafe(task.cancel)
+
+    with stops.listening(on_stop):
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if cancellation.requested or not task.cancelled():
+                raise
+    raise RunStopped("the run was stopped while it probed the server, before it started: nothing was measured")
 
 
 async def _probe(
@@ -179,10 +203,12 @@ async def run_replay(
     shards agreed on, once its probes are done: its records count from that instant, so a shard that starts late
     shows it as dispatch lag.
 
-    Cancelling the calling task (Ctrl-C under `asyncio.run`) acts like reaching the deadline: no new
-    request starts, in-flight ones get `grace_s`, the records are flushed, and the result says
-    `interrupted=True`. A second cancellation shrinks the grace period to zero: the requests in flight are
-    cancelled at once and recorded with what had arrived. Only a third propagates, losing those records.
+    A stop of `hooks.stops` (Ctrl-C on the command line) acts like reaching the deadline: no new request starts,
+    in-flight ones get `grace_s`, the records are flushed, and the result says `interrupted=True`. A second stop
+    shrinks the grace period to zero: the requests in flight are cancelled at once and recorded with what had
+    arrived. Cancelling the calling task does what two stops do and returns the result with the caller's task still
+    cancelling, for the caller to write the run's files and raise (`agentx.replay` does); a cancellation before the
+    run started, or a second one, propagates at once.
     `trace` may be a `prepare_trace` result made for options that agree with these on what it depends on.
     """
     options = checked(options)
@@ -201,12 +227,13 @@ async def run_replay(
         limit=limit,
         context_overflow_substrings=options.scenario.context_overflow_substrings,
     ) as client:
-        context_lengths, identity = await _served(client, options)
+        context_lengths, identity = await _unless_stopped(_served(client, options), hooks.stops)
         prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, options)
         sessions = prepared.sessions
         trace = sessions.trace
         notices = dropped_notices(sessions, options)
-        server = await _probe(client, options, space, trace.block_size, context_lengths, identity)
+        probing = _probe(client, options, space, trace.block_size, context_lengths, identity)
+        server = await _unless_stopped(probing, hooks.stops)
         if server.stream_usage_assumed is not None:
             notices.append(f"stream usage: {server.stream_usage_assumed}; assuming {server.stream_usage!r}")
             _log.warning(notices[-1])
@@ -282,7 +309,7 @@ async def run_replay(
             # Frozen after the runner is built: its long-lived tables (block cache, plans) are never walked.
             with quiet_gc(options.runtime.quiet_gc):
                 main = asyncio.create_task(runner.run())
-                interrupted = await _run_to_its_end(runner, main)
+                interrupted = await _run_to_its_end(runner, main, hooks.stops)
                 elapsed_s = (time.perf_counter_ns() - start_ns) / 1e9
     result = _result(runner, prepared, server, run_id, records_path, interrupted, elapsed_s, start_ns)
     if writer.error is not None:
@@ -290,29 +317,41 @@ async def run_replay(
     return result
 
 
-async def _run_to_its_end(runner: Runner, main: asyncio.Task[None]) -> bool:
-    """Wait for the runner's task `main`; whether it was interrupted. A cancellation of the caller stops the run as a
-    deadline does; a second ends the grace period; a third cancels `main` and propagates."""
-    interrupts = 0
-    while True:
+async def _run_to_its_end(runner: Runner, main: asyncio.Task[None], stops: RunStops | None) -> bool:
+    """Wait for the runner's task `main`; whether it was stopped early. Each of `stops` stops the runner (the first
+    gracefully, the second ending the grace period). A cancellation of the caller ends the grace period at once and
+    waits for the records, leaving the caller's task cancelling (its caller raises once the run is written); a second
+    cancellation cancels `main` and propagates, losing the records of the requests still in flight."""
+    loop = asyncio.get_running_loop()
+
+    def on_stop(count: int) -> None:
+        loop.call_soon_threadsafe(_stop, runner, count)
+
+    with stops.listening(on_stop) if stops is not None else contextlib.nullcontext():
         try:
             await asyncio.shield(main)
-            return interrupts > 0
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if main.done() or current is None:
+            if main.done():
                 raise
-            interrupts += 1
-            if interrupts > 2:  # a third: give up on the records of the requests in flight
+            _stop(runner, 2, why="the run was cancelled")
+            try:
+                await asyncio.shield(main)
+            except asyncio.CancelledError:
                 main.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await main
                 raise
-            current.uncancel()
-            runner.recorder.cancel_reason = runner.recorder.cancel_reason or "interrupted"
-            runner.stop()
-            if interrupts == 2:  # the grace period shrinks to zero; the records are still written
-                runner.hard_stop("a second interrupt ended the grace period")
+            return True
+    return stops is not None and stops.count > 0
+
+
+def _stop(runner: Runner, count: int, *, why: str = "a second interrupt ended the grace period") -> None:
+    """The runner's `count`th early stop: the first graceful, the second (or a cancellation) ending the grace period;
+    `why` it ended, said in the records of the requests it cancels."""
+    runner.recorder.cancel_reason = runner.recorder.cancel_reason or "interrupted"
+    runner.stop()
+    if count >= 2:
+        runner.hard_stop(why)
 
 
 def _result(

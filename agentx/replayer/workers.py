@@ -12,17 +12,17 @@ Stopping: the parent alone takes SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a c
 passes each on to every worker once, through its pipe (`WorkerStops`). The workers ignore the signals themselves, so
 one that reaches the whole process group (Ctrl-C, a hangup) counts once, not twice, and a hangup cannot kill a worker
 before the parent has its records: each worker drains as a single run does (the first stop: the grace period and a
-flush; the second: the requests in flight cancelled and recorded; a third gives up on them), and the parent merges
-what they wrote. A worker whose parent is gone stops as on a first stop. A worker whose records file cannot be
-written (a full disk) stops, the others are stopped with it (as after any worker's error), and `WriteFailed` carries
-what they kept. Per-record callbacks do not cross processes: a sharded run reports progress by its workers' files
-only.
+flush; the second: the requests in flight cancelled and recorded), and the parent merges what they wrote. A worker
+whose parent is gone stops as on a first stop. A worker whose records file cannot be written (a full disk) stops, the
+others are stopped with it (as after any worker's error), and `WriteFailed` carries what they kept. Per-record
+callbacks do not cross processes: a sharded run reports progress by its workers' files only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import multiprocessing
 import os
 import signal
@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import AgentxError, OutputUnwritable, WorkerFailed, WriteFailed
+from agentx.errors import AgentxError, OutputUnwritable, RunStopped, WorkerFailed, WriteFailed
 from agentx.records.record import read_records, run_info
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter, merged_records
@@ -48,6 +48,7 @@ from agentx.replayer.run_replay import WRITE_FAILED, run_replay, written_partly
 from agentx.replayer.run_result import RunResult, combined
 from agentx.replayer.schedule.clock import loop_factory
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.stops import RunStops
 from agentx.trace.io import Format, load_trace
 
 T = TypeVar("T")
@@ -145,7 +146,7 @@ def _work(
     trace_path: str, trace_format: Format | None, block_size: int | None, options: ReplayOptions, pipe: Connection
 ) -> None:
     """A worker process: load the trace, run its shard, send the outcome home through `pipe` (a RunResult, a
-    user-facing error, or None when it was stopped before its run started or gave up on it)."""
+    user-facing error, or None when its run was cancelled)."""
     # Started with the stop signals blocked (`_start`): ignored from here on, the parent passes them on (module
     # docstring); one that came meanwhile is dropped with them.
     for number in STOP_SIGNALS:
@@ -157,7 +158,8 @@ def _work(
         trace = load_trace(trace_path, format=trace_format, block_size=block_size)
         gate = _StartGate(pipe)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            outcome = runner.run(_stoppable(run_replay(trace, options, RunHooks(on_ready=gate.ready)), pipe, gate))
+            hooks = functools.partial(RunHooks, on_ready=gate.ready)
+            outcome = runner.run(_stoppable(lambda stops: run_replay(trace, options, hooks(stops=stops)), pipe, gate))
     except (AgentxError, ValueError) as exc:
         outcome = exc  # a user-facing error: the parent raises it, once, instead of N tracebacks
     except asyncio.CancelledError:
@@ -183,29 +185,28 @@ class _StartGate:
             self.start.set_result(int.from_bytes(message[1:], "little"))
 
 
-async def _stoppable(work: Coroutine[Any, Any, T], pipe: Connection, gate: _StartGate) -> T:
-    """Run `work`, cancelling it once for each stop the parent sends through `pipe`, and once if the parent is gone
-    (the replay turns cancellations into its graceful stop, agentx.replayer.run_replay); the parent's word to start
-    goes to `gate`."""
-    task = asyncio.ensure_future(work)
+async def _stoppable(work: Callable[[RunStops], Coroutine[Any, Any, T]], pipe: Connection, gate: _StartGate) -> T:
+    """Run `work(stops)`, one stop for each the parent sends through `pipe`, and one if the parent is gone; the
+    parent's word to start goes to `gate`."""
+    stops = RunStops()
     loop = asyncio.get_running_loop()
     handle = pipe.fileno()
 
-    def on_stop() -> None:
+    def on_message() -> None:
         try:
             message = pipe.recv_bytes()
         except (EOFError, OSError):  # the parent is gone: stop once, and listen no more
             loop.remove_reader(handle)
-            task.cancel()
+            stops.stop()
             return
         if message[:1] == _GO:
             gate.go(message)
         else:
-            task.cancel()
+            stops.stop()
 
-    loop.add_reader(handle, on_stop)
+    loop.add_reader(handle, on_message)
     try:
-        return await task
+        return await work(stops)
     finally:
         loop.remove_reader(handle)
 
@@ -239,7 +240,7 @@ def run_workers(
 
     Raises `OutputUnwritable` when the run folder cannot be made, `WorkerFailed` when a worker ended without an
     outcome, `WriteFailed` (with the merged `RunResult` and the rows not written) when records could not be
-    written, and CancelledError when the run was given up (a third stop, or stopped before any worker started)."""
+    written, and `RunStopped` when the run was stopped before any worker's run started."""
     check_shards(options.load, workers)
     out_dir = Path(options.out_dir)
     refuse_existing_run(out_dir, options.overwrite)
@@ -251,7 +252,7 @@ def run_workers(
     with stops.on_signals():
         for index in range(workers):
             if stops.count and not processes:
-                raise asyncio.CancelledError  # stopped before any worker started: nothing to wait for
+                raise RunStopped("the run was stopped before any of its workers started: nothing was measured")
             worker_dir = out_dir / WORKERS_DIR / str(index)
             try:
                 worker_dir.mkdir(parents=True, exist_ok=True)
@@ -317,8 +318,6 @@ def _merged(
                 f"worker {index} exited with code {process.exitcode} and no result; see its output above "
                 f"(its records, if any: {records})"
             )
-    if stops.count > 2 and None in outcomes.values():
-        raise asyncio.CancelledError  # a third stop gave up on the records in flight, as it does in one process
     results: list[RunResult] = []
     tables: list[pa.Table] = []
     failed: WriteFailed | None = None
@@ -337,7 +336,7 @@ def _merged(
             table = pa.concat_tables([table, unwritten.select(table.column_names).cast(table.schema)])
         tables.append(table)
     if not results:
-        raise asyncio.CancelledError  # stopped before any worker's run started: nothing to merge
+        raise RunStopped("the run was stopped before any of its workers' runs started: nothing was measured")
     records_path = out_dir / RECORDS_FILE
     merged, origin = merged_records(tables)
     run = combined(results, run_id=run_id, records_path=records_path, interrupted=stops.interrupted)

@@ -34,6 +34,7 @@ from agentx.results.summary.checks.acceptance import (
 )
 from agentx.results.summary.stats import rate_percentile
 from agentx.run.replay import scrape_counters
+from agentx.run.sync import run_sync
 
 _log = logging.getLogger(__name__)
 _CHAT_WORD = " hello"
@@ -201,4 +202,4 @@ async def decode(options: DecodeOptions) -> DecodeResult:
 
 def decode_sync(options: DecodeOptions) -> DecodeResult:
     """`decode` for code without an event loop."""
-    return asyncio.run(decode(options))
+    return run_sync(decode(options), "agentx.decode")

@@ -12,7 +12,6 @@ single run of the same options; every repeat's run.json keeps its own seed in it
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentx.errors import ConfigError, RunExists, SweepError
+from agentx.errors import ConfigError, RunExists, RunStopped, SweepError
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
@@ -34,6 +33,7 @@ from agentx.results.folders.repeat_index import (
 )
 from agentx.run.replay import ReplayResult, replay
 from agentx.run.sweep import LevelServer, OnLevel, OnLevelDone, SweepOptions, SweepResult, sweep
+from agentx.run.sync import run_sync
 from agentx.trace.model import Trace
 
 OnRepeat = Callable[[int, int, int], None]
@@ -126,8 +126,9 @@ async def replay_repeats(
 
     A folder that already holds runs is refused (RunExists) unless `options.overwrite`. The trace is prepared once
     for every repeat. `hooks` and the other keywords go to each repeat's `agentx.run.replay.replay`, which runs it the
-    way `options.runtime` says. Cancelling the caller stops the current repeat as a deadline would (its partial run
-    written, not indexed) and returns with `interrupted` set.
+    way `options.runtime` says. A stop of `hooks.stops` ends the current repeat early (its partial run written, not
+    indexed), starts no other, and returns with `interrupted` set; cancelling the caller ends the current repeat at
+    once (written, not indexed) and raises CancelledError.
     """
     repeat_set = _replay_set(options, repeats)
     prepared = prepare_trace(trace, options) if isinstance(trace, Trace) else trace
@@ -138,10 +139,7 @@ async def replay_repeats(
             on_repeat_start(number, repeats, repeat_set.seed(number))
         try:
             result = await replay(prepared, repeat_options, hooks, num_gpus=num_gpus, trace_path=trace_path)
-        except asyncio.CancelledError:
-            # Stopped before its run started (probing the server): no run of this repeat to keep.
-            if (current := asyncio.current_task()) is not None:
-                current.uncancel()
+        except RunStopped:  # stopped before its run started (over processes): no run of this repeat to keep
             return ReplayRepeats(out_dir=repeat_set.out_dir, index=repeat_set.index, results=results, interrupted=True)
         results.append(result)
         if not result.run.interrupted:
@@ -163,7 +161,10 @@ def replay_repeats_sync(
     trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayRepeats:
     """`replay_repeats` for code without an event loop."""
-    return asyncio.run(replay_repeats(trace, options, repeats, num_gpus=num_gpus, trace_path=trace_path))
+    return run_sync(
+        replay_repeats(trace, options, repeats, num_gpus=num_gpus, trace_path=trace_path),
+        "agentx.run.repeats.replay_repeats",
+    )
 
 
 async def sweep_repeats(
@@ -184,9 +185,9 @@ async def sweep_repeats(
 
     A folder that already holds results is refused (SweepError) unless `options.overwrite` or `options.resume`,
     which then apply to each repeat's sweep (`resume`: each keeps its finished levels). The trace is prepared once
-    for every repeat and level. The other keywords go to each repeat's `agentx.run.sweep.sweep`. Cancelling the
-    caller stops the current level as a deadline would; that repeat is not indexed, and the set returns with
-    `interrupted` set.
+    for every repeat and level. The other keywords go to each repeat's `agentx.run.sweep.sweep`. A stop of
+    `hooks.stops` ends the current level early; that repeat is not indexed, and the set returns with `interrupted`
+    set. Cancelling the caller ends the current level at once, its repeat not indexed, and raises CancelledError.
     """
     _check_count(repeats)
     out_dir = options.out_dir
@@ -225,4 +226,4 @@ async def sweep_repeats(
 
 def sweep_repeats_sync(trace: Trace, base: ReplayOptions, options: SweepOptions, repeats: int) -> SweepRepeats:
     """`sweep_repeats` for code without an event loop."""
-    return asyncio.run(sweep_repeats(trace, base, options, repeats))
+    return run_sync(sweep_repeats(trace, base, options, repeats), "agentx.run.repeats.sweep_repeats")

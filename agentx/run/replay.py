@@ -38,6 +38,7 @@ from agentx.replayer.run_replay import WRITE_FAILED, run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.clock import DispatchClock
 from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
+from agentx.replayer.schedule.stops import Cancellation, RunStops
 from agentx.replayer.telemetry.arrow_file import load_server_metrics
 from agentx.replayer.telemetry.metrics import METRIC_LABELS, SCRAPED_METRICS, ServerMetrics, parse_counters
 from agentx.replayer.telemetry.scrape import TelemetryTask, TelemetryThread, records_epoch_ns, start_telemetry
@@ -48,6 +49,7 @@ from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.checks.validity import validity
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
+from agentx.run.sync import run_sync
 from agentx.trace.io import save_trace
 from agentx.trace.model import Trace
 
@@ -140,13 +142,24 @@ async def replay(
     The server's prefix-cache and speculative-decoding metrics are scraped as the profiling phase starts (after the
     warmup, whose primers would count otherwise) and after the run, so the summary carries its own hit rate next to
     the one from usage, and the realized acceptance next to `spec_al`. At the end, interrupted runs included,
-    run.json (`RunFile`) is written into the run directory. Cancelling the caller acts like reaching the deadline
-    (grace period, flush, a partial result).
+    run.json (`RunFile`) is written into the run directory.
+
+    To end a run early and get its partial result, stop it with `hooks.stops` (`RunStops`: the first stop acts like
+    reaching the deadline, the second ends the grace period). Cancelling the caller ends the run at once (the
+    requests in flight recorded cancelled), writes its files, and raises `CancelledError` (`TimeoutError` under
+    `asyncio.timeout`), as asyncio's contract asks.
     """
     hooks = hooks or NO_HOOKS
+    cancellation = Cancellation()
     if over_processes(options):
-        return await _over_processes(trace, options, hooks, num_gpus, trace_path)
-    return await _in_one_run(trace, options, hooks, num_gpus, trace_path)
+        result = await _over_processes(trace, options, hooks, num_gpus, trace_path)
+    else:
+        result = await _in_one_run(trace, options, hooks, num_gpus, trace_path, cancellation)
+    if cancellation.requested:
+        # The caller was cancelled while the run went: it ended at once and its files are written; asyncio's
+        # contract (timeouts, task groups, shutdown) wants the cancellation to go on.
+        raise asyncio.CancelledError
+    return result
 
 
 def over_processes(options: ReplayOptions) -> bool:
@@ -160,6 +173,7 @@ async def _in_one_run(
     hooks: RunHooks,
     num_gpus: int | None,
     trace_path: str | os.PathLike[str] | None,
+    cancellation: Cancellation,
 ) -> ReplayResult:
     """`replay` in this process, or driven from it over a Ray cluster (`run_cluster`): its records reach this
     process as they are written."""
@@ -200,16 +214,16 @@ async def _in_one_run(
         for task in telemetry:
             run.notices += task.notices
         before: dict[str, float] | None = None
-        try:
-            before = await scrapes[0] if scrapes else None
-            after = await _scrape(options) if before is not None else None
-        except asyncio.CancelledError:
-            # Stopped once the run itself had ended: summarize it and write run.json anyway, without the counters.
-            if (current := asyncio.current_task()) is not None:
-                current.uncancel()
-            for scrape in scrapes:
-                scrape.cancel()
-            after = None
+        after: dict[str, float] | None = None
+        # A caller that cancels wants out: run.json without the counters, at once (`replay` raises after it).
+        if not cancellation.requested:
+            with contextlib.suppress(asyncio.CancelledError):
+                before = await scrapes[0] if scrapes else None
+                after = await _scrape(options) if before is not None else None
+        if cancellation.requested:
+            before = after = None
+        for scrape in scrapes:
+            scrape.cancel()
         held = room[0] if room else None
         return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=held)
     finally:
@@ -223,8 +237,8 @@ async def _over_processes(
     num_gpus: int | None,
     trace_path: str | os.PathLike[str] | None,
 ) -> ReplayResult:
-    """`replay` over `options.runtime.workers` processes (agentx.replayer.workers), blocking a thread of its own;
-    cancelling the caller stops the workers as it stops one run: gracefully, then the grace cut short."""
+    """`replay` over `options.runtime.workers` processes (agentx.replayer.workers), blocking a thread of its own; the
+    caller's stops and cancellation reach the workers as they reach one run."""
     if hooks.per_request:
         raise ConfigError(
             f"workers={options.runtime.workers}: per-request callbacks (on_record, on_sent, on_profiling) need "
@@ -236,15 +250,15 @@ async def _over_processes(
         trace = trace.trace
     stops = WorkerStops()
     work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, trace, options, num_gpus, trace_path, dropped, stops))
-    while True:
+    with hooks.stops.listening(lambda count: stops.stop()) if hooks.stops is not None else contextlib.nullcontext():
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if work.done() or current is None:
+            if work.done():
                 raise
-            current.uncancel()
+            stops.stop()  # a cancellation: the workers stop gracefully, then at once, and write what they measured
             stops.stop()
+            return await work  # the caller's task stays cancelling: `replay` raises once the run is written
 
 
 class _Dropped(msgspec.Struct, frozen=True):
@@ -424,7 +438,7 @@ def replay_sync(
     trace_path: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """`replay` for code without an event loop."""
-    return asyncio.run(replay(trace, options, num_gpus=num_gpus, trace_path=trace_path))
+    return run_sync(replay(trace, options, num_gpus=num_gpus, trace_path=trace_path), "agentx.replay")
 
 
 _END: Final = object()
@@ -452,13 +466,13 @@ class ReplayStream:
         """The run's result once the iteration has ended (None before, or when the run failed)."""
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[ReplayResult] | None = None
+        self._stops = RunStops()
         self._finished = False
 
     def _start(self) -> asyncio.Task[ReplayResult]:
         if self._task is None:
-            self._task = asyncio.create_task(
-                replay(self.trace, self.options, RunHooks(on_record=self._queue.put_nowait), num_gpus=self.num_gpus)
-            )
+            hooks = RunHooks(on_record=self._queue.put_nowait, stops=self._stops)
+            self._task = asyncio.create_task(replay(self.trace, self.options, hooks, num_gpus=self.num_gpus))
             self._task.add_done_callback(self._done)
         return self._task
 
@@ -488,7 +502,8 @@ class ReplayStream:
         return record
 
     async def _stop(self, task: asyncio.Task[ReplayResult]) -> None:
-        """Stop the run as a deadline would and wait for it; a second cancellation of ours cancels it outright.
+        """Stop the run as a deadline would and wait for it; a second cancellation of ours cancels it (its files
+        written at once).
 
         A consumer that merely breaks out of `async for` without `async with` or `aclose()` leaves the run going
         to its natural end (an async iterator is not told about a `break`).
@@ -496,7 +511,8 @@ class ReplayStream:
         self._finished = True
         if task.done():
             return
-        task.cancel()
+        if self._stops.count == 0:
+            self._stops.stop()
         try:
             await asyncio.wait([task])
         except asyncio.CancelledError:

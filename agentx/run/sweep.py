@@ -22,15 +22,17 @@ from typing import Any, Final
 
 import msgspec
 
-from agentx.errors import SweepError
+from agentx.errors import RunStopped, SweepError
 from agentx.replayer.options.replay import LaneLoad, ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.stops import Cancellation
 from agentx.results.folders.run_file import finished_run
 from agentx.results.folders.sweep_index import LevelEntry, SweepIndex, existing_sweep, level_dir_name, write_index
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay
+from agentx.run.sync import run_sync
 from agentx.trace.model import Trace
 
 BEFORE_LEVEL_LOG: Final = "before_level.log"
@@ -190,8 +192,9 @@ async def sweep(
     `level_server`, when given, names each level's server (its URL replaces `base.url` for that level).
     `hooks` go to every level's replay (`agentx.run.replay.replay`, which runs it the way `base.runtime` says).
 
-    Cancelling the caller stops the current level as a deadline would (its partial run is kept, marked
-    "interrupted"), writes the index and returns with `interrupted` set.
+    A stop of `hooks.stops` ends the current level early (its partial run is kept, marked "interrupted"), writes the
+    index and returns with `interrupted` set. Cancelling the caller ends the current level at once (kept and marked
+    the same), writes the index and raises CancelledError.
     """
     if not options.concurrency:
         raise SweepError("a sweep needs at least one concurrency level")
@@ -212,6 +215,7 @@ async def sweep(
     prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
     results: list[LevelResult] = []
     interrupted = False
+    cancellation = Cancellation()
     for position, concurrency in enumerate(options.concurrency, start=1):
         settings = options.level_settings.get(concurrency, LevelSettings())
         level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
@@ -223,6 +227,8 @@ async def sweep(
         write_index(out_dir, index)
         if on_level_done is not None:
             on_level_done(result)
+        if cancellation.requested:  # the level's run and the index are written: asyncio's contract wants it raised
+            raise asyncio.CancelledError
         if result.entry.status == "interrupted":
             interrupted = True
             break
@@ -266,10 +272,11 @@ async def _level(
             server = msgspec.structs.replace(level.server, url=level_server(concurrency, settings))
             level = msgspec.structs.replace(level, server=server)
         result = await replay(trace, level, hooks, num_gpus=options.num_gpus, trace_path=options.trace_label or None)
-    except asyncio.CancelledError:
-        if (current := asyncio.current_task()) is not None:
-            current.uncancel()
-        entry.status, entry.error = "interrupted", "interrupted before the run started"
+    except asyncio.CancelledError:  # the sweep raises it again once the index says so
+        entry.status, entry.error = "interrupted", "cancelled"
+        return LevelResult(entry=entry, run_dir=run_dir)
+    except RunStopped:
+        entry.status, entry.error = "interrupted", "stopped before the run started"
         return LevelResult(entry=entry, run_dir=run_dir)
     except Exception as exc:  # any failure of one level is recorded; the sweep goes on
         entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -278,7 +285,7 @@ async def _level(
         entry.elapsed_s = time.monotonic() - started
     run = result.run
     if run.cancel_reason == "interrupted":
-        entry.status, entry.error = "interrupted", "interrupted (Ctrl-C or cancellation)"
+        entry.status, entry.error = "interrupted", "stopped early (Ctrl-C or a stop)"
     elif run.cancel_reason is not None:
         entry.status, entry.error = "failed", f"the run stopped early: {run.cancel_reason}"
     elif result.summary.counts.profiling > 0 and result.summary.counts.kept == 0:
@@ -289,4 +296,4 @@ async def _level(
 
 def sweep_sync(trace: Trace, base: ReplayOptions, options: SweepOptions) -> SweepResult:
     """`sweep` for code without an event loop."""
-    return asyncio.run(sweep(trace, base, options))
+    return run_sync(sweep(trace, base, options), "agentx.sweep")

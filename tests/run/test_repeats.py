@@ -27,6 +27,7 @@ from agentx.records.run_folder import RECORDS_FILE, REPEATS_FILE, RUN_FILE, SWEE
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
 from agentx.replayer.plan.steps import session_order
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.stops import RunStops
 from agentx.results.folders.repeat_index import RepeatIndex, read_repeats, repeat_seed
 from agentx.run.repeats import ReplayRepeats, SweepRepeats, replay_repeats, replay_repeats_sync, sweep_repeats
 from agentx.run.sweep import SweepOptions
@@ -209,11 +210,12 @@ def test_sweep_repeat_writes_a_sweep_per_repeat(sim: SimServer, trace_path: Path
     assert _index(out) == RepeatIndex(base_seed=3, seeds=seeds, dirs=["r1", "r2"])
 
 
-@pytest.mark.parametrize("when", ["start", "record"])
-def test_cancelling_a_set_keeps_the_index_to_the_repeats_that_completed(
-    sim: SimServer, tmp_path: Path, when: Literal["start", "record"]
+@pytest.mark.parametrize("when", ["start", "record", "cancel"])
+def test_stopping_a_set_keeps_the_index_to_the_repeats_that_completed(
+    sim: SimServer, tmp_path: Path, when: Literal["start", "record", "cancel"]
 ) -> None:
-    """Cancelled as repeat 2 starts, or while it runs: repeat 1 stays indexed, repeat 2 is not, and no third starts."""
+    """Stopped as repeat 2 starts, or while it runs, or cancelled while it runs: repeat 1 stays indexed, repeat 2 is
+    not, and no third starts; a cancellation is raised once repeat 2 is written."""
     out = tmp_path / "set"
     options = ReplayOptions(
         server=Server(url=sim.url, model=sim.model),
@@ -222,39 +224,47 @@ def test_cancelling_a_set_keeps_the_index_to_the_repeats_that_completed(
         scenario=Scenario(delay_scale=0.0, duration_s=0.6, seed=11),
         runtime=Runtime(grace_s=2.0),
     )
+    stops = RunStops()
+    started: list[int] = []
 
-    async def run() -> ReplayRepeats:
-        started: list[int] = []
-
+    async def run() -> ReplayRepeats | None:
         def on_start(number: int, count: int, seed: int) -> None:
             started.append(number)
             if when == "start" and number == 2:
-                task.cancel()
+                stops.stop()
 
         def on_record(record: RequestRecord) -> None:
-            if when == "record" and started == [1, 2] and not stopped:
+            if when != "start" and started == [1, 2] and not stopped:
                 stopped.append(True)
-                task.cancel()
+                if when == "cancel":
+                    task.cancel()
+                else:
+                    stops.stop()
 
         stopped: list[bool] = []
-        task = asyncio.ensure_future(
-            replay_repeats(small_trace(), options, 3, RunHooks(on_record=on_record), on_repeat_start=on_start)
-        )
-        result = await task
-        assert started == [1, 2]
-        return result
+        hooks = RunHooks(on_record=on_record, stops=stops)
+        task = asyncio.ensure_future(replay_repeats(small_trace(), options, 3, hooks, on_repeat_start=on_start))
+        if when == "cancel":
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert task.cancelled()
+            return None
+        return await task
 
     result = asyncio.run(run())
-    assert result.interrupted
-    assert result.index == _index(out) == RepeatIndex(base_seed=11, seeds=[11], dirs=["r1"])
+    assert started == [1, 2]
+    assert _index(out) == RepeatIndex(base_seed=11, seeds=[11], dirs=["r1"])
     assert read_repeats(out) == [out / "r1"] and not (out / "r3").exists()
-    assert _run_file(out / "r1")["run"]["interrupted"] is False and not result.results[0].run.interrupted
+    assert _run_file(out / "r1")["run"]["interrupted"] is False
     if when == "start":  # stopped before its run started: nothing of repeat 2 to keep
+        assert result is not None and result.interrupted and result.index == _index(out)
         assert len(result.results) == 1 and not (out / "r2" / RUN_FILE).exists()
-    else:  # the stopped run is written as an interrupted run is, with its own seed
-        assert len(result.results) == 2 and result.results[1].run.interrupted
-        run_file = _run_file(out / "r2")
-        assert run_file["run"]["interrupted"] is True and run_file["options"]["seed"] == repeat_seed(11, 2)
+        return
+    # The stopped or cancelled run is written as an interrupted run is, with its own seed.
+    run_file = _run_file(out / "r2")
+    assert run_file["run"]["interrupted"] is True and run_file["options"]["seed"] == repeat_seed(11, 2)
+    if result is not None:
+        assert result.interrupted and len(result.results) == 2 and result.results[1].run.interrupted
 
 
 def test_ctrl_c_ends_the_set_after_the_current_repeat_and_exits_130(trace_path: Path, tmp_path: Path) -> None:
@@ -308,8 +318,9 @@ def test_repeats_of_a_run_over_worker_processes(sim: SimServer, trace_path: Path
         assert _played(out / f"r{number}") == _drawn(seed)
 
 
-def test_cancelling_a_set_of_sweeps_keeps_the_index_to_the_sweeps_that_completed(
-    sim: SimServer, tmp_path: Path
+@pytest.mark.parametrize("cancel", [False, True], ids=["stopped", "cancelled"])
+def test_stopping_a_set_of_sweeps_keeps_the_index_to_the_sweeps_that_completed(
+    sim: SimServer, tmp_path: Path, cancel: bool
 ) -> None:
     out = tmp_path / "sweeps"
     base = ReplayOptions(
@@ -321,14 +332,19 @@ def test_cancelling_a_set_of_sweeps_keeps_the_index_to_the_sweeps_that_completed
     )
     options = SweepOptions(concurrency=(1, 2), out_dir=out)
 
-    async def run() -> SweepRepeats:
+    stops = RunStops()
+
+    async def run() -> SweepRepeats | None:
         started: list[int] = []
         stopped: list[bool] = []
 
         def on_record(record: RequestRecord) -> None:
             if started == [1, 2] and not stopped:
                 stopped.append(True)
-                task.cancel()
+                if cancel:
+                    task.cancel()
+                else:
+                    stops.stop()
 
         task = asyncio.ensure_future(
             sweep_repeats(
@@ -336,17 +352,25 @@ def test_cancelling_a_set_of_sweeps_keeps_the_index_to_the_sweeps_that_completed
                 base,
                 options,
                 3,
-                RunHooks(on_record=on_record),
+                RunHooks(on_record=on_record, stops=stops),
                 on_repeat_start=lambda number, count, seed: started.append(number),
             )
         )
+        if cancel:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return None
         return await task
 
     result = asyncio.run(run())
-    assert result.interrupted and len(result.results) == 2 and result.results[1].interrupted
-    assert result.index == _index(out) == RepeatIndex(base_seed=2, seeds=[2], dirs=["r1"])
+    if result is not None:
+        assert result.interrupted and len(result.results) == 2 and result.results[1].interrupted
+        assert result.index == _index(out)
+    assert _index(out) == RepeatIndex(base_seed=2, seeds=[2], dirs=["r1"])
     assert read_repeats(out) == [out / "r1"] and not (out / "r3").exists()
     first = json.loads((out / "r1" / SWEEP_FILE).read_text())
     second = json.loads((out / "r2" / SWEEP_FILE).read_text())
     assert [level["status"] for level in first["levels"]] == ["ok", "ok"]
     assert [level["status"] for level in second["levels"]] == ["interrupted"] and second["seed"] == repeat_seed(2, 2)
+    assert second["levels"][0]["error"] == ("cancelled" if cancel else "stopped early (Ctrl-C or a stop)")
+    assert _run_file(out / "r2" / "c1")["run"]["interrupted"] is True  # written before the cancellation went on

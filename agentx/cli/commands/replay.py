@@ -45,7 +45,7 @@ from agentx.cli.parsed import (
 )
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
 from agentx.cli.shared_flags import block_size_option, format_option, gpus_flag, json_flag, overwrite_flag, repeat_flag
-from agentx.errors import WriteFailed, os_condition
+from agentx.errors import RunStopped, WriteFailed, os_condition
 from agentx.replayer.options.replay import DecodeOptions
 from agentx.trace.io import Format
 
@@ -143,16 +143,18 @@ def replay(
                 if repeat > 1:
                     repeated = _replay_repeats(trace, prepared, options, repeat, gpus, live)
                 else:
-                    hooks = progress.hooks() if live else None
-                    work = interruptible(run_and_summarize(prepared, options, hooks, num_gpus=gpus, trace_path=trace))
+                    work = interruptible(
+                        lambda hooks: run_and_summarize(prepared, options, hooks, num_gpus=gpus, trace_path=trace),
+                        progress.hooks() if live else None,
+                    )
                     with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
                         result = runner.run(work)
         except WriteFailed as exc:  # the run stopped early; what it measured is summarized below, if it could be
             failed = exc
         except OSError as exc:  # none of the run's own files (those are a WriteFailed): still one line
             fail(f"{exc.filename or run_dir}: the run failed ({os_condition(exc)})", EXIT_RUN_FAILED)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            # Ctrl-C outside the replay itself (probing, scraping metrics): nothing to summarize yet.
+        except (KeyboardInterrupt, asyncio.CancelledError, RunStopped):
+            # Ctrl-C before the run started (probing the server), or a third one: nothing to summarize.
             stderr.print("interrupted", markup=False)
             sys.exit(EXIT_INTERRUPTED)
     if failed is not None:
@@ -248,18 +250,18 @@ def _replay_repeats(
         stderr.print(line, markup=False)
 
     # Each repeat has a progress of its own: the hooks feed the current one.
-    hooks = current_progress_hooks(lambda: progress)
     work = interruptible(
-        replay_repeats(
+        lambda hooks: replay_repeats(
             prepared,
             options,
             repeats,
-            hooks if live else None,
+            hooks,
             num_gpus=gpus,
             on_repeat_start=start,
             on_repeat_done=done,
             trace_path=trace,
-        )
+        ),
+        current_progress_hooks(lambda: progress) if live else None,
     )
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(options):

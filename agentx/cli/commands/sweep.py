@@ -157,31 +157,32 @@ def sweep_command(
             level_settings=settings,
         )
         shown = _Shown(loaded, base)
+
         # One sweep, or a set of repeats of it (agentx.run.repeats).
-        runs: Coroutine[Any, Any, SweepResult | SweepRepeats] = (
-            sweep_repeats(
+        def runs(hooks: RunHooks) -> Coroutine[Any, Any, SweepResult | SweepRepeats]:
+            if repeat > 1:
+                return sweep_repeats(
+                    loaded,
+                    base,
+                    options,
+                    repeat,
+                    hooks,
+                    on_repeat_start=shown.start_repeat,
+                    on_level_start=shown.start_level,
+                    on_level_done=shown.level_done,
+                    level_server=level_server,
+                )
+            return sweep(
                 loaded,
                 base,
                 options,
-                repeat,
-                shown.hooks(),
-                on_repeat_start=shown.start_repeat,
+                hooks,
                 on_level_start=shown.start_level,
                 on_level_done=shown.level_done,
                 level_server=level_server,
             )
-            if repeat > 1
-            else sweep(
-                loaded,
-                base,
-                options,
-                shown.hooks(),
-                on_level_start=shown.start_level,
-                on_level_done=shown.level_done,
-                level_server=level_server,
-            )
-        )
-        work = interruptible(runs)
+
+        work = interruptible(runs, shown.hooks())
         try:
             with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(base):
                 result = runner.run(work)

@@ -12,10 +12,10 @@
 4. Poll every `POLL_INTERVAL_S`: the new record batches go into the one `records.arrow` (and to `on_record`), the
    in-flight requests are kept for a loss. A shard that dies leaves those recorded cancelled for `worker_lost`;
    `on_worker_loss` stops the rest (`abort`) or lets them go on (`continue`).
-5. Cancelling the caller stops every shard as Ctrl-C stops one run (grace period, then a second cancel cuts it);
-   polling goes on until they have drained, so their records still reach the file. A records file the OS stops
-   taking (a full disk) stops them the same way; the rows from then on are kept in memory, and `WriteFailed` carries
-   them with the run (agentx.replayer.run_replay).
+5. The caller's stops stop every shard as Ctrl-C stops one run (grace period, then a second stop cuts it), and a
+   cancellation stops them at once; polling goes on until they have drained, so their records still reach the file.
+   A records file the OS stops taking (a full disk) stops them the same way; the rows from then on are kept in
+   memory, and `WriteFailed` carries them with the run (agentx.replayer.run_replay).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Final
 import msgspec
 import pyarrow as pa
 
-from agentx.errors import ClusterError, ConfigError, OutputUnwritable
+from agentx.errors import ClusterError, ConfigError, OutputUnwritable, RunStopped
 from agentx.records.record import WORKER_LOST, RequestRecord, RunInfo, to_records
 from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
 from agentx.records.writer import RecordWriter
@@ -67,7 +67,7 @@ _log = logging.getLogger(__name__)
 def _hangups_blocked() -> Iterator[None]:
     """Block `HANGUPS` in this thread while a local Ray cluster starts: its processes (the GCS, the raylet, the shards'
     workers) inherit the mask and outlive a hangup of the process group, which the driver takes as a stop (the
-    command line's STOP_SIGNALS) and passes on to the shards (`_Driver._interrupted`); a signal that came meanwhile
+    command line's STOP_SIGNALS) and passes on to the shards (`_Driver._stopped`); a signal that came meanwhile
     reaches the driver when unblocked."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
@@ -149,6 +149,8 @@ class _Driver:
         self.writer: RecordWriter | None = None
         self.profiling = False
         self.interrupts = 0
+        self.cancelled = False
+        """The caller's task was cancelled while the shards ran (its caller raises once the run is written)."""
         self.cancel_reason: str | None = None
         self.failure: BaseException | None = None
         self.notices: list[str] = []
@@ -212,36 +214,47 @@ class _Driver:
     # -- the run
 
     async def follow(self) -> None:
-        """Poll until every shard has ended or been lost; the caller's cancellations stop the shards."""
-        while not all(shard.finished for shard in self.shards):
-            polling = asyncio.ensure_future(self._poll_all())
-            while not polling.done():
+        """Poll until every shard has ended or been lost. The caller's stops (`hooks.stops`) stop the shards as they
+        stop one run; a cancellation of the caller stops them at once (its caller raises once the run is written), a
+        second one propagates."""
+        loop = asyncio.get_running_loop()
+        stops = self.hooks.stops
+
+        def on_stop(count: int) -> None:
+            loop.call_soon_threadsafe(self._stopped)
+
+        with stops.listening(on_stop) if stops is not None else contextlib.nullcontext():
+            while not all(shard.finished for shard in self.shards):
+                polling = asyncio.ensure_future(self._poll_all())
+                while not polling.done():
+                    try:
+                        await asyncio.shield(polling)  # a poll's records must not be dropped by a cancellation
+                    except asyncio.CancelledError:
+                        if polling.cancelled() or self.cancelled:
+                            raise
+                        self.cancelled = True
+                        self._stopped(at_once=True)
+                polling.result()
+                if all(shard.finished for shard in self.shards):
+                    break
                 try:
-                    await asyncio.shield(polling)  # a poll's records must not be dropped by an interrupt
+                    await asyncio.sleep(POLL_INTERVAL_S)
                 except asyncio.CancelledError:
-                    if polling.cancelled():
+                    if self.cancelled:
                         raise
-                    self._interrupted()
-            polling.result()
-            if all(shard.finished for shard in self.shards):
-                break
-            try:
-                await asyncio.sleep(POLL_INTERVAL_S)
-            except asyncio.CancelledError:
-                self._interrupted()
+                    self.cancelled = True
+                    self._stopped(at_once=True)
         self.ended_ns = time.perf_counter_ns()
         await self._measure_drift()
 
-    def _interrupted(self) -> None:
-        """Ctrl-C (a cancellation): stop every shard, gracefully the first time, at once the second; the third gives
-        up on the records still in flight."""
-        current = asyncio.current_task()
+    def _stopped(self, *, at_once: bool = False) -> None:
+        """A stop (Ctrl-C) or, `at_once`, a cancellation: stop every shard, gracefully the first time, at once the
+        second (each shard counts them)."""
         self.interrupts += 1
-        if self.interrupts > 2 or current is None:
-            raise asyncio.CancelledError
-        current.uncancel()
         self.cancel_reason = self.cancel_reason or "interrupted"
         self._stop_all()
+        if at_once:
+            self._stop_all()
 
     def _stop_all(self) -> None:
         for shard in self.shards:
@@ -415,8 +428,10 @@ class _Driver:
             raise self.failure
         results = [s.report.result for s in self.shards if s.report is not None and s.report.result is not None]
         if self.writer is None:
+            if self.cancelled:  # before any shard started: nothing to summarize
+                raise asyncio.CancelledError
             if self.interrupts:
-                raise asyncio.CancelledError  # stopped before any shard started: nothing to summarize
+                raise RunStopped("the run was stopped before any of its shards started: nothing was measured")
             raise ClusterError("every shard was lost before the run started: see the warnings above")
         interrupted = self.interrupts > 0
         elapsed_s = (self.ended_ns - self.start_ns) / 1e9

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import shutil
 import socket
@@ -32,6 +31,7 @@ from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.clock import DispatchClock, loop_factory
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.stops import RunStops
 from agentx.trace.formats.arrow import from_arrow_bytes
 from agentx.trace.model import Trace
 
@@ -91,10 +91,7 @@ class Shard:
         self._info: RunInfo | None = None
         self._info_sent = False
         self._start_late_s: float | None = None
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[RunResult] | None = None
-        self._stops = 0
+        self._stops = RunStops()
         self._finished = threading.Event()
         self._result: RunResult | None = None
         self._error: BaseException | None = None
@@ -132,13 +129,8 @@ class Shard:
 
     def stop(self) -> None:
         """Stop the run as Ctrl-C does: the first stop lets in-flight requests finish within the grace period, the
-        second cancels them (both are recorded)."""
-        with self._lock:
-            self._stops += 1
-            loop, task = self._loop, self._task
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
-                loop.call_soon_threadsafe(task.cancel)
+        second cancels them (both are recorded); a stop before the run started stops it as it starts."""
+        self._stops.stop()
 
     def poll(self) -> ShardReport:
         """What happened since the last poll (module docstring: the order of the reads matters)."""
@@ -171,21 +163,16 @@ class Shard:
             options = msgspec.structs.replace(self.options, out_dir=scratch, overwrite=True)
             with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 self._result = runner.run(self._main(options, start_perf_ns))
-        except BaseException as exc:  # the driver raises it (a stop before the start: the driver's own cancel)
+        except BaseException as exc:  # the driver raises it
             self._error = exc
         finally:
             shutil.rmtree(scratch, ignore_errors=True)  # every record already went to the driver's queue
             self._finished.set()
 
     async def _main(self, options: ReplayOptions, start_perf_ns: int) -> RunResult:
-        with self._lock:
-            self._loop = asyncio.get_running_loop()
-            self._task = task = asyncio.current_task()
-            stops = self._stops
-        if stops and task is not None:
-            task.cancel()
         assert self.trace is not None
         hooks = RunHooks(
+            stops=self._stops,
             on_sent=self._on_sent,
             on_profiling=self._on_profiling,
             on_start=self._on_start,

@@ -1,8 +1,9 @@
 """What a run calls as it goes: `RunHooks`, given once where the run is asked for (`agentx.replay`) and carried down
 whole to the runner, whichever way the run executes.
 
-A harness or a progress display sets `on_record`, `on_sent` and `on_profiling`; the others are the run's own layers'
-(the run's start for its telemetry, a `--ray` shard's batches and requests in flight, a `--workers` shard's start).
+A harness or a progress display sets `on_record`, `on_sent` and `on_profiling`, and a caller that stops runs early
+(the command line's Ctrl-C) `stops`; the others are the run's own layers' (the run's start for its telemetry, a
+`--ray` shard's batches and requests in flight, a `--workers` shard's start).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pyarrow as pa
 
 from agentx.records.record import RequestRecord, RunInfo
 from agentx.replayer.schedule.clock import DispatchClock
+from agentx.replayer.schedule.stops import RunStops
 
 OnRecord = Callable[[RequestRecord], None]
 """Called with each record as its request finishes (written to the records file already)."""
@@ -30,7 +32,8 @@ OnBatch = Callable[[pa.RecordBatch], None]
 class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
     """What a run calls as it goes: `on_record` with each record written, `on_sent` as each request that will be
     recorded goes out (before its record), `on_profiling` once, as the profiling phase starts (after the warmup; at
-    once in the closed, trace and rate modes).
+    once in the closed, trace and rate modes). `stops` (`RunStops`): the caller's early stops, heard while the run
+    runs (its first ends the run as the deadline would, its second ends the grace period).
 
     The run's own layers add: `on_start` as the run starts; `on_batch` with each batch of records written and
     `on_in_flight` with the record a request keeps if its answer never arrives (a `--ray` shard tells its driver);
@@ -41,6 +44,7 @@ class RunHooks(msgspec.Struct, frozen=True, kw_only=True):
     on_record: OnRecord | None = None
     on_sent: OnEvent | None = None
     on_profiling: OnEvent | None = None
+    stops: RunStops | None = None
     on_start: OnStart | None = None
     on_batch: OnBatch | None = None
     on_in_flight: OnRecord | None = None

@@ -18,6 +18,7 @@ from agentx.replayer.plan.steps import plan_session
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.stops import RunStops
 from agentx.results.summary.summarize import summarize
 from agentx.sim.process import SimServer
 from agentx.trace.io import load_trace
@@ -250,14 +251,16 @@ def test_timeouts_must_be_positive(sim: SimServer, tmp_path: Path, name: str, va
     assert not (tmp_path / "out").exists()
 
 
-def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> None:
+def test_a_stop_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> None:
     long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0)])
     options = _options(slow_sim, tmp_path, grace_s=0.2, sessions=1)
 
+    stops = RunStops()
+
     async def main() -> RunResult:
-        task = asyncio.create_task(run_replay(_trace(long), options))
+        task = asyncio.create_task(run_replay(_trace(long), options, RunHooks(stops=stops)))
         await asyncio.sleep(0.5)
-        task.cancel()
+        stops.stop()
         return await task
 
     result = asyncio.run(main())
@@ -266,17 +269,19 @@ def test_interrupt_drains_and_flushes(slow_sim: SimServer, tmp_path: Path) -> No
     assert [r.error_kind for r in records] == ["cancelled"]
 
 
-def test_a_second_interrupt_ends_the_grace_period_and_still_records(slow_sim: SimServer, tmp_path: Path) -> None:
+def test_a_second_stop_ends_the_grace_period_and_still_records(slow_sim: SimServer, tmp_path: Path) -> None:
     long = make_session("long", [make_request(0.0, 64, 5000, api_time=60.0)])
     options = _options(slow_sim, tmp_path, grace_s=60.0, sessions=2, concurrency=2)
 
+    stops = RunStops()
+
     async def main() -> RunResult:
-        task = asyncio.create_task(run_replay(_trace(long), options))
+        task = asyncio.create_task(run_replay(_trace(long), options, RunHooks(stops=stops)))
         await asyncio.sleep(0.5)
-        task.cancel()
+        stops.stop()
         await asyncio.sleep(0.3)
         assert not task.done()  # in the grace period
-        task.cancel()
+        stops.stop()
         async with asyncio.timeout(5):
             return await task
 
