@@ -268,10 +268,10 @@ def test_on_server_loss_continue_keeps_playing_against_a_dead_server(tmp_path: P
 
 def test_a_server_back_within_the_window_resets_it(tmp_path: Path) -> None:
     """Once profiling is under way the simulator refuses every connection for 1.5 s, then answers again: shorter than
-    the window, so the run rides it out and ends by itself."""
+    the window, so the run rides it out and ends at its duration."""
     out = tmp_path / "run"
     with SimServer(time_scale=0.05, block_size=64) as sim:
-        extra = ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.02", "--sessions", "10"]
+        extra = ["--mode", "closed", "--concurrency", "4", "--delay-scale", "0.02", "--duration", "6"]
         process = _replay(sim, out, [*extra, "--server-loss-window", "4"])
         try:
             while _profiling_records(out) < 1:

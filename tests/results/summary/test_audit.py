@@ -168,10 +168,10 @@ def test_a_client_behind_its_schedule_is_client_bound(p99_s: float, severity: st
     assert codes(audit(records, summary)) == ["client_bound"]
 
 
-def demo_options(server: SimServer, out_dir: Path, sessions: int = 8) -> ReplayOptions:
-    """`make demo`'s run."""
+def demo_options(server: SimServer, out_dir: Path, sessions: int = 8, **fields: object) -> ReplayOptions:
+    """`make demo`'s run (`fields` change it)."""
     return replay_options(url=server.url, model=server.model, out_dir=out_dir, sessions=sessions, concurrency=4,
-                          delay_scale=0.05)  # fmt: skip
+                          delay_scale=0.05, **fields)  # fmt: skip
 
 
 def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_client_bound(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_clie
         assert clean.summary.latency.ttft_s is not None
         assert 0 < server_s.total / requests.total <= clean.summary.latency.ttft_s.mean
         blocked = asyncio.run(
-            replay(trace, demo_options(server, tmp_path / "blocked", 4), RunHooks(on_record=blocking))
+            replay(trace, demo_options(server, tmp_path / "blocked", 4, num_requests=20), RunHooks(on_record=blocking))
         )
     result = blocked.summary.audit
     assert "client_bound" in codes(result)
@@ -203,11 +203,11 @@ def test_the_demo_run_is_audited_clean_and_a_client_that_blocks_its_loop_is_clie
 def test_a_server_that_bundles_drops_cached_tokens_or_answers_before_the_prefill_is_caught(tmp_path: Path) -> None:
     trace = load_trace(SAMPLE_TRACE)
     with SimServer(time_scale=0.05, faults=FaultConfig(bundle_rate=1.0, drop_cached_tokens=True)) as server:
-        bundling = replay_sync(trace, demo_options(server, tmp_path / "bundling", sessions=4))
-    # A prefill of 100 µs a token (wall): the early token comes long before the engine's first.
+        bundling = replay_sync(trace, demo_options(server, tmp_path / "bundling", 4, num_requests=30))
+    # A prefill of 25 µs a token (wall): the early token comes long before the engine's first (~20 ms against ~250 ms).
     early_faults = FaultConfig(early_first_token_rate=1.0)
-    with SimServer(time_scale=0.05, prefill_s_per_token=2e-3, faults=early_faults) as server:
-        early = replay_sync(trace, demo_options(server, tmp_path / "early", sessions=4))
+    with SimServer(time_scale=0.05, prefill_s_per_token=5e-4, faults=early_faults) as server:
+        early = replay_sync(trace, demo_options(server, tmp_path / "early", 4, num_requests=30))
     # A loaded machine (the suite beside other work) may add that the client fell behind, which is then true.
     found = codes(bundling.summary.audit)
     assert [code for code in found if code != "client_bound"] == ["bundled_output", "cached_tokens_absent"]
