@@ -32,10 +32,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite side by side on every core (pytest-xdist); `test-fast` leaves out the modules marked slow (they start
+# The suite side by side (pytest-xdist), two workers a core (at most 16): most of its time is tests waiting on a
+# simulator's or a child's clock, so a core takes two (on 2 cores: 8 minutes where one a core took 12); an idle
+# worker takes tests from a busy one's queue (worksteal). `test-fast` leaves out the modules marked slow (they start
 # processes: tests/project/test_tiers.py) and runs a quarter of the property tests' examples, for the inner loop.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(16, 2 * (os.cpu_count() or 1)))')
 unit: install
-	$(BIN)/pytest -q -n auto
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test: lint typecheck unit
 

@@ -49,3 +49,10 @@ settings.load_profile("agentx")
 # (`strategies.examples`).
 settings.register_profile("thorough", parent=settings.get_profile("agentx"), max_examples=2000)
 settings.register_profile("fast", parent=settings.get_profile("agentx"), max_examples=25)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules marked slow (they start processes and wait on clocks) first, each in its own order: side by side
+    (`pytest -n`), the short tests then fill the workers' last minutes instead of one long test ending the run alone.
+    The same order in every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -447,7 +447,10 @@ def test_chat_replay_of_the_sample_corpus_is_exact(tmp_path: Path) -> None:
 def test_the_collector_settings_come_back_after_a_run(sim: SimServer, tmp_path: Path) -> None:
     import gc
 
-    before, frozen = gc.get_threshold(), gc.get_freeze_count()  # an earlier in-process CLI test may have frozen
+    gc.freeze()  # the host's frozen heap (an earlier in-process CLI test may have frozen one too)
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
     result, _ = _replay(_trace(_flat_session("g", 2)), _options(sim, tmp_path))
     assert result.errors == 0
-    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen and gc.isenabled()
+    assert gc.get_threshold() == before and gc.isenabled()
+    # Neither frozen further nor unfrozen: only objects of the frozen heap freed meanwhile may have left it.
+    assert 0 < gc.get_freeze_count() <= frozen
