@@ -110,15 +110,17 @@ REFERENCE_PACKAGE_harness := agentx-harness==1.0.12
 	.venv-$*/bin/python -c "import aiperf; print('reference: $(REFERENCE_PACKAGE_$*), aiperf', aiperf.__version__)"
 	touch $@
 
-# Four cases at a time (a case is mostly two tools waiting on their traces' clocks), each worker writing
-# runs/reference/summary.gwN.txt; then the cases with large prompts one at a time, alone on the cores (summary.txt).
-# Both halves run; either one failing fails the target.
+# Six cases at a time (a case is mostly two tools waiting on their traces' clocks), then the cases with large prompts
+# two at a time, then `real_all` alone on the cores; each part's workers write runs/reference/summary.PART.gwN.txt.
+# All three parts run; any failing fails the target.
 REFERENCE_ENV := AGENTX_REFERENCE_HARNESS=$(HARNESS_VENV)/bin/agentx AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf
 test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
 	rm -f runs/reference/summary*.txt
-	$(REFERENCE_ENV) $(BIN)/pytest -q -n 4 -m 'not large_prompts' reference_tests; side_by_side=$$?; \
-	$(REFERENCE_ENV) $(BIN)/pytest -q -m large_prompts reference_tests; alone=$$?; \
-	exit $$(( side_by_side || alone ))
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=six $(BIN)/pytest -q -n 6 -m 'not large_prompts and not alone' reference_tests; \
+	side_by_side=$$?; \
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=pairs $(BIN)/pytest -q -n 2 -m large_prompts reference_tests; paired=$$?; \
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=alone $(BIN)/pytest -q -m alone reference_tests; alone=$$?; \
+	exit $$(( side_by_side || paired || alone ))
 
 bench: install
 	$(BIN)/python bench/trace_io.py

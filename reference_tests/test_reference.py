@@ -3,7 +3,8 @@ with agentx's default rules, and AIPerf 0.13.0 (scenario `inferencex-agentx-mvp`
 Each case replays the same Weka traces with a reference and agentx at once, each against its own logging stand-in
 server, and compares what the servers saw per (session, agent, turn) (harness.py says how). A case that differs
 fails with a side-by-side table of the differing rows; every report also lands in `$AGENTX_REFERENCE_OUT`
-(default `runs/reference/`), one folder per reference and case, plus `summary.txt`.
+(default `runs/reference/`), one folder per reference and case, plus `summary.txt` (under `make test-reference`,
+`summary.<part>.<worker>.txt`).
 
 The references come from `$AGENTX_REFERENCE_HARNESS` and `$AGENTX_REFERENCE_AIPERF` (`make test-reference`
 installs them into `.venv-harness` and `.venv-reference`); a reference that is absent has its cases skipped.
@@ -185,8 +186,11 @@ class Spec:
     real: bool = False
     large_prompts: bool = False
     """Prompts of tens of thousands of tokens, whose timing (each stand-in's answers, each tool's phase change) bends
-    when other cases share the cores: marked `large_prompts`, which `make test-reference` runs alone, after the
-    others ran four at a time."""
+    when several other cases share the cores: marked `large_prompts`, which `make test-reference` runs two at a time,
+    after the others ran six at a time."""
+    alone: bool = False
+    """Bends even beside one other case (`real_all`: its harness side's trees changed with a second case beside
+    it, 2026-12-06): marked `alone`, run one at a time, last."""
     agentx_args: tuple[str, ...] = ()
     reference_args: tuple[str, ...] = ()
     harness_args: tuple[str, ...] = ()
@@ -243,7 +247,7 @@ def _held_out(directory: Path) -> Path:
 
 
 SPECS = [
-    Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True, large_prompts=True),
+    Spec("real_all", _real(), concurrency=3, duration=50, seed=42, real=True, alone=True),
     Spec("real_trace_0277", _real(["trace_0277"]), concurrency=1, duration=45, seed=7, real=True, large_prompts=True),
     Spec("real_trace_0014", _real(["trace_0014"]), concurrency=1, duration=45, seed=3, real=True, large_prompts=True),
     Spec("sample_corpus", _sample, concurrency=4, duration=50, seed=11, large_prompts=True),
@@ -330,9 +334,10 @@ def suite() -> Iterator[Suite]:
     if not found:
         variables = " and ".join(env for _, env, _, _ in harness.REFERENCES)
         pytest.skip(f"no reference is installed: set {variables} (`make test-reference` installs both)")
-    # Each worker of `pytest -n` writes a summary of its own cases and builds its own tokenizer.
+    # Each worker of `pytest -n` writes a summary of its own cases and builds its own tokenizer; each part of
+    # `make test-reference` (`AGENTX_REFERENCE_PART`) its own summaries.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    summary = OUT / (f"summary.{worker}.txt" if worker else "summary.txt")
+    summary = OUT / ".".join(filter(None, ["summary", os.environ.get("AGENTX_REFERENCE_PART"), worker, "txt"]))
     OUT.mkdir(parents=True, exist_ok=True)
     against = ", ".join(f"{ref.label} at {ref.executable}" for ref in found.values())
     summary.write_text(
@@ -362,7 +367,8 @@ REFERENCE_NAMES = [name for name, _, _, _ in harness.REFERENCES]
 
 
 def _case(spec: Spec) -> Any:
-    return pytest.param(spec, id=spec.name, marks=[pytest.mark.large_prompts] if spec.large_prompts else [])
+    marks = [pytest.mark.large_prompts] if spec.large_prompts else [pytest.mark.alone] if spec.alone else []
+    return pytest.param(spec, id=spec.name, marks=marks)
 
 
 @pytest.mark.timeout(900)

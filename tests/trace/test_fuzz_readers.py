@@ -198,7 +198,7 @@ def test_weka_reader_on_mutated_documents(fuzz_dir: Path, data: bytes) -> None:
     _load_or_refuse(path, "weka")
 
 
-@fuzz(250)
+@fuzz(125)  # each example generates a trace first: ~80 ms; `--hypothesis-profile=thorough` runs 2,500
 @given(mutated_documents(traces(max_sessions=2).map(_generated_documents)))
 def test_weka_reader_on_mutated_generated_traces(fuzz_dir: Path, data: bytes) -> None:
     path = fuzz_dir / "mutated-generated.jsonl"
