@@ -315,6 +315,8 @@ def test_fuzz_mutated_rows(scratch: Path, rows: list[dict[str, Any]], data: st.D
         try:
             chat = json.loads(lines[at])
         except json.JSONDecodeError:
+            chat = None
+        if not isinstance(chat, dict):  # an earlier mutation broke the row, or cut it to another JSON value ("0")
             kind = "cut"
         if kind == "relink":  # keeps the row valid but may orphan it, loop it or merge conversations
             chat["parent_chat_id"] = data.draw(st.sampled_from([-1, -2, 10**15] + [r["chat_id"] for r in rows]))
