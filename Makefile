@@ -32,11 +32,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite side by side (pytest-xdist), two workers a core (at most 16): most of its time is tests waiting on a
-# simulator's or a child's clock, so a core takes two (on 2 cores: 8 minutes where one a core took 12); an idle
-# worker takes tests from a busy one's queue (worksteal). `test-fast` leaves out the modules marked slow (they start
-# processes: tests/project/test_tiers.py) and runs a quarter of the property tests' examples, for the inner loop.
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(16, 2 * (os.cpu_count() or 1)))')
+# The suite side by side (pytest-xdist), one worker a core unless TEST_WORKERS says otherwise; an idle worker takes
+# tests from a busy one's queue (worksteal). Two a core ran the suite in 7 minutes on 2 cores where one took 12, but
+# its timing tests (decode speed within 2 %, the demo's clean audit) then failed in CI: not the default.
+# `test-fast` leaves out the modules marked slow (they start processes: tests/project/test_tiers.py) and runs a
+# quarter of the property tests' examples, for the inner loop.
+TEST_WORKERS ?= auto
 unit: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
