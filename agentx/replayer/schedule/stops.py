@@ -36,11 +36,6 @@ class RunStops:
             for listener in self._listeners:
                 listener(self.count)
 
-    @property
-    def heard(self) -> bool:
-        """Whether a run listens now (between its start and its end)."""
-        return bool(self._listeners)
-
     @contextlib.contextmanager
     def listening(self, on_stop: OnStop) -> Iterator[None]:
         """While entered, `on_stop(count)` for each stop, in the thread that gives it (so it only hands the stop on:
