@@ -50,16 +50,14 @@ def _long_trace(sessions: int = 2) -> Trace:
     )
 
 
-def _options(url: str, out_dir: Path, **kwargs: object) -> ReplayOptions:
+def _options(url: str, out_dir: Path, model: str = "sim-model", **kwargs: object) -> ReplayOptions:
     fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": GRACE_S, "concurrency": 2, "sessions": 2}
     fields.update(kwargs)
-    return replay_options(mode="closed", url=url, model="sim-model", out_dir=out_dir, **fields)
+    return replay_options(mode="closed", url=url, model=model, out_dir=out_dir, **fields)
 
 
 def _sim_options(sim: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptions:
-    fields: dict[str, object] = {"delay_scale": 0.01, "grace_s": GRACE_S, "concurrency": 2, "sessions": 2}
-    fields.update(kwargs)
-    return replay_options(mode="closed", url=sim.url, model=sim.model, out_dir=out_dir, **fields)
+    return _options(sim.url, out_dir, sim.model, **kwargs)
 
 
 async def _once_in_flight(out_dir: Path) -> None:
