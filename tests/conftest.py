@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,17 @@ from hypothesis import HealthCheck, settings
 from paths import SHARED_DATA
 from strategies import WEKA_SUBAGENT, WEKA_TRACE
 
+from agentx.sim.process import SimServer
+
 WEKA_SAMPLE = SHARED_DATA / "weka-sample"
+
+
+@pytest.fixture(scope="module")
+def slow_sim() -> Iterator[SimServer]:
+    """The simulator at real time (blocks of 16 tokens): a request of a few thousand output tokens runs for many
+    seconds, long enough to stop or cancel a run while it is in flight."""
+    with SimServer(time_scale=1.0, block_size=16) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

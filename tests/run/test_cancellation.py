@@ -11,7 +11,6 @@ import json
 import socket
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,6 @@ pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 BLOCK = 16
 GRACE_S = 60.0
 """A grace period no test waits out: a cancellation ends the run at once."""
-
-
-@pytest.fixture(scope="module")
-def slow_sim() -> Iterator[SimServer]:
-    """Real time: a request of a few thousand output tokens runs for many seconds."""
-    with SimServer(time_scale=1.0, block_size=BLOCK) as server:
-        yield server
 
 
 def _long_trace(sessions: int = 2) -> Trace:

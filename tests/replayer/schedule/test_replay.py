@@ -36,13 +36,6 @@ def sim() -> Iterator[SimServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def slow_sim() -> Iterator[SimServer]:
-    """Real time: a request of a few thousand output tokens runs for many seconds."""
-    with SimServer(time_scale=1.0, block_size=BLOCK) as server:
-        yield server
-
-
 def _chain(start: float, n: int, *, out: int = 8, base: int = 0) -> list[Request]:
     """`n` growing-context requests 1 s apart, each 0.5 s long (ids extend the previous request's)."""
     return growing_chain(n, start=start, out=out, base=base, block_size=BLOCK)
