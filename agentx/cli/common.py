@@ -37,10 +37,13 @@ from agentx.errors import (
 from agentx.trace.io import Format, load_trace
 
 if TYPE_CHECKING:
+    import asyncio
+
     from rich.console import Console
 
     from agentx.replayer.options.replay import ReplayOptions
     from agentx.replayer.schedule.hooks import RunHooks
+    from agentx.replayer.schedule.stops import RunStops
     from agentx.trace.model import Trace
 
 EXIT_BAD_INPUT = 2
@@ -267,7 +270,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 def stop_signals_raise() -> Iterator[None]:
     """While a command runs, Ctrl-C, SIGTERM and SIGHUP raise KeyboardInterrupt, so that any stop signal during its
     start-up (the trace's load, planning, a simulator starting) ends it through its cleanups, with one line and exit
-    130 (`Group.invoke`); a run's own handling (`interruptible`) takes over while the run goes. Only the main thread
+    130 (`Group.invoke`); a run's own handling (`run_interruptibly`) takes over while the run goes. Only the main thread
     can set handlers; the ones before are back on exit (`agentx.cli.early_stop`'s, before a command, being Python's
     own again), and a signal the process was started with ignored (`nohup`) stays ignored."""
     import threading
@@ -291,35 +294,76 @@ def stop_signals_raise() -> Iterator[None]:
             warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
 
 
-async def interruptible(work: Callable[[RunHooks], Coroutine[Any, Any, T]], hooks: RunHooks | None = None) -> T:
-    """Run `work(hooks)`, `hooks` given the run's stops (`RunStops`): Ctrl-C, SIGTERM or SIGHUP is one stop (the first
-    graceful, the second ending the grace period: the run writes its files and returns its partial summary, exit 130).
-    A third cancels it: the run is written at once and nothing more is summarized. One the process was started with
+class _SignalStops:
+    """Stop signals as a run's stops: counted from before its event loop is made (a signal then waits for the run),
+    handed to the run's `RunStops` on the loop once it goes; the third cancels the run's task."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._wake: Callable[[], object] | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+        if self._wake is not None:
+            self._wake()
+
+    @contextlib.contextmanager
+    def handed_to(self, stops: RunStops, task: asyncio.Future[Any]) -> Iterator[None]:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+
+        def hand_over() -> None:
+            while stops.count < self.received:
+                stops.stop()
+                if stops.count > 2:
+                    task.cancel()
+
+        self._wake = functools.partial(loop.call_soon_threadsafe, hand_over)
+        try:
+            hand_over()  # those received while the loop was made
+            yield
+        finally:
+            self._wake = None
+
+
+def run_interruptibly(
+    work: Callable[[RunHooks], Coroutine[Any, Any, T]],
+    hooks: RunHooks | None = None,
+    *around: contextlib.AbstractContextManager[object],
+) -> T:
+    """Run `work(hooks)` on an event loop of its own (`loop_factory`'s), inside `around` (entered once the loop is
+    made), `hooks` given the run's stops (`RunStops`): Ctrl-C, SIGTERM or SIGHUP is one stop (the first graceful, the
+    second ending the grace period: the run writes its files and returns its partial summary, exit 130). A third
+    cancels it: the run is written at once and nothing more is summarized. The signals are taken from before the loop
+    is made until it is closed: one sent as the loop starts or ends waits for the run (a run stopped before it started
+    raises `RunStopped`), never an interrupt raised inside the loop's own machinery. One the process was started with
     ignored (`nohup`) stays ignored. The handlers before are back afterwards (`stop_signals_raise`'s)."""
     import asyncio
 
     import msgspec
 
+    from agentx.replayer.schedule.clock import loop_factory
     from agentx.replayer.schedule.hooks import NO_HOOKS
     from agentx.replayer.schedule.stops import RunStops
     from agentx.replayer.workers import stop_signals_to
 
-    stops = RunStops()
-    task = asyncio.ensure_future(work(msgspec.structs.replace(hooks or NO_HOOKS, stops=stops)))
-    loop = asyncio.get_running_loop()
+    signals = _SignalStops()
 
-    def stop() -> None:
-        stops.stop()
-        if stops.count > 2:
-            task.cancel()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(stop)
+    async def interruptible() -> T:
+        stops = RunStops()
+        task = asyncio.ensure_future(work(msgspec.structs.replace(hooks or NO_HOOKS, stops=stops)))
+        with signals.handed_to(stops, task):
+            return await task
 
     # Not loop.add_signal_handler: removing the loop's handler puts the default action back before the one before can
     # return, and a SIGTERM in that instant would end the process without its summary.
-    with stop_signals_to(on_signal):
-        return await task
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(stop_signals_to(signals))
+        runner = stack.enter_context(asyncio.Runner(loop_factory=loop_factory()))
+        for context in around:
+            stack.enter_context(context)
+        return runner.run(interruptible())
 
 
 def cluster_output(options: ReplayOptions) -> contextlib.AbstractContextManager[object]:

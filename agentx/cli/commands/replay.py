@@ -26,9 +26,9 @@ from agentx.cli.common import (
     default_run_dir,
     fail,
     failing_against,
-    interruptible,
     load_to_replay,
     refuse_existing_run,
+    run_interruptibly,
     stderr,
     stdout,
 )
@@ -91,7 +91,6 @@ def replay(
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
     from agentx.replayer.plan.preparation import prepare_trace
-    from agentx.replayer.schedule.clock import loop_factory
     from agentx.run.replay import over_processes
     from agentx.run.replay import replay as run_and_summarize
 
@@ -143,12 +142,12 @@ def replay(
                 if repeat > 1:
                     repeated = _replay_repeats(trace, prepared, options, repeat, gpus, live)
                 else:
-                    work = interruptible(
+                    result = run_interruptibly(
                         lambda hooks: run_and_summarize(prepared, options, hooks, num_gpus=gpus, trace_path=trace),
                         progress.hooks() if live else None,
+                        progress,
+                        cluster_output(options),
                     )
-                    with asyncio.Runner(loop_factory=loop_factory()) as runner, progress, cluster_output(options):
-                        result = runner.run(work)
         except WriteFailed as exc:  # the run stopped early; what it measured is summarized below, if it could be
             failed = exc
         except OSError as exc:  # none of the run's own files (those are a WriteFailed): still one line
@@ -219,11 +218,9 @@ def _replay_repeats(
 ) -> ReplayRepeats:
     """Run the repeats (`agentx.run.repeats`), each under its header line and, when `live`, with its own progress on
     stderr."""
-    import asyncio
 
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress, current_progress_hooks
-    from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.folders.repeat_index import repeat_seed
     from agentx.run.repeats import replay_repeats
 
@@ -250,22 +247,21 @@ def _replay_repeats(
         stderr.print(line, markup=False)
 
     # Each repeat has a progress of its own: the hooks feed the current one.
-    work = interruptible(
-        lambda hooks: replay_repeats(
-            prepared,
-            options,
-            repeats,
-            hooks,
-            num_gpus=gpus,
-            on_repeat_start=start,
-            on_repeat_done=done,
-            trace_path=trace,
-        ),
-        current_progress_hooks(lambda: progress) if live else None,
-    )
     try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(options):
-            return runner.run(work)
+        return run_interruptibly(
+            lambda hooks: replay_repeats(
+                prepared,
+                options,
+                repeats,
+                hooks,
+                num_gpus=gpus,
+                on_repeat_start=start,
+                on_repeat_done=done,
+                trace_path=trace,
+            ),
+            current_progress_hooks(lambda: progress) if live else None,
+            cluster_output(options),
+        )
     finally:
         progress.close()
 

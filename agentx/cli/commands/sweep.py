@@ -16,8 +16,8 @@ from agentx.cli.common import (
     EXIT_RUN_FAILED,
     cluster_output,
     fail,
-    interruptible,
     load_to_replay,
+    run_interruptibly,
     stderr,
     stdout,
 )
@@ -106,7 +106,6 @@ def sweep_command(
 
     from agentx.errors import SimServerError
     from agentx.records.run_folder import SWEEP_FILE
-    from agentx.replayer.schedule.clock import loop_factory
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.run.repeats import SweepRepeats, sweep_repeats
     from agentx.run.sweep import SweepOptions, sweep
@@ -182,10 +181,8 @@ def sweep_command(
                 level_server=level_server,
             )
 
-        work = interruptible(runs, shown.hooks())
         try:
-            with asyncio.Runner(loop_factory=loop_factory()) as runner, cluster_output(base):
-                result = runner.run(work)
+            result = run_interruptibly(runs, shown.hooks(), cluster_output(base))
         except OSError as exc:
             fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
         except (KeyboardInterrupt, asyncio.CancelledError):
