@@ -252,7 +252,7 @@ async def run_replay(
             if runner is None or main is None or main.done():
                 return  # the run had ended: its last rows only are missing
             runner.recorder.cancel_reason = runner.recorder.cancel_reason or WRITE_FAILED
-            runner.notices.append(
+            runner.tally.notices.append(
                 f"{error.filename}: cannot write the records ({error.strerror}): the run stopped; the rows measured "
                 "from then on are in the summary only"
             )
@@ -367,7 +367,7 @@ def _result(
     """What the run returns, from its runner once it has ended."""
     sessions = prepared.sessions
     trace = sessions.trace
-    played_ids = {trace.sessions[index].session_id for index in runner.played}
+    played_ids = {trace.sessions[index].session_id for index in runner.tally.played}
     flattened = {sid: chains for sid, chains in sessions.chains_by_session.items() if sid in played_ids}
     calibration = server.calibration
     return RunResult(
@@ -375,28 +375,28 @@ def _result(
         records_path=records_path,
         requests=runner.recorder.requests,
         errors=runner.recorder.errors,
-        trees_started=runner.trees_started,
-        trees_finished=runner.trees_finished,
+        trees_started=runner.tally.trees_started,
+        trees_finished=runner.tally.trees_finished,
         interrupted=interrupted,
         elapsed_s=elapsed_s,
         cancelled=runner.recorder.cancelled,
-        skipped=runner.skipped,
-        loop_lag_s=runner.loop_lag_s,
+        skipped=runner.tally.skipped,
+        loop_lag_s=runner.tally.loop_lag_s,
         stream_usage=server.stream_usage,
         calibration=msgspec.convert(calibration.summary(), CalibrationSummary) if calibration is not None else None,
         cancel_reason=runner.recorder.cancel_reason,
-        server_lost_at_s=runner.server_lost_at_s,
-        skipped_context_overflow=runner.skipped_context_overflow,
+        server_lost_at_s=runner.tally.server_lost_at_s,
+        skipped_context_overflow=runner.tally.skipped_context_overflow,
         warmup_requests=runner.recorder.warmup_requests,
-        tstar=runner.tstar,
+        tstar=runner.tally.tstar,
         dropped_sessions=len(sessions.dropped),
         flattened_chains=sum(flattened.values()),
         flattened_by_session=flattened,
         server=server.identity,
         idle_jumps=len(runner.idle.jumps),
         idle_skipped_s=runner.idle.skipped_ns / 1e9,
-        warmup_expected_s=runner.warmup_expected_s,
-        notices=runner.notices,
+        warmup_expected_s=runner.tally.warmup_expected_s,
+        notices=runner.tally.notices,
         request_cap_reached=runner.sender.cap_reached,
         profiling_start_ns=runner.gate.start_ns - start_ns if runner.gate.started.is_set() else None,
         trace_digest=trace_digest(trace),

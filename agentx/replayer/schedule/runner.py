@@ -13,23 +13,19 @@ import contextlib
 import datetime
 import itertools
 import logging
-import socket
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
 
 from agentx.errors import WarmupFailed
 from agentx.records.record import Phase, RequestRecord
 from agentx.records.writer import RecordWriter
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.http1 import Body
-from agentx.replayer.options.limits import shard_share, tree_limit
 from agentx.replayer.options.replay import AgentxLoad, LaneLoad, RateLoad, ReplayOptions, TraceLoad, lanes
 from agentx.replayer.plan.arrivals import rate_arrivals, trace_arrivals
 from agentx.replayer.plan.bodies import BodyBuilder
 from agentx.replayer.plan.play import Play, PreparedSession, PreparedTrace, marker_hex
-from agentx.replayer.plan.sent_blocks import SentBlocks
 from agentx.replayer.plan.steps import Step, session_order
 from agentx.replayer.plan.tstar import Snapshot, snapshot, t_star
 from agentx.replayer.prompts.block_text import GROUP_BLOCKS
@@ -39,20 +35,16 @@ from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, 
 from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OffLoop
-from agentx.replayer.schedule.recorder import Recorder
+from agentx.replayer.schedule.parts import RunTally, recorder, run_settings, sender, server_loss_watch
 from agentx.replayer.schedule.release import Release
-from agentx.replayer.schedule.sending import Sender
-from agentx.replayer.schedule.server_loss import ServerLossWatch
 from agentx.replayer.schedule.slices import Slices
 from agentx.replayer.schedule.warmup import (
-    LaneStart,
     ProfilingGate,
     handoff_steps,
     lane_start,
     live_offsets,
     send_primers,
 )
-from agentx.trace.model import Trace
 
 FLUSH_EVERY_S = 0.05
 """How often the records waiting are looked at: a batch is written once `FLUSH_ROWS` wait, and at least every
@@ -82,22 +74,9 @@ long first body (~100k tokens) does not delay the send (bench/README.md, setup C
 _log = logging.getLogger(__name__)
 
 
-def _tree_limit(trace: Trace, options: ReplayOptions) -> int | None:
-    """How many trees this shard starts (agentx.replayer.options.limits); None: until the deadline or the cap."""
-    if trace.request_count == 0:
-        return 0
-    limit = tree_limit(options.scenario, len(trace.sessions))
-    return None if limit is None else shard_share(limit, options.runtime.shard)
-
-
 def _ended_ns(tree: Play) -> int:
     """When `tree`'s last request ended (or its last step settled): its lane's next tree is due then."""
     return max(tree.completed_ns, default=0) or time.perf_counter_ns()
-
-
-def _caps_output(extra_body: Mapping[str, Any] | None) -> bool:
-    """Whether the user's extra body sets the output cap itself (then what each request's cap was is not known)."""
-    return extra_body is not None and any(key in extra_body for key in ("max_tokens", "max_completion_tokens"))
 
 
 class Runner:
@@ -124,43 +103,28 @@ class Runner:
         hooks = hooks or NO_HOOKS
         self.prepared = prepared
         self.trace = trace = prepared.trace
-        self.played: set[int] = set()
-        """Sessions this run has drawn (a shared `PreparedTrace` may hold others, from earlier runs)."""
+        self.options = options
+        self.settings = settings = run_settings(trace, options)
+        self.tally = RunTally(notices=list(notices))
         self.off_loop = OffLoop(fast_switch=options.runtime.fast_thread_switch)
         self.on_ready = hooks.on_ready
-        self.options = options
         self.client = client
         self.writer = writer
         self.bodies = bodies
         self.run_id = run_id
-        self.server_lost_at_s: float | None = None
-        """When the streak of refusals that lost the server began, s after the run's start (None: not lost)."""
-        self.server_loss = (
-            ServerLossWatch(
-                client,
-                failures=options.runtime.server_loss_failures,
-                window_s=options.runtime.server_loss_window_s,
-                on_lost=self._server_lost,
-                in_flight=lambda: len(self.sender.exchanges),
-            )
-            if options.runtime.on_server_loss == "stop"
-            else None
+        self.server_loss = server_loss_watch(
+            client, options, on_lost=self._server_lost, in_flight=lambda: len(self.sender.exchanges)
         )
-        self.recorder = Recorder(
+        self.recorder = recorder(
             writer,
+            options,
+            bodies,
+            hooks,
             run_id=run_id,
             start_ns=start_ns,
-            marker_tokens=bodies.marker_tokens,
-            failed_request_threshold=options.scenario.failed_request_threshold,
-            lanes=lanes(options.load),
-            on_record=hooks.on_record,
             notice=self.notice,
             fail_run=self.stop,
             server_loss=self.server_loss,
-            max_tokens=None if _caps_output(options.server.extra_body) else bodies.max_tokens,
-            slo=options.scenario.slo,
-            worker=options.runtime.shard[0],
-            node=options.runtime.node or socket.gethostname(),
         )
         shard_index, shard_count = options.runtime.shard
         # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every
@@ -171,30 +135,17 @@ class Runner:
             None,
             shard_count,
         )
-        self.tree_limit = _tree_limit(trace, options)
-        self.lanes = range(shard_index, lanes(options.load), shard_count)
-        self.loop_lag_s: list[float] = []
-        load = options.load
-        self.delay_scale = options.scenario.delay_scale / (load.speedup if isinstance(load, TraceLoad) else 1.0)
         self.stopped = asyncio.Event()
         self.graceful = asyncio.Event()
         """Set with `stopped` by every stop but the request cap's: the grace period runs (`_stopper`)."""
-        self.rules = options.scenario.rule_set
-        self.affinity_headers = (
-            ("X-Session-Affinity",) if self.rules.session_affinity_header else ()
-        ) + options.server.affinity_headers
-        # The load-time cap already cut the gaps; the runtime one acts on the live schedule (§4c), under the
-        # harness's rules from the profiling start only (`_profiling_opened`).
-        self.runtime_tree_cap_s = (
-            options.scenario.tree_idle_cap_s if options.scenario.tree_cap_mode == "runtime" else None
-        )
         self.clock = clock
-        from_start = self.runtime_tree_cap_s if self.rules.tree_idle_cap_mode == "warp" else None
+        # Under the harness's rules the runtime tree cap counts from the profiling start only (`_profiling_opened`).
+        from_start = settings.runtime_tree_cap_s if settings.rules.tree_idle_cap_mode == "warp" else None
         self.idle = IdleCaps(
             options.scenario.system_idle_cap_s,
             from_start,
             clock,
-            at_return=options.scenario.rule_set.system_cap_at_return,
+            at_return=settings.rules.system_cap_at_return,
         )
         self.gate = ProfilingGate(on_open=self._profiling_opened, on_start=hooks.on_profiling)
         self.live_plays: set[Play] = set()
@@ -207,28 +158,16 @@ class Runner:
         self.handoff: dict[tuple[int, int], tuple[Play, Step, bool]] = {}
         """After a per-lane cache-pressure stage, the turns it handed over to profiling, by (id(tree), step index):
         (tree, step, waiting on subagents) (agentx.replayer.schedule.warmup.handoff_steps)."""
-        cap = options.scenario.num_requests
-        self.sender = Sender(
+        self.sender = sender(
             client,
-            bodies.path,
-            self.idle,
-            self.recorder,
-            options.runtime.grace_s,
-            SentBlocks(bodies.session_scope, lru_blocks),
-            request_cap=None if cap is None else shard_share(cap, options.runtime.shard),
+            options,
+            bodies,
+            hooks,
+            idle=self.idle,
+            recorder=self.recorder,
+            lru_blocks=lru_blocks,
             on_cap=self.halt,
-            on_sent=hooks.on_sent,
-            on_in_flight=hooks.on_in_flight,
         )
-        self.tstar: list[LaneStart] = []
-        self.skipped_context_overflow = 0
-        self.passes: dict[int, int] = {}
-        """Per session index: plays so far (the marker's recycle pass)."""
-        self.warmup_expected_s = 0.0
-        self.notices: list[str] = list(notices)
-        self.skipped = 0
-        self.trees_started = 0
-        self.trees_finished = 0
         self._upcoming: collections.deque[tuple[int, int]] = collections.deque()
         """Trees of the shared order looked at ahead of their draw (`_peek_tree`), not drawn yet."""
         self._prefetching: set[int] = set()
@@ -275,12 +214,12 @@ class Runner:
                     if self.options.runtime.quiet_gc:
                         freeze_new()  # the lanes' first plans: built once, walked by no collection
                     scenario = self.options.scenario
-                    self.warmup_expected_s = await send_primers(
+                    self.tally.warmup_expected_s = await send_primers(
                         self,
                         self.firsts,
                         spread=load.warmup == "spread",
                         lead_cap_s=scenario.system_idle_cap_s
-                        if self.rules.warmup_lead_cap == "system"
+                        if self.settings.rules.warmup_lead_cap == "system"
                         else scenario.tree_idle_cap_s,
                         system_idle_cap_s=scenario.system_idle_cap_s,
                     )
@@ -290,9 +229,8 @@ class Runner:
                     primed_ns = await self._start_instant()
                     for play in self.firsts:
                         play.begin(primed_ns)
-                    self.gate.begin_pressure(
-                        self.lanes, load.warmup_requests_per_lane, pooled=self.rules.pressure == "pooled"
-                    )
+                    pooled = self.settings.rules.pressure == "pooled"
+                    self.gate.begin_pressure(self.settings.lanes, load.warmup_requests_per_lane, pooled=pooled)
                     origin_ns = primed_ns
                 elif isinstance(load, LaneLoad):
                     firsts = await self._first_trees()
@@ -328,7 +266,7 @@ class Runner:
         attempts = load.concurrency + 2 * len(self.trace.sessions)
         seed = self.options.scenario.seed
         slices = Slices()
-        for lane in self.lanes:
+        for lane in self.settings.lanes:
             while attempts > 0 and (drawn := self._next_tree()) is not None:
                 attempts -= 1
                 position, index = drawn
@@ -337,9 +275,9 @@ class Runner:
                 state = snapshot(plan, t_star(seed, plan.session_id, lane, plan, load.tstar_window))
                 if not state.sendable:
                     continue
-                self.trees_started += 1
+                self.tally.trees_started += 1
                 firsts[lane] = self._play(prepared, lane, position, self._marker(index, lane), state)
-                self.tstar.append(lane_start(lane, prepared, state))
+                self.tally.tstar.append(lane_start(lane, prepared, state))
                 break
             if lane not in firsts:
                 break
@@ -352,12 +290,12 @@ class Runner:
         the first lane left without a tree."""
         firsts: dict[int, Play] = {}
         slices = Slices()
-        for lane in self.lanes:
+        for lane in self.settings.lanes:
             drawn = self._next_tree()
             if drawn is None:
                 break
             position, index = drawn
-            self.trees_started += 1
+            self.tally.trees_started += 1
             marker = self._marker(index, lane)
             firsts[lane] = self._play(await self._prepared_off_loop(index), lane, position, marker)
             await slices.pause()
@@ -390,7 +328,7 @@ class Runner:
         ramp_s = load.ramp_s if isinstance(load, LaneLoad) else 0.0
         concurrency = lanes(load)
         slices = Slices()
-        for lane in self.lanes:
+        for lane in self.settings.lanes:
             first = firsts.get(lane)
             due_ns = origin_ns + int(ramp_s * lane / concurrency * 1e9)
             stopped = ramp_s > 0 and await self._sleep_until(due_ns)
@@ -406,7 +344,7 @@ class Runner:
             await slices.pause()
 
     def notice(self, message: str) -> None:
-        self.notices.append(message)
+        self.tally.notices.append(message)
         _log.warning(message)
 
     async def _sleep_until(self, due_ns: int) -> bool:
@@ -419,12 +357,12 @@ class Runner:
         return self.stopped.is_set()
 
     def _prepared(self, index: int) -> PreparedSession:
-        self.played.add(index)
+        self.tally.played.add(index)
         return self.prepared.prepared(index)
 
     async def _prepared_off_loop(self, index: int) -> PreparedSession:
         """`_prepared`, a large session not planned yet planned off the loop (agentx.replayer.schedule.offloop)."""
-        self.played.add(index)
+        self.tally.played.add(index)
         return await self._planned(index)
 
     async def _planned(self, index: int) -> PreparedSession:
@@ -459,7 +397,7 @@ class Runner:
         """The cache-bust marker of the next play of session `index` on `lane` (None: no cache-bust)."""
         if self.bodies.cache_bust == "off":
             return None
-        recycle_pass = self.passes[index] = self.passes.get(index, -1) + 1
+        recycle_pass = self.tally.passes[index] = self.tally.passes.get(index, -1) + 1
         load = self.options.load
         key = (load.benchmark_id if isinstance(load, AgentxLoad) else None) or self.run_id
         return marker_hex(key, recycle_pass, lane, self.trace.sessions[index].session_id)
@@ -472,7 +410,7 @@ class Runner:
             lane,
             position,
             time.perf_counter_ns(),
-            self.affinity_headers,
+            self.settings.affinity_headers,
             snapshot=state,
             marker=marker,
         )
@@ -480,7 +418,7 @@ class Runner:
     async def _watch_loop(self) -> None:
         """Sample how late a timer fires: the event loop's own lag, which every timestamp inherits."""
         loop = asyncio.get_running_loop()
-        samples = self.loop_lag_s
+        samples = self.tally.loop_lag_s
         while True:
             due = loop.time() + LOOP_LAG_TICK_S
             await asyncio.sleep(LOOP_LAG_TICK_S)
@@ -505,7 +443,7 @@ class Runner:
 
     def _server_lost(self, first_loss_ns: int, losses: int, span_s: float) -> None:
         """The server stopped answering (agentx.replayer.schedule.server_loss): the run stops as an interrupt does."""
-        self.server_lost_at_s = at_s = (first_loss_ns - self.recorder.start_ns) / 1e9
+        self.tally.server_lost_at_s = at_s = (first_loss_ns - self.recorder.start_ns) / 1e9
         ago = datetime.timedelta(seconds=(time.perf_counter_ns() - first_loss_ns) / 1e9)
         wall = datetime.datetime.now().astimezone() - ago
         if self.recorder.cancel_reason is None:
@@ -566,14 +504,16 @@ class Runner:
         """A lane's first tree that the run stopped before the lane started: counted as `_run_play` counts a tree
         whose steps all find the run stopped (each not settled at t* skipped), without a task per step."""
         state = tree.snapshot
-        self.skipped += sum(1 for step in tree.prepared.plan.steps if state is None or not state.is_settled(step.index))
+        steps = tree.prepared.plan.steps
+        self.tally.skipped += sum(1 for step in steps if state is None or not state.is_settled(step.index))
         self.sender.sent_blocks.forget(tree)
         self.idle.forget(tree)
-        self.trees_finished += 1
+        self.tally.trees_finished += 1
 
     def _may_draw(self) -> bool:
         """Whether a tree may still start (the run goes on, below its tree limit); once not, never again."""
-        return not self.stopped.is_set() and (self.tree_limit is None or self.trees_started < self.tree_limit)
+        limit = self.settings.tree_limit
+        return not self.stopped.is_set() and (limit is None or self.tally.trees_started < limit)
 
     async def _lane(self, lane: int, first: Play | None = None) -> None:
         try:
@@ -583,7 +523,7 @@ class Runner:
                 free_ns = _ended_ns(first)
             while (drawn := self._next_tree()) is not None:
                 position, index = drawn
-                self.trees_started += 1
+                self.tally.trees_started += 1
                 marker = self._marker(index, lane)  # drawn in draw order, whichever plan is ready first
                 self._prefetch_next()
                 prepared = await self._prepared_off_loop(index)
@@ -671,7 +611,8 @@ class Runner:
                 # Set up every arrival within the lead, up to the tree limit.
                 horizon_ns = time.perf_counter_ns() + PREFETCH_LEAD_NS
                 while upcoming is not None and origin_ns + int(upcoming[1][0] * 1e9) < horizon_ns:
-                    if self.tree_limit is not None and self.trees_started + len(ahead) >= self.tree_limit:
+                    limit = self.settings.tree_limit
+                    if limit is not None and self.tally.trees_started + len(ahead) >= limit:
                         upcoming = None
                         break
                     position, (offset_s, index) = upcoming
@@ -702,8 +643,8 @@ class Runner:
                     play = await ready
                     if self.stopped.is_set():
                         break
-                    self.played.add(index)
-                self.trees_started += 1
+                    self.tally.played.add(index)
+                self.tally.trees_started += 1
                 play.begin(due_ns)
                 trees.create_task(self._run_play(play))
 
@@ -727,7 +668,7 @@ class Runner:
             self.sender.sent_blocks.forget(tree)
             self.idle.forget(tree)
             tree.forget_texts()
-        self.trees_finished += 1
+        self.tally.trees_finished += 1
         await asyncio.sleep(0)  # a tree without steps must not starve the loop
 
     def _profiling_opened(self) -> None:
@@ -739,8 +680,8 @@ class Runner:
             self.handoff = {
                 (id(tree), step.index): (tree, step, waiting) for tree, step, waiting in handoff_steps(self.live_plays)
             }
-        if self.runtime_tree_cap_s is not None and self.rules.tree_idle_cap_mode == "runtime":
-            self.idle.start_tree_cap(self.runtime_tree_cap_s, self.live_plays, self.gate.start_ns)
+        if self.settings.runtime_tree_cap_s is not None and self.settings.rules.tree_idle_cap_mode == "runtime":
+            self.idle.start_tree_cap(self.settings.runtime_tree_cap_s, self.live_plays, self.gate.start_ns)
 
     def _phase_cut(self) -> float:
         """How much earlier every first profiling turn goes under a phase-wide profiling start (§4d; the harness's
@@ -773,7 +714,7 @@ class Runner:
                     # first turns before any builds its next).
                     await asyncio.sleep(0)
             if self.stopped.is_set():
-                self.skipped += 1
+                self.tally.skipped += 1
                 return
             phase: Phase = "profiling" if self.gate.started.is_set() else "warmup"
             prebuilt = tree.take_prebuilt(step.index)
@@ -783,12 +724,12 @@ class Runner:
                 sent_tokens, body = await self.build_body(tree, step, phase)
             # Under the harness's join rule the subagents joined are waited for after the turn's own deadline,
             # which runs meanwhile (§3a); otherwise every dependency first.
-            joins_after = self.rules.join_waits_delay and bool(step.joins)
+            joins_after = self.settings.rules.join_waits_delay and bool(step.joins)
             for dependency in step.depends_on:
                 if not (joins_after and dependency in step.joins):
                     await tree.done.wait(dependency)
             if self.stopped.is_set():
-                self.skipped += 1
+                self.tally.skipped += 1
                 return
             if self._ended(tree, step):
                 return
@@ -809,14 +750,14 @@ class Runner:
                     return
                 await self.gate.wait(self.stopped)
             if self.stopped.is_set():
-                self.skipped += 1
+                self.tally.skipped += 1
                 return
             if phase != "profiling":
                 sent_tokens, body = await self.build_body(tree, step, "profiling")
             release = self._due(tree, step, (id(tree), step.index) in self.handoff)
             first_live = state is not None and step.index in state.first_live
             child_start = step.depth > 0 and step.turn == 0 and not first_live
-            outside_caps = (child_start or joins_after) and not self.rules.child_timers_capped
+            outside_caps = (child_start or joins_after) and not self.settings.rules.child_timers_capped
             if outside_caps:
                 # A subagent's first turn waits a plain sleep that no idle cap moves, as AIPerf 0.13.0's
                 # (`aiperf/timing/branch_orchestrator.py`, `_dispatch_first_turn_after_offset`) does (§3a).
@@ -832,12 +773,12 @@ class Runner:
                     release.hold(last, tree.completed_ns[last])
                 stopped = self.stopped.is_set()
             if stopped:
-                self.skipped += 1
+                self.tally.skipped += 1
                 return
             if self._ended(tree, step):
                 return
             if not self.sender.admit():  # the request cap was reached
-                self.skipped += 1
+                self.tally.skipped += 1
                 return
             await self.sender.send(
                 tree, step, release.due_ns, sent_tokens, body, outside_caps=outside_caps, release=release
@@ -889,17 +830,17 @@ class Runner:
                 step,
                 profiling_start_ns=self.gate.start_ns,
                 phase_cut_s=self._handoff_cut(tree),
-                delay_scale=self.delay_scale,
+                delay_scale=self.settings.delay_scale,
             )
         return due.due(
             tree,
             step,
             profiling_start_ns=self.gate.start_ns,
             load=self.options.load,
-            rules=self.rules,
+            rules=self.settings.rules,
             tree_idle_cap_s=self.options.scenario.tree_idle_cap_s,
-            phase_cut_s=self._phase_cut() if self.rules.profiling_start == "phase" else 0.0,
-            delay_scale=self.delay_scale,
+            phase_cut_s=self._phase_cut() if self.settings.rules.profiling_start == "phase" else 0.0,
+            delay_scale=self.settings.delay_scale,
         )
 
     def _handoff_cut(self, tree: Play) -> float:
@@ -919,6 +860,6 @@ class Runner:
         """Whether `step`'s session ended on a context overflow (its agent's, or the root's for the whole
         tree, docs/agentx.md §5); counts it as skipped for that reason."""
         if "" in tree.ended_agents or step.agent_id in tree.ended_agents:
-            self.skipped_context_overflow += 1
+            self.tally.skipped_context_overflow += 1
             return True
         return False

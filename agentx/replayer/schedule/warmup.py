@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
@@ -28,6 +28,9 @@ from agentx.replayer.plan.tstar import Snapshot
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.sending import Sender
 from agentx.replayer.schedule.slices import Slices
+
+if TYPE_CHECKING:
+    from agentx.replayer.schedule.parts import RunSettings
 
 WARMUP_NOTICE_S: Final = 120.0
 """A warmup expected to take longer than this is announced (on the "agentx" logger, and in `RunResult.notices`)."""
@@ -126,7 +129,7 @@ class Dispatcher(Protocol):
     bodies: BodyBuilder
     sender: Sender
     idle: IdleCaps
-    delay_scale: float
+    settings: RunSettings
     stopped: asyncio.Event
 
     def stop(self) -> None: ...
@@ -162,12 +165,12 @@ async def send_primers(
     expected_s = 0.0
     if spread:
         expected_s = expected_warmup_s(
-            [(max_lead - lead) * run.delay_scale for _, _, lead in primers], system_idle_cap_s
+            [(max_lead - lead) * run.settings.delay_scale for _, _, lead in primers], system_idle_cap_s
         )
         if expected_s > WARMUP_NOTICE_S:
             run.notice(
                 f"the warmup will take about {_duration(expected_s)}: {len(primers)} primers spread "
-                f"over leads of up to {_duration(max_lead * run.delay_scale)} before t*"
+                f"over leads of up to {_duration(max_lead * run.settings.delay_scale)} before t*"
                 + (
                     " (--system-idle-cap is off)"
                     if system_idle_cap_s is None
@@ -189,7 +192,7 @@ async def send_primers(
 
     async def prime(play: Play, index: int, lead: float) -> None:
         step = play.prepared.plan.steps[index]
-        offset_s = (max_lead - lead) * run.delay_scale if spread else 0.0
+        offset_s = (max_lead - lead) * run.settings.delay_scale if spread else 0.0
         stopped, due_ns = await run.idle.wait(play, start_ns + int(offset_s * 1e9), run.stopped)
         if stopped:
             return
