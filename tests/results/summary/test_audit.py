@@ -88,6 +88,21 @@ def test_whole_responses_at_once_are_rejected_as_bundled_output() -> None:
     assert result.rejects("tpot") and result.rejects("interactivity") and not result.rejects("ttft")
 
 
+def test_streams_a_client_stall_outlasts_are_not_blamed_on_the_server() -> None:
+    """11 tokens at the run's median TPOT of 50 ms last 500 ms: a client whose loop stalled 600 ms may have read them
+    in one go, one that stalled 100 ms may not."""
+
+    def bundled(k: int) -> RequestRecord:
+        at = (1 + k) * S + 600 * MS
+        return rec(k, first_token_ns=at, last_token_ns=at + 20_000, chunk_times_ns=[at + 2_000 * j for j in range(11)])
+
+    records = table([rec(k) for k in range(40)] + [bundled(k) for k in range(40, 50)])
+    summary = summarize(records)
+    for stall_s, expected in ((0.1, ["bundled_output"]), (0.6, [])):
+        summary.loop_lag = LoopLag(samples=100, p50_s=0.0, p99_s=0.01, max_s=stall_s)
+        assert codes(audit(records, summary)) == expected
+
+
 def test_one_bundled_request_in_hundreds_is_noise() -> None:
     at = 301 * S + 600 * MS
     odd = rec(300, first_token_ns=at, last_token_ns=at + 1_000, chunk_times_ns=[at] * 11)

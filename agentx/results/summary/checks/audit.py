@@ -10,7 +10,10 @@ marks them and never shows them as a run's best without the mark (docs/results.m
 The checks and their thresholds:
 
 - `bundled_output` (error; TPOT, ITL, interactivity): requests with ≥ `BUNDLED_MIN_OSL` output tokens streamed at a
-  TPOT below `BUNDLED_TPOT_S` (faster than any served model decodes), in ≥ 1 % of the kept requests.
+  TPOT below `BUNDLED_TPOT_S` (faster than any served model decodes), in ≥ 1 % of the kept requests. A request the
+  client's own longest stall (event-loop lag max) could have bundled is not counted: one whose stream, at the median
+  TPOT of the run's unbundled requests, would have lasted no longer than that stall (a loaded client reads a short,
+  fast stream in one go).
 - `chunk_bundling` (warning; ITL): mean tokens per content chunk above `CHUNK_RATIO_MAX` × what the run expects (the
   forced acceptance length, else the realized one, else 1; times `--stream-interval` when given).
 - `ttft_faster_than_prefill` (error; TTFT): requests whose uncached prompt tokens (≥ `PREFILL_MIN_TOKENS`) over
@@ -108,7 +111,7 @@ def audit(records: pa.Table | RunRecords, summary: Summary) -> Audit:
     findings: list[Finding] = []
     if table.num_rows:
         osl = ints_or(table, "osl_server_tokens", "osl_streamed_tokens")
-        findings += _bundled_output(table, osl)
+        findings += _bundled_output(table, osl, summary)
         findings += _chunk_bundling(summary, _stream_interval(records))
         findings += _ttft_faster_than_prefill(table)
         findings += _ttft_before_server(table, summary)
@@ -131,10 +134,14 @@ def _where(table: pa.Table, row: int) -> str:
     return f"session {session!r} agent {agent!r} turn {turn}" if agent else f"session {session!r} turn {turn}"
 
 
-def _bundled_output(table: pa.Table, osl: np.ndarray) -> list[Finding]:
+def _bundled_output(table: pa.Table, osl: np.ndarray, summary: Summary) -> list[Finding]:
     tpot = floats(table, "tpot_s")
     long_enough = osl >= BUNDLED_MIN_OSL
     bundled = long_enough & np.isfinite(tpot) & (tpot < BUNDLED_TPOT_S)
+    streamed = long_enough & np.isfinite(tpot) & ~bundled
+    if bundled.any() and streamed.any() and summary.loop_lag is not None:
+        stream_s = (osl - 1) * float(np.median(tpot[streamed]))
+        bundled &= stream_s > summary.loop_lag.max_s
     count, population = int(bundled.sum()), int(long_enough.sum())
     if count == 0 or count < BUNDLED_MIN_SHARE * population:
         return []
