@@ -16,9 +16,13 @@ from agentx.sim.process import SimServer
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
-TIME_SCALE = 0.1
-OVERHEAD_S = 0.008
-DECODE_S_PER_TOKEN = 60e-6
+# A step of 4 ms + 1 ms a token, so a second user's tokens cost a step 50 % more, at a quarter of real time: a stream
+# of ~300 steps lasts ~0.6 s, so a loaded machine's 20 ms stall of the client or the simulator at its first or last
+# token moves the measured speed under the 3 % the assertions allow.
+TIME_SCALE = 0.25
+OVERHEAD_S = 0.004
+DECODE_S_PER_TOKEN = 1e-3
+REL = 0.03
 
 
 def _expected_tps(al: float, k: int, batch: int = 1) -> float:
@@ -56,8 +60,8 @@ def test_decode_recovers_the_configured_speed_and_al(sim: SimServer) -> None:
     )
     assert result.failed == 0 and len(result.samples) == 5
     assert result.decode_tps is not None and result.decode_tps.count == 5
-    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3), rel=0.02)
-    assert result.decode_tps.p90 == pytest.approx(_expected_tps(3.0, 3), rel=0.02)
+    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3), rel=REL)
+    assert result.decode_tps.p90 == pytest.approx(_expected_tps(3.0, 3), rel=REL)
     for sample in result.samples:
         assert sample.output_tokens == 1000 and sample.decode_tokens == 999
     found = result.acceptance
@@ -73,7 +77,7 @@ def test_prefill_is_excluded(sim: SimServer) -> None:
         DecodeOptions(server=Server(url=sim.url, model=sim.model), isl_tokens=20_000, osl_tokens=600, repetitions=2)
     )
     assert result.decode_tps is not None
-    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3), rel=0.02)
+    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3), rel=REL)
     ttft = [s.ttft_s for s in result.samples if s.ttft_s is not None]
     assert min(ttft) > 20_000 * 40e-6 * TIME_SCALE * 0.9  # the prefill took its time, and did not count
 
@@ -83,7 +87,7 @@ def test_concurrent_users_share_the_step(sim: SimServer) -> None:
         DecodeOptions(server=Server(url=sim.url, model=sim.model), osl_tokens=600, concurrency=2, repetitions=2)
     )
     assert result.decode_tps is not None and result.decode_tps.count == 4
-    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3, batch=2), rel=0.02)
+    assert result.decode_tps.p50 == pytest.approx(_expected_tps(3.0, 3, batch=2), rel=REL)
 
 
 def test_the_request_timeout_applies_to_decode(sim: SimServer) -> None:
@@ -104,7 +108,7 @@ def test_decode_at_al_6() -> None:
             DecodeOptions(server=Server(url=server.url, model=server.model), osl_tokens=1201, repetitions=2)
         )
     assert result.decode_tps is not None
-    assert result.decode_tps.p50 == pytest.approx(_expected_tps(6.0, 7), rel=0.02)
+    assert result.decode_tps.p50 == pytest.approx(_expected_tps(6.0, 7), rel=REL)
     assert result.acceptance.realized_al == pytest.approx(6.0, abs=0.05)
 
 
@@ -112,7 +116,7 @@ def test_cli_decode_against_the_simulator_prints_json() -> None:
     args = [
         "decode",
         "--sim-time-scale",
-        "0.1",
+        "0.25",
         "--osl",
         "600",
         "--repetitions",
@@ -126,7 +130,7 @@ def test_cli_decode_against_the_simulator_prints_json() -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.output[result.output.index("{") :])
     # The built-in simulator runs its default step model (attention included): about AL / 8.2 ms.
-    assert document["decode_tps"]["p50"] == pytest.approx(3.0 / (0.00824 * 0.1), rel=0.03)
+    assert document["decode_tps"]["p50"] == pytest.approx(3.0 / (0.00824 * 0.25), rel=REL)
     assert document["acceptance"]["realized_al"] == pytest.approx(3.0, abs=0.05)
     assert document["options"]["spec_al"] == 3.0 and "api_key" not in document["options"]
 
