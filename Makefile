@@ -32,12 +32,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite side by side (pytest-xdist), one worker a core unless TEST_WORKERS says otherwise; an idle worker takes
-# tests from a busy one's queue (worksteal). Two a core ran the suite in 7 minutes on 2 cores where one took 12, but
-# its timing tests (decode speed within 2 %, the demo's clean audit) then failed in CI: not the default.
+# The suite side by side (pytest-xdist), two workers a core unless TEST_WORKERS says otherwise (most of a test's time
+# is waiting on a simulator's or a child's clock); an idle worker takes tests from a busy one's queue (worksteal).
+# Its timing tests hold with a CPU-heavy process beside them (docs/development.md).
 # `test-fast` leaves out the modules marked slow (they start processes: tests/project/test_tiers.py) and runs a
 # quarter of the property tests' examples, for the inner loop.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 unit: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 

@@ -10,12 +10,14 @@ import gc
 import json
 import socket
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
 from builders import make_request, make_session, make_trace
 from flat import replay_options
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentx.errors import ConfigError, RunStopped
 from agentx.records.record import read_records, to_records
@@ -52,10 +54,23 @@ def _sim_options(sim: SimServer, out_dir: Path, **kwargs: object) -> ReplayOptio
     return _options(sim.url, out_dir, sim.model, **kwargs)
 
 
-async def _once_in_flight(out_dir: Path) -> None:
-    """Return once the run's records file exists and its requests have had time to go out."""
-    for _ in range(400):
-        if (out_dir / RECORDS_FILE).exists():
+def _running(sim: SimServer) -> float:
+    """The requests in the simulator's engine now (its `vllm:num_requests_running`)."""
+    with urllib.request.urlopen(sim.url + "/metrics", timeout=5.0) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "vllm:num_requests_running"
+    )
+
+
+async def _once_in_flight(sim: SimServer, requests: int = 2) -> None:
+    """Return once the run's `requests` are in the simulator's engine and streaming (however long a loaded machine
+    takes to start the run, or its workers)."""
+    for _ in range(1200):
+        if await asyncio.to_thread(_running, sim) >= requests:
             break
         await asyncio.sleep(0.025)
     await asyncio.sleep(0.4)
@@ -80,7 +95,7 @@ def test_a_cancelled_replay_ends_cancelled_with_its_files_written(
 
     async def main() -> tuple[asyncio.Task[ReplayResult], float]:
         task = asyncio.create_task(replay(_long_trace(), options))
-        await _once_in_flight(tmp_path if workers == 1 else tmp_path / "workers" / "1")
+        await _once_in_flight(slow_sim)
         cancelled_at = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -114,7 +129,7 @@ def test_a_task_group_whose_other_task_fails_does_not_wait_for_the_replay(slow_s
     """The outer task's cancellation reaches the replay: it ends, written, and the group raises the failure."""
 
     async def fails_soon() -> None:
-        await _once_in_flight(tmp_path)
+        await _once_in_flight(slow_sim)
         raise LookupError("the harness's own failure")
 
     async def main() -> None:
@@ -177,7 +192,7 @@ def test_a_stop_returns_the_partial_result_and_the_task_ends_normally(slow_sim: 
         task = asyncio.create_task(
             replay(_long_trace(), _sim_options(slow_sim, tmp_path, grace_s=0.3), RunHooks(stops=stops))
         )
-        await _once_in_flight(tmp_path)
+        await _once_in_flight(slow_sim)
         stops.stop()  # from the loop's thread here; any thread may
         return task, await task
 

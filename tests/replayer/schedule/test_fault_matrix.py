@@ -145,7 +145,9 @@ def _replay(sim: SimServer, out_dir: Path, case: Case) -> Outcome:
         load=ClosedLoad(concurrency=CONCURRENCY),
         scenario=Scenario(delay_scale=case.delay_scale),
         connection=Connection(idle_timeout_s=case.idle_timeout_s),
-        runtime=Runtime(grace_s=5.0),
+        # A refusal window's streak would have the server-loss watch ask `/v1/models` too, refused and counted with
+        # the turns (as many as a loaded machine's timing lets in): the watch has tests of its own.
+        runtime=Runtime(grace_s=5.0, on_server_loss="continue" if case.refuse_s else "stop"),
     )
     result = asyncio.run(run_replay(_trace(case.sessions), options, RunHooks(on_profiling=on_profiling)))
     # /metrics is refused too while the window lasts.
