@@ -154,7 +154,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     None when the server's `/metrics` did not give its capacity (agentx.replayer.plan.sent_blocks)."""
     server_notices: list[str] = []
     """What the server got wrong in the answer (agentx.replayer.schedule.sanity): `output_over_max_tokens`,
-    `prompt_count_differs`, `not_event_stream`; empty for most."""
+    `prompt_count_differs`, `not_event_stream`, `stream_without_done`; empty for most."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -302,8 +302,8 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     ),
     (
         pa.field("server_notices", pa.list_(_STR), nullable=False),
-        "what the server got wrong in the answer: output_over_max_tokens, prompt_count_differs, not_event_stream "
-        "(agentx.replayer.schedule.sanity); empty for most",
+        "what the server got wrong in the answer: output_over_max_tokens, prompt_count_differs, not_event_stream, "
+        "stream_without_done (agentx.replayer.schedule.sanity); empty for most",
     ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])

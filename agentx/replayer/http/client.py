@@ -98,6 +98,11 @@ class Client:
         self._credentials = Credentials(self.base_url, api_key=api_key, headers=headers, user=user, password=password)
         self._endpoint = Endpoint(self.base_url, self._ssl)
         sent = self._credentials.headers
+        # No Accept-Encoding would allow any coding (RFC 9110 §12.5.3): a server or proxy that gzips a stream then
+        # hides its chunks' timing and sends what no stream parser reads. agentx reads identity only, unless the
+        # user's own headers say otherwise.
+        own = {name.lower() for name in sent}
+        identity = {} if "accept-encoding" in own else {"Accept-Encoding": "identity"}
         # Every streamed request's constant head lines, encoded once.
         self._fixed_head = encode_headers(
             {
@@ -105,6 +110,7 @@ class Client:
                 "User-Agent": USER_AGENT,
                 "Content-Type": "application/json",
                 "Accept": "text/event-stream",
+                **identity,
                 **sent,
             }
         )
@@ -113,6 +119,7 @@ class Client:
             {
                 "Host": self._endpoint.host_header,
                 "User-Agent": USER_AGENT,
+                **identity,
                 **{name: value for name, value in sent.items() if name.lower() != "accept"},
             }
         )

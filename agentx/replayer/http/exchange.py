@@ -67,6 +67,8 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     """Times the request was sent again because the server had closed its reused connection unanswered."""
     foreign_content_type: str | None = None
     """A streamed request's answer said it is not an event stream: its Content-Type."""
+    without_done: bool = False
+    """A stream that ended after its `finish_reason` without `data: [DONE]`: kept whole, and marked."""
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         """End the request now, failed with `kind` and `message` (already scrubbed of secrets)."""

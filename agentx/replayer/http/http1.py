@@ -32,11 +32,16 @@ HEAD_MAX_BYTES: Final = 64 * 1024
 
 class Sink(Protocol):
     """Receives one response as it arrives. `data` may raise to abort the exchange (the connection is then
-    closed, never reused)."""
+    closed, never reused). `whole` is read once the body's framing has ended: False when what the body carried says
+    it was cut short (an event stream without its end), so the rest may still come on the connection, which is
+    then not reused."""
 
     def head(self, status: int, reason: str, headers: dict[str, str], now_ns: int) -> None: ...
 
     def data(self, chunk: bytes, now_ns: int) -> None: ...
+
+    @property
+    def whole(self) -> bool: ...
 
 
 class HTTPProtocolError(Exception):
@@ -155,6 +160,10 @@ class WholeBody:
     def body(self) -> bytes:
         return b"".join(self._parts)
 
+    @property
+    def whole(self) -> bool:
+        return True
+
 
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 
@@ -222,6 +231,8 @@ class HttpConnection(asyncio.Protocol):
         self._received += len(data)
         sink = self._sink
         if sink is None or self._state == _DONE:
+            if not data.strip(b"\r\n"):
+                return  # blank lines after a response: a server's stray CRLF, which a client ignores (RFC 9112 §2.2)
             self.abort()  # bytes nobody asked for: the connection's framing is lost
             return
         try:
@@ -233,7 +244,7 @@ class HttpConnection(asyncio.Protocol):
             self._fail(exc)
             return
         if self._state == _DONE:
-            self._finish(self._keep_alive)
+            self._finish(self._keep_alive and sink.whole)
 
     def _parse(self, data: bytes, sink: Sink, now_ns: int) -> bytes:
         """Advance the response state machine over `data`; returns the body bytes it carried."""
@@ -259,6 +270,10 @@ class HttpConnection(asyncio.Protocol):
         while position < size and self._state != _DONE:
             state = self._state
             if state == _HEAD:
+                while data.startswith(b"\r\n", position) or data.startswith(b"\n", position):
+                    position += 1 if data[position] == 0x0A else 2  # blank lines before the status line
+                if position == size:
+                    break
                 end = data.find(b"\r\n\r\n", position)
                 if end < 0:
                     if size - position > HEAD_MAX_BYTES:

@@ -137,6 +137,13 @@ class StreamResponse:
         self._running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
         self._done = False
 
+    @property
+    def whole(self) -> bool:
+        """Whether the body, its framing ended, was all the answer: not a 200 event stream that ended before
+        `data: [DONE]` (a server sending a zero-length chunk mid-stream, the rest of the stream then following on
+        the connection, which must not carry another request)."""
+        return self._done or not self.streamed or self._foreign or self.exchange.status != 200
+
     def sending(self) -> None:
         """The request's bytes go to the socket now."""
         self.exchange.sent_ns = self.flight.last_ns = time.perf_counter_ns()
@@ -149,6 +156,14 @@ class StreamResponse:
         self.exchange.status = status
         self._reason = reason
         self._content_type = headers.get("content-type", "")
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if status == 200 and encoding not in ("", "identity"):
+            raise ExchangeError(
+                "protocol",
+                f"the server answered with Content-Encoding {encoding!r} though agentx asks for none "
+                "(Accept-Encoding: identity): a server or proxy compressing the stream hides its chunks' timing; turn "
+                "its compression off for this endpoint",
+            )
         kind = self._content_type.split(";", 1)[0].strip().lower()
         self._foreign = self.streamed and status == 200 and bool(kind) and kind != "text/event-stream"
         if self._foreign:
@@ -224,6 +239,10 @@ class StreamResponse:
         if not self.streamed:
             self._whole(b"".join(self._parts))
             return
+        if not self._done and not self._foreign:
+            # An event the close left unterminated (`data: [DONE]`, or the last chunk, with no blank line after it)
+            # still counts.
+            self._events(b"\n\n", exchange.end_ns)
         usage = self._usage
         if usage is not None:
             exchange.prompt_tokens = usage.prompt_tokens
@@ -247,7 +266,10 @@ class StreamResponse:
                     f"the server answered 200 with Content-Type {self._content_type!r}, not an event stream "
                     f"(text/event-stream): {start!r}",
                 )
-            raise ExchangeError("protocol", "the stream ended without data: [DONE]")
+            if exchange.finish_reason is None:
+                raise ExchangeError("protocol", "the stream ended without data: [DONE]")
+            # Every token and the finish reason came: what was measured stands (sanity.py marks it).
+            exchange.without_done = True
 
     def _whole(self, raw: bytes) -> None:
         """A non-streaming answer: its content, if any, is one chunk arriving with the end of the body."""

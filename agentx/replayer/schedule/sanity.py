@@ -1,6 +1,6 @@
 """Numbers the server got wrong: each request's answer checked against what was asked and sent.
 
-Three kinds (`ServerNotice`), each a sign of a server, proxy or configuration that does not do what the run assumes:
+Four kinds (`ServerNotice`), each a sign of a server, proxy or configuration that does not do what the run assumes:
 - `output_over_max_tokens`: more output tokens (the server's `usage.completion_tokens`, or those streamed when the
   stream counted them) than the request's `max_tokens`: the server ignores the cap, so output lengths and throughput
   are not the trace's.
@@ -8,6 +8,8 @@ Three kinds (`ServerNotice`), each a sign of a server, proxy or configuration th
   `PROMPT_TOLERANCE` and `PROMPT_SLACK_TOKENS`: it tokenizes or templates the prompt otherwise than agentx built it.
 - `not_event_stream`: a streamed request answered with another Content-Type than `text/event-stream` (a proxy's
   page, a server that does not stream).
+- `stream_without_done`: a stream that ended after its `finish_reason` without `data: [DONE]` (a server or proxy
+  that closes early): kept as complete, since every token came, but the server does not end streams as OpenAI's do.
 
 A request's kinds go into its record (`server_notices`); the first of each kind is announced as the run goes, and the
 summary counts them.
@@ -20,7 +22,7 @@ from typing import Final, Literal
 
 from agentx.replayer.http.exchange import Exchange
 
-ServerNotice = Literal["output_over_max_tokens", "prompt_count_differs", "not_event_stream"]
+ServerNotice = Literal["output_over_max_tokens", "prompt_count_differs", "not_event_stream", "stream_without_done"]
 PROMPT_TOLERANCE: Final = 0.02
 """A server's prompt count within 2% of the tokens sent is the same count (a chat template's own tokens)."""
 PROMPT_SLACK_TOKENS: Final = 8
@@ -46,6 +48,8 @@ def server_notices(
         found.append("prompt_count_differs")
     if exchange.foreign_content_type is not None:
         found.append("not_event_stream")
+    if exchange.without_done:
+        found.append("stream_without_done")
     return found
 
 
@@ -69,10 +73,15 @@ class SanityNotices:
                 what = f"the server gave more output tokens than max_tokens {max_tokens:,} ({said}{streamed})"
             elif kind == "prompt_count_differs":
                 what = f"the server counted {exchange.prompt_tokens:,} prompt tokens where {sent_tokens:,} were sent"
-            else:
+            elif kind == "not_event_stream":
                 what = (
                     f"the server answered a streamed request with Content-Type {exchange.foreign_content_type!r}, not "
                     "an event stream"
+                )
+            else:
+                what = (
+                    f"the server ended a stream after its finish_reason {exchange.finish_reason!r} without "
+                    "data: [DONE] (kept as complete)"
                 )
             self.notice(
                 f"{what} ({where}); every such request is marked in the records (server_notices: {kind}) and counted "

@@ -73,7 +73,7 @@ class Counts(msgspec.Struct, kw_only=True):
     """Warmup-phase records (any status), left out of every metric."""
     server_notices: dict[str, int] = {}
     """Profiling requests whose answer the server got wrong, by kind (`output_over_max_tokens`, `prompt_count_differs`,
-    `not_event_stream`; agentx.replayer.schedule.sanity); a request may count under several."""
+    `not_event_stream`, `stream_without_done`; agentx.replayer.schedule.sanity); a request may count under several."""
 
 
 class Latency(msgspec.Struct, kw_only=True):

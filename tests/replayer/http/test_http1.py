@@ -49,12 +49,13 @@ class FakeTransport:
 class Recorder:
     """A sink that keeps what it was given."""
 
-    def __init__(self, fail_on: bytes | None = None) -> None:
+    def __init__(self, fail_on: bytes | None = None, *, whole: bool = True) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.body = b""
         self.reads = 0
         self.fail_on = fail_on
+        self.whole = whole
 
     def head(self, status: int, reason: str, headers: dict[str, str], now_ns: int) -> None:
         self.status, self.headers = status, headers
@@ -195,6 +196,37 @@ def test_body_until_close_ends_with_the_connection() -> None:
 def test_keep_alive_rules(head: bytes, reusable: bool) -> None:
     _, _, outcome = feed(head, [])
     assert outcome is reusable
+
+
+def test_a_body_its_sink_calls_cut_short_leaves_the_connection_unused() -> None:
+    """A zero-length chunk mid-stream ends the body's framing before the stream's end: the rest may follow."""
+    response = HEAD_CHUNKED + chunked(b"data: one\n\n", [11], extension=False, trailer=False)
+    _, _, outcome = feed(response, [], Recorder(whole=False))
+    assert outcome is False
+
+
+@pytest.mark.parametrize("blank", [b"\r\n", b"\n", b"\r\n\r\n"])
+@pytest.mark.parametrize("apart", [False, True])
+def test_blank_lines_before_a_status_line_are_ignored(blank: bytes, apart: bool) -> None:
+    """A server's stray CRLF after its last response reaches the next one's head, in its read or one of its own."""
+    response = blank + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    sink, _, outcome = feed(response, [len(blank)] if apart else [])
+    assert outcome is True and sink.status == 200 and sink.body == b"ok"
+
+
+def test_a_stray_crlf_on_an_idle_connection_keeps_it() -> None:
+    async def main() -> HttpConnection:
+        connection = HttpConnection()
+        transport = FakeTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        done = connection.send((b"GET / HTTP/1.1\r\n\r\n", b""), Recorder())
+        connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        assert done.result() is True
+        connection.data_received(b"\r\n")
+        return connection
+
+    connection = asyncio.run(main())
+    assert not connection.closed and connection.transport is not None and not connection.transport.is_closing()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,188 @@
+"""Server quirks lose no measurement: real replays over loopback against a stand-in server that writes its bytes by
+hand, each test with one quirk seen in the field.
+
+- A stream that delivered every token and its `finish_reason`, then ended without `data: [DONE]`, is kept whole and
+  marked (`server_notices: stream_without_done`); a `data: [DONE]` the close left without its blank line counts.
+- A stray CRLF after a complete response does not break the next response on the connection.
+- A zero-length chunk mid-stream ends that request (its stream was cut) and nothing after it.
+- Every request says `Accept-Encoding: identity`; a server that compresses anyway is a clear protocol error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from builders import make_request, make_session, make_trace
+
+from agentx.records.record import RequestRecord, read_records, to_records
+from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.replayer.run_replay import run_replay
+from agentx.replayer.run_result import RunResult
+from agentx.results.summary.summarize import summarize
+
+MODEL = "m"
+TOKENS = ("one", " two", " three", " four")
+SESSIONS, TURNS = 3, 4
+
+Writer = Callable[[asyncio.StreamWriter], None]
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(text: str, finish_reason: str | None = None) -> bytes:
+    choice = {"index": 0, "text": text, "finish_reason": finish_reason}
+    return b"data: " + json.dumps({"object": "text_completion", "model": MODEL, "choices": [choice]}).encode() + b"\n\n"
+
+
+def _events(*, done: bytes | None = b"data: [DONE]\n\n") -> list[bytes]:
+    """A whole completion's events: one token each, the finish reason on the last, then `done` (None: no [DONE])."""
+    events = [_event(token) for token in TOKENS[:-1]] + [_event(TOKENS[-1], "length")]
+    return events + ([done] if done is not None else [])
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _stream(events: list[bytes]) -> bytes:
+    return STREAM_HEAD + b"".join(_chunk(event) for event in events) + b"0\r\n\r\n"
+
+
+def _json(document: object) -> bytes:
+    body = json.dumps(document).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+
+
+class QuirkServer:
+    """Answers `/v1/models` and streams every completion as `answer(completion number)` writes it, keeping each
+    request's head."""
+
+    def __init__(self, answer: Callable[[int], list[bytes]]) -> None:
+        self.answer = answer
+        self.heads: list[dict[str, str]] = []
+        self.completions = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    raw = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = raw.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {
+                    k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
+                await reader.readexactly(int(headers.get("content-length", "0")))
+                if method == "GET" and path == "/v1/models":
+                    writer.write(_json({"object": "list", "data": [{"id": MODEL, "object": "model"}]}))
+                elif method == "POST" and path == "/v1/completions":
+                    self.heads.append(headers)
+                    self.completions += 1
+                    for piece in self.answer(self.completions):
+                        writer.write(piece)
+                        await writer.drain()
+                        await asyncio.sleep(0.002)  # each piece a read of its own
+                else:
+                    writer.write(NOT_FOUND)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        try:
+            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        finally:
+            server.close()
+
+
+def _replay(server: QuirkServer, out_dir: Path) -> tuple[RunResult, list[RequestRecord]]:
+    chain = [make_request(float(i), 64 + 32 * i, len(TOKENS), api_time=0.05) for i in range(TURNS)]
+    trace = make_trace(*(make_session(f"s{i}", chain) for i in range(SESSIONS)), block_size=16)
+
+    async def go() -> RunResult:
+        async with server.running() as url:
+            options = ReplayOptions(
+                server=Server(url=url, model=MODEL, stream_usage="none"),
+                out_dir=out_dir,
+                load=ClosedLoad(concurrency=2),
+                scenario=Scenario(delay_scale=0.0, failed_request_threshold=None),
+                runtime=Runtime(grace_s=2.0, metrics_interval_s=None),
+            )
+            return await run_replay(trace, options)
+
+    result = asyncio.run(go())
+    return result, to_records(read_records(result.records_path))
+
+
+def test_a_stream_ended_after_its_finish_reason_without_done_is_kept_and_marked(tmp_path: Path) -> None:
+    result, records = _replay(QuirkServer(lambda _: [_stream(_events(done=None))]), tmp_path)
+    assert len(records) == SESSIONS * TURNS and all(r.status == "ok" for r in records)
+    assert all(r.osl_streamed_tokens == len(TOKENS) and r.server_notices == ["stream_without_done"] for r in records)
+    assert all(r.first_token_ns is not None and r.last_token_ns is not None for r in records)
+    said = [notice for notice in result.notices if "without data: [DONE]" in notice]
+    assert len(said) == 1 and "finish_reason 'length'" in said[0]
+    counted = summarize(read_records(result.records_path)).counts
+    assert counted.server_notices == {"stream_without_done": counted.profiling}
+
+
+def test_a_done_without_its_blank_line_ends_the_stream(tmp_path: Path) -> None:
+    _, records = _replay(QuirkServer(lambda _: [_stream(_events(done=b"data: [DONE]"))]), tmp_path)
+    assert len(records) == SESSIONS * TURNS
+    assert all(r.status == "ok" and r.server_notices == [] for r in records)
+
+
+def test_a_stream_without_its_finish_reason_or_done_is_still_a_protocol_error(tmp_path: Path) -> None:
+    _, records = _replay(QuirkServer(lambda _: [_stream(_events(done=None)[:-1])]), tmp_path)
+    assert records and all(
+        r.error_kind == "protocol" and "without data: [DONE]" in (r.error_message or "") for r in records
+    )
+
+
+def test_a_stray_crlf_after_each_response_breaks_no_later_one(tmp_path: Path) -> None:
+    server = QuirkServer(lambda _: [_stream(_events()), b"\r\n"])
+    _, records = _replay(server, tmp_path)
+    assert len(records) == SESSIONS * TURNS and all(r.status == "ok" for r in records), [
+        r.error_message for r in records if r.status != "ok"
+    ]
+
+
+def test_a_zero_length_chunk_mid_stream_cuts_that_request_only(tmp_path: Path) -> None:
+    def answer(number: int) -> list[bytes]:
+        if number != 3:
+            return [_stream(_events())]
+        events = _events()
+        # The first half, a zero-length chunk, then the rest of the stream as if nothing had happened.
+        return [STREAM_HEAD + _chunk(events[0]) + b"0\r\n\r\n", b"".join(_chunk(e) for e in events[1:]) + b"0\r\n\r\n"]
+
+    _, records = _replay(QuirkServer(answer), tmp_path)
+    failed = [r for r in records if r.status != "ok"]
+    assert len(records) == SESSIONS * TURNS and len(failed) == 1, [r.error_message for r in failed]
+    assert failed[0].error_kind == "protocol" and failed[0].osl_streamed_tokens == 1
+
+
+def test_every_request_asks_for_no_compression_and_a_compressed_stream_is_a_clear_error(tmp_path: Path) -> None:
+    plain = QuirkServer(lambda _: [_stream(_events())])
+    _replay(plain, tmp_path / "plain")
+    assert plain.heads and all(head.get("accept-encoding") == "identity" for head in plain.heads)
+
+    def gzipped(_: int) -> list[bytes]:
+        body = gzip.compress(b"".join(_events()))
+        head = STREAM_HEAD.replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\n\r\n")
+        return [head + _chunk(body) + b"0\r\n\r\n"]
+
+    _, records = _replay(QuirkServer(gzipped), tmp_path / "gzip")
+    assert records and all(r.error_kind == "protocol" for r in records)
+    assert all("Content-Encoding 'gzip'" in (r.error_message or "") for r in records)
