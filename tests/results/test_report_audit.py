@@ -298,3 +298,19 @@ def test_the_audit_column_and_task_tables_fit_the_terminal(sweep_dir: Path, tmp_
     report = build_report([load_series(copy)], ReportOptions(usd_per_gpu_hour=3.6))
     text = assert_fits([item for item in report_tables(report) if isinstance(item, FittedTable)], width)
     assert "cost per task of sweep" in text and "bundled_output" in text
+
+
+def test_a_level_whose_requests_failed_shows_its_errors_with_their_statuses(sweep_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, copy)
+    path = copy / "c2" / RUN_FILE
+    document = json.loads(path.read_text())
+    document["summary"]["counts"].update(errors=46, errors_by_kind={"http": 46}, errors_by_status={"503": 46})
+    path.write_text(json.dumps(document))
+
+    levels = _section(build_report([load_series(copy)]), "levels of")
+    assert _cells(levels, "c2")["errors"] == "http 46 (HTTP 503 ×46)" and _cells(levels, "c1")["errors"] == "0"
+    rows = {row["label"]: row for row in _json([str(copy)])["series"][0]["levels"]}
+    assert rows["c2"]["errors"] == 46 and rows["c1"]["errors"] == 0
+    # A series without errors shows no errors column.
+    assert "errors" not in _section(build_report([load_series(sweep_dir)]), "levels of").header

@@ -314,7 +314,7 @@ def run_failure(summary: Summary, run: RunResult, threshold: float | None) -> st
     """Why a run that ended by itself does not stand (exit 3), in one line; None when it does."""
     cancel_reason = run.cancel_reason
     counts = summary.counts
-    kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(counts.errors_by_kind.items()))
+    kinds = counts.errors_text()
     failed = f"{counts.errors:,} of {counts.profiling:,} profiling requests failed" + (f" ({kinds})" if kinds else "")
     if cancel_reason == "worker_lost":
         return (

@@ -214,7 +214,8 @@ def report_sections(report: Report) -> list[Section]:
             "TPOT p50 (ms)",
             "front",
         ]
-        # The audit column only where a level has a finding: a clean series' table is as it always was.
+        # The errors and audit columns only where a level has some: a clean series' table is as it always was.
+        failing = any(r.errors for r in s.levels)
         audited = any(r.audit for r in s.levels)
         rows = [
             [
@@ -229,10 +230,11 @@ def report_sections(report: Report) -> list[Section]:
                 _marked(_ms(r.tpot_p50_s), r.rejecting("tpot")),
                 "✓" if r.on_front else "",
             ]
+            + ([r.errors_text or "0"] if failing else [])
             + ([_audit_cell(r.audit)] if audited else [])
             for r in s.levels
         ]
-        header += ["audit"] if audited else []
+        header += (["errors"] if failing else []) + (["audit"] if audited else [])
         sections.append(Section(title=f"levels of {_name(s)} ({s.path}, {s.num_gpus} GPU)", header=header, rows=rows))
         if s.tasks is not None:
             sections += _task_sections(s, s.tasks)

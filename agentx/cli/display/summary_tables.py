@@ -74,7 +74,7 @@ def _count_rows(summary: Summary) -> list[tuple[str, str]]:
     """What was sent and what came back: successes, errors by kind, cancellations, answers the server got wrong."""
     rows: list[tuple[str, str]] = []
     c = summary.counts
-    errors = ", ".join(f"{k} {v:,}" for k, v in c.errors_by_kind.items()) or "none"
+    errors = c.errors_text() or "none"
     rows.append(("profiling requests succeeded / sent", f"{c.kept:,} / {c.profiling:,}"))
     rows.append(("errors", f"{c.errors:,} ({errors})"))
     rows.append(("cancelled · warmup excluded", f"{c.cancelled:,} · {c.warmup_excluded:,}"))

@@ -116,6 +116,7 @@ class StreamResponse:
         "_foreign",
         "_parts",
         "_reason",
+        "_retry_after",
         "_running_tokens",
         "_usage",
         "exchange",
@@ -131,6 +132,7 @@ class StreamResponse:
         self._parts: list[bytes] = []
         self._error_body = b""
         self._reason = ""
+        self._retry_after = ""
         self._content_type = ""
         self._foreign = False  # a streamed request answered with something that says it is not an event stream
         self._usage: _Usage | None = None
@@ -155,6 +157,7 @@ class StreamResponse:
         self.exchange.headers_ns = self.flight.last_ns = now_ns
         self.exchange.status = status
         self._reason = reason
+        self._retry_after = headers.get("retry-after", "") if status != 200 else ""
         self._content_type = headers.get("content-type", "")
         encoding = headers.get("content-encoding", "").strip().lower()
         if status == 200 and encoding not in ("", "identity"):
@@ -235,7 +238,10 @@ class StreamResponse:
             message = error_message(raw) or self._reason
             text = raw.decode("utf-8", "replace")
             kind: ErrorKind = "context_overflow" if overflows(text, context_overflow_substrings) else "http"
-            raise ExchangeError(kind, f"HTTP {exchange.status}: {message}")
+            # A rate limit's or an overload's own word on when to come back: the run does not wait for it (that
+            # would change the load it was asked to offer), but says it.
+            later = f" (Retry-After: {self._retry_after[:40]})" if self._retry_after else ""
+            raise ExchangeError(kind, f"HTTP {exchange.status}: {message}{later}")
         if not self.streamed:
             self._whole(b"".join(self._parts))
             return

@@ -121,6 +121,11 @@ class LevelRow(msgspec.Struct, kw_only=True):
     """Time per output token (TPOT), per request, median over requests."""
     tpot_p90_s: float | None = None
     requests: int = 0
+    """Profiling requests that succeeded: the population of the level's figures."""
+    errors: int = 0
+    """Profiling requests that failed (cancellations apart)."""
+    errors_text: str = ""
+    """The errors by kind and HTTP status, "http 46 (HTTP 503 ×46)"; "" when none."""
     on_front: bool = False
     slo: str | None = None
     """The level's `--slo` targets ("TTFT ≤ 2 s, TPOT ≤ 50 ms"); None: the run had none."""
@@ -483,7 +488,9 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
             row.note = rejected_point(rejected)
     if level.summary is not None:
         latency = level.summary.latency
-        row.requests = level.summary.counts.kept
+        counts = level.summary.counts
+        row.requests, row.errors = counts.kept, counts.errors
+        row.errors_text = counts.errors_text()
         path = level.summary.critical_path
         if path is not None:
             row.critical_path, row.critical_path_plays = path.shares, path.plays

@@ -67,6 +67,8 @@ class Counts(msgspec.Struct, kw_only=True):
     errors: int
     """Profiling requests that failed, cancellations excluded."""
     errors_by_kind: dict[str, int]
+    errors_by_status: dict[str, int] = {}
+    """The `http` errors by their status ("503": 46), in code order."""
     cancelled: int
     """Profiling requests cancelled (run end or Ctrl-C); not counted in `errors`."""
     warmup_excluded: int
@@ -74,6 +76,15 @@ class Counts(msgspec.Struct, kw_only=True):
     server_notices: dict[str, int] = {}
     """Profiling requests whose answer the server got wrong, by kind (`output_over_max_tokens`, `prompt_count_differs`,
     `not_event_stream`, `stream_without_done`; agentx.replayer.schedule.sanity); a request may count under several."""
+
+    def errors_text(self) -> str:
+        """The errors by kind, the `http` ones with their statuses: "http 46 (HTTP 503 ×40, 429 ×6), timeout 2"; ""
+        when none."""
+        statuses = ", ".join(f"{code} ×{count:,}" for code, count in self.errors_by_status.items())
+        return ", ".join(
+            f"{kind} {count:,}" + (f" (HTTP {statuses})" if kind == "http" and statuses else "")
+            for kind, count in self.errors_by_kind.items()
+        )
 
 
 class Latency(msgspec.Struct, kw_only=True):

@@ -21,6 +21,7 @@ exact without holding them (agentx.results.summary.population), so a summary's m
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 
@@ -61,6 +62,23 @@ from agentx.results.summary.tasks import task_costs
 
 __all__ = ["RunRecords", "ServerMetrics", "Summary", "summarize", "summarize_run"]
 """What callers of `summarize` need; the structs are in agentx.results.summary.model."""
+
+
+def _failures(failed: pa.Table) -> tuple[dict[str, int], dict[str, int], int]:
+    """The failed profiling records' counts: errors by kind (in name order), the `http` ones by status (in code
+    order), and cancellations (not errors)."""
+    kinds = strings(failed, "error_kind", None) if failed.num_rows else []
+    statuses = failed.column("http_status").to_pylist() if failed.num_rows and has(failed, "http_status") else []
+    by_kind: dict[str, int] = {}
+    by_status: dict[int, int] = {}
+    for kind, status in itertools.zip_longest(kinds, statuses):
+        if kind == "cancelled":
+            continue
+        by_kind[kind or "unknown"] = by_kind.get(kind or "unknown", 0) + 1
+        if kind == "http" and status is not None:
+            by_status[status] = by_status.get(status, 0) + 1
+    cancelled = sum(kind == "cancelled" for kind in kinds)
+    return dict(sorted(by_kind.items())), {str(code): by_status[code] for code in sorted(by_status)}, cancelled
 
 
 def summarize(
@@ -115,22 +133,15 @@ def summarize_run(
     ok = equals(records, "status", "ok", missing=True)
     kept_mask = profiling & ok
 
-    errors_by_kind: dict[str, int] = {}
-    cancelled = 0
-    failed_rows = np.flatnonzero(profiling & ~ok)
-    kinds = strings(records.take(pa.array(failed_rows)), "error_kind", None) if failed_rows.size else []
-    for kind in kinds:
-        if kind == "cancelled":
-            cancelled += 1
-        else:
-            errors_by_kind[kind or "unknown"] = errors_by_kind.get(kind or "unknown", 0) + 1
+    errors_by_kind, errors_by_status, cancelled = _failures(records.filter(pa.array(profiling & ~ok)))
     kept = int(kept_mask.sum())
     counts = Counts(
         rows=records.num_rows,
         kept=kept,
         profiling=int(profiling.sum()),
         errors=sum(errors_by_kind.values()),
-        errors_by_kind=dict(sorted(errors_by_kind.items())),
+        errors_by_kind=errors_by_kind,
+        errors_by_status=errors_by_status,
         cancelled=cancelled,
         warmup_excluded=int((~profiling).sum()),
         server_notices=server_notice_counts(records, profiling),

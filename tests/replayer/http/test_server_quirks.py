@@ -78,6 +78,8 @@ class QuirkServer:
                     raw = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
+                except asyncio.CancelledError:  # the test's loop ends with the client's connections still open
+                    return
                 lines = raw.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {
@@ -186,3 +188,24 @@ def test_every_request_asks_for_no_compression_and_a_compressed_stream_is_a_clea
     _, records = _replay(QuirkServer(gzipped), tmp_path / "gzip")
     assert records and all(r.error_kind == "protocol" for r in records)
     assert all("Content-Encoding 'gzip'" in (r.error_message or "") for r in records)
+
+
+def test_http_errors_say_their_status_and_retry_after(tmp_path: Path) -> None:
+    def answer(number: int) -> list[bytes]:
+        if number % 3:
+            return [_stream(_events())]
+        if number % 2:  # an overload, without a word on when to come back
+            return [b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"]
+        body = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
+        head = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Type: application/json\r\n"
+        return [head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)]
+
+    result, records = _replay(QuirkServer(answer), tmp_path)
+    limited = [r for r in records if r.http_status == 429]
+    busy = [r for r in records if r.http_status == 503]
+    assert limited and busy and len(limited) + len(busy) == sum(r.status != "ok" for r in records)
+    assert all(r.error_kind == "http" and r.error_message == "HTTP 429: slow down (Retry-After: 5)" for r in limited)
+    assert all(r.error_kind == "http" and r.error_message == "HTTP 503: busy" for r in busy)
+    counts = summarize(read_records(result.records_path)).counts
+    assert counts.errors_by_status == {"429": len(limited), "503": len(busy)}
+    assert counts.errors_text() == f"http {counts.errors} (HTTP 429 ×{len(limited)}, 503 ×{len(busy)})"
