@@ -177,6 +177,32 @@ def _text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _typed(value: object, none: str | None) -> str:
+    """A value as the flag would be typed: `none`'s word (`off`) or "none" for None, a tuple comma-separated."""
+    if value is None:
+        return none or "none"
+    return ",".join(map(_text, value)) if isinstance(value, tuple) else _text(value)
+
+
+def mode_default(part: str, field: mi.Field, none: str | None) -> str | None:
+    """The default `--help` shows for a field the AgentX scenario sets (`--mode agentx` takes its rule set's defaults,
+    agentx.replayer.options.rules): "3600 with --mode agentx, 1800 under --rules aiperf-0.13.0; else none"; None for
+    the other fields."""
+    from agentx.replayer.options.rules import DEFAULT_RULES_NAME, RULE_SETS
+
+    plain = None if field.required else field.default
+    by_rules = {name: rules.defaults.get(part, {}).get(field.name, plain) for name, rules in RULE_SETS.items()}
+    agentx = by_rules[DEFAULT_RULES_NAME]
+    if agentx == plain:
+        return None
+    others = [
+        f", {_typed(value, none)} under --rules {name}"
+        for name, value in by_rules.items()
+        if value != agentx
+    ]
+    return f"{_typed(agentx, none)} with --mode agentx{''.join(others)}; else {_typed(plain, none)}"
+
+
 def field_option(
     part: str,
     struct: type[msgspec.Struct],
@@ -219,6 +245,9 @@ def field_option(
         settings.update(type=_finite(_click_type(inner)))
         if default is not None:
             settings.update(default=default, show_default=True)
+    shown = mode_default(part, field, entry.none)
+    if shown is not None:
+        settings["show_default"] = shown
     settings.update(overrides)
     return click.option(*names, f"{part}__{field.name}", **settings)
 

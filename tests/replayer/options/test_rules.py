@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -280,3 +281,22 @@ def test_agentx_mode_takes_the_rule_sets_scenario_defaults_for_flags_left_unset(
     closed = _replay_json(tmp_path, "--mode", "closed")["options"]
     assert closed["duration_s"] is None and closed["seed"] == 0  # other modes keep the generic defaults
     assert closed["rules"] == "agentx-harness-1.0.12"
+    # `replay --help` says each of these defaults as the runs above took them.
+    flags = {
+        "--duration": ("duration_s", "none"),
+        "--seed": ("seed", ""),
+        "--tree-idle-cap": ("tree_idle_cap_s", "off"),
+        "--failed-request-threshold": ("failed_request_threshold", "off"),
+        "--warmup-requests-per-lane": ("warmup_requests_per_lane", ""),
+    }
+    command = main.get_command(click.Context(main), "replay")
+    assert command is not None
+    for flag, (field, none) in flags.items():
+        (option,) = [param for param in command.params if isinstance(param, click.Option) and flag in param.opts]
+
+        def typed(value: object, none: str = none) -> str:
+            return none if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+        otherwise = closed.get(field, older[field])  # a field of agentx's load only: its generic default
+        expected = f"{typed(harness[field])} with --mode agentx, {typed(older[field])} under --rules aiperf-0.13.0"
+        assert option.show_default == f"{expected}; else {typed(otherwise)}", flag
