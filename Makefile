@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast lint typecheck unit test-engine test-vllm test-reference bench schemas samples docs clean
+.PHONY: install demo test test-fast lint typecheck unit test-engine test-vllm test-reference prepare bench schemas samples docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -122,6 +122,10 @@ test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
 	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=pairs $(BIN)/pytest -q -n 2 -m large_prompts reference_tests; paired=$$?; \
 	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=alone $(BIN)/pytest -q -m alone reference_tests; alone=$$?; \
 	exit $$(( side_by_side || paired || alone ))
+
+# Everything the engine and reference suites install, made ahead (`make -j4 prepare`: llama.cpp's build, vLLM's and
+# the references' venvs, each independent of the others). CI makes it beside `make test` (.ci/run).
+prepare: $(ENGINE_STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP) $(VLLM_STAMP)
 
 bench: install
 	$(BIN)/python bench/trace_io.py
