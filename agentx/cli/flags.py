@@ -195,11 +195,7 @@ def mode_default(part: str, field: mi.Field, none: str | None) -> str | None:
     agentx = by_rules[DEFAULT_RULES_NAME]
     if agentx == plain:
         return None
-    others = [
-        f", {_typed(value, none)} under --rules {name}"
-        for name, value in by_rules.items()
-        if value != agentx
-    ]
+    others = [f", {_typed(value, none)} under --rules {name}" for name, value in by_rules.items() if value != agentx]
     return f"{_typed(agentx, none)} with --mode agentx{''.join(others)}; else {_typed(plain, none)}"
 
 

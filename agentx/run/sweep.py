@@ -6,7 +6,10 @@ rewritten after every level so that an interrupted sweep leaves a readable index
 
 A level that fails (the server unreachable, the before-level command failing, the failure threshold reached) is
 recorded with its error and the sweep goes on. With `resume`, a level whose `run.json` exists and says the run
-was not interrupted is kept as it is and not replayed; any other level directory is cleared and replayed.
+was not interrupted is kept as it is and not replayed (status `kept`); any other level directory is cleared and
+replayed. A resume whose settings (`SETTINGS`: the scenario, the load, the forced acceptance, the model) differ from
+a level it would keep is refused before anything runs: the kept figures would not be this sweep's. The index keeps
+the levels of the earlier sweep that this one does not name.
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import RunStopped, SweepError
-from agentx.replayer.options.replay import LaneLoad, ReplayOptions
+from agentx.replayer.options.replay import LOADS, LaneLoad, ReplayOptions, Scenario, Speculative, flat_options
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.schedule.hooks import RunHooks
 from agentx.replayer.schedule.stops import Cancellation
 from agentx.results.folders.run_file import finished_run
-from agentx.results.folders.sweep_index import LevelEntry, SweepIndex, existing_sweep, level_dir_name, write_index
+from agentx.results.folders.sweep_index import (
+    LevelEntry,
+    SweepIndex,
+    existing_sweep,
+    level_dir_name,
+    read_index,
+    write_index,
+)
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay
 from agentx.run.sync import run_sync
@@ -167,6 +177,42 @@ def _level_options(base: ReplayOptions, concurrency: int, settings: LevelSetting
     )
 
 
+SETTINGS: Final = frozenset(
+    f"spec_{field}" if part is Speculative and field != "stream_interval" else field
+    for part in (Scenario, *LOADS, Speculative)
+    for field in part.__struct_fields__
+) | {"model", "api", "mode", "extra_body"}
+"""The options a level's figures depend on (run.json's flat names): a resumed sweep keeps a level only when they are
+the same (the concurrency apart, which each level sets)."""
+
+
+def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions]) -> None:
+    """SweepError when a level `--resume` would keep ran with other settings than this sweep's: its figures would not
+    be this sweep's."""
+    differences: list[str] = []
+    for concurrency, level in levels.items():
+        done = finished_run(Path(level.out_dir))
+        if done is None:
+            continue
+        now = flat_options(level)
+        changed = [
+            f"{name} {_shown(done.options[name])}, not {_shown(now[name])}"
+            for name in sorted(SETTINGS & done.options.keys() & now.keys())
+            if done.options[name] != now[name]
+        ]
+        if changed:
+            differences.append(f"{level_dir_name(concurrency)} ran with {', '.join(changed)}")
+    if differences:
+        raise SweepError(
+            f"{out_dir}: --resume would keep levels run with other settings than these ({'; '.join(differences)}); "
+            "resume with the sweep's own settings, or --overwrite to run it again"
+        )
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else "off" if value is None else str(value)
+
+
 LevelServer = Callable[[int, LevelSettings], str]
 """`level_server(concurrency, settings)`: the URL of a server set up for that level (the built-in simulator
 restarted with the level's forced acceptance, say); called after the before-level command."""
@@ -203,13 +249,27 @@ async def sweep(
     out_dir = options.out_dir
     if not (options.resume or options.overwrite) and (held := existing_sweep(out_dir)) is not None:
         raise SweepError(f"{out_dir} already holds a sweep ({held}); resume it, overwrite it, or choose another folder")
+    levels = {
+        concurrency: _level_options(
+            base,
+            concurrency,
+            options.level_settings.get(concurrency, LevelSettings()),
+            out_dir / level_dir_name(concurrency),
+        )
+        for concurrency in options.concurrency
+    }
+    earlier = read_index(out_dir) if options.resume else None
+    if options.resume:
+        _refuse_other_settings(out_dir, levels)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # A resumed sweep's index keeps the levels it did not replay now: they are still on disk, and the report reads them.
+    kept = [entry for entry in earlier.levels if entry.concurrency not in levels] if earlier is not None else []
     index = SweepIndex(
         trace=options.trace_label,
         gpu_sku=options.gpu_sku,
         num_gpus=options.num_gpus,
         seed=base.scenario.seed,
-        concurrency=list(options.concurrency),
+        concurrency=sorted({*options.concurrency, *(entry.concurrency for entry in kept)}),
     )
     # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
     prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
@@ -218,12 +278,11 @@ async def sweep(
     cancellation = Cancellation()
     for position, concurrency in enumerate(options.concurrency, start=1):
         settings = options.level_settings.get(concurrency, LevelSettings())
-        level_options = _level_options(base, concurrency, settings, out_dir / level_dir_name(concurrency))
         if on_level_start is not None:
             on_level_start(position, len(options.concurrency), concurrency)
-        result = await _level(prepared, base, concurrency, level_options, settings, options, hooks, level_server)
+        result = await _level(prepared, base, concurrency, levels[concurrency], settings, options, hooks, level_server)
         results.append(result)
-        index.levels.append(result.entry)
+        index.levels = sorted([*kept, *(done.entry for done in results)], key=lambda entry: entry.concurrency)
         write_index(out_dir, index)
         if on_level_done is not None:
             on_level_done(result)
@@ -254,7 +313,7 @@ async def _level(
         spec_k=level.speculative.k,
     )
     if options.resume and (done := finished_run(run_dir)) is not None:
-        entry.status = "skipped"
+        entry.status = "kept"
         entry.elapsed_s = done.run.elapsed_s
         return LevelResult(entry=entry, run_dir=run_dir, summary=done.summary)
     if run_dir.exists():

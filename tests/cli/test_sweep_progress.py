@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from paths import SAMPLE_TRACE
 
 from agentx.cli import main
-from agentx.cli.commands.sweep import level_lines
+from agentx.cli.commands.sweep import level_lines, sweep_line
 from agentx.cli.display.progress import INTERVAL_ENV
 from agentx.records.run_folder import RUN_FILE
-from agentx.results.folders.sweep_index import LevelEntry
+from agentx.results.folders.sweep_index import LevelEntry, LevelStatus
 from agentx.results.summary.summarize import Summary
-from agentx.run.sweep import LevelResult
+from agentx.run.sweep import LevelResult, SweepResult
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -75,8 +75,25 @@ def test_level_lines_fit_80_columns_at_their_widest_and_name_a_failure(
     summary.latency.ttft_s.p50, summary.latency.ttft_s.p99 = 12.345, 1234.5
     summary.latency.interactivity_tps.p90 = 1_234.5
     summary.dispatch_lag.p99_s = 0.0123
-    entry = LevelEntry(concurrency=256, dir="c256", status="skipped", elapsed_s=3725.0)
+    entry = LevelEntry(concurrency=256, dir="c256", status="kept", elapsed_s=3725.0)
     first, second = level_lines(LevelResult(entry=entry, run_dir=tmp_path, summary=summary))
     assert first == "  c256: kept in 1:02:05, 1,234,567 requests, 12,345 errors, 1,234,567 out tok/s"
     assert second == "    TTFT p50 12.3 s p99 1,234 s, 1,234 tok/s/user p90, dispatch lag p99 12.3 ms"
     assert len(first) <= 80 and len(second) <= 80
+
+
+def test_the_last_line_says_how_each_level_ended_and_where_an_interrupted_sweep_stopped(tmp_path: Path) -> None:
+    def result(statuses: list[tuple[int, LevelStatus]], interrupted: bool) -> SweepResult:
+        levels = [
+            LevelResult(entry=LevelEntry(concurrency=c, dir=f"c{c}", status=s), run_dir=tmp_path) for c, s in statuses
+        ]
+        return SweepResult(out_dir=tmp_path, levels=levels, interrupted=interrupted)
+
+    stopped = result([(1, "kept"), (2, "ok"), (4, "interrupted")], interrupted=True)
+    assert sweep_line(stopped, 5) == (
+        f"sweep interrupted at c4: 3 of 5 level(s) in {tmp_path} (1 ok, 1 kept, 1 interrupted); the rest were not run"
+    )
+    done = result([(1, "ok"), (2, "failed")], interrupted=False)
+    assert sweep_line(done, 2) == (
+        f"sweep: 2 of 2 level(s) in {tmp_path} (1 ok, 1 failed); `agentx report {tmp_path}` for the frontier and costs"
+    )

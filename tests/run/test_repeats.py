@@ -206,7 +206,7 @@ def test_sweep_repeat_writes_a_sweep_per_repeat(sim: SimServer, trace_path: Path
     assert (out / "r2" / "c2" / RECORDS_FILE).read_bytes() == records
     for number in (1, 2):
         levels = json.loads((out / f"r{number}" / SWEEP_FILE).read_text())["levels"]
-        assert [level["status"] for level in levels] == ["skipped", "skipped"]
+        assert [level["status"] for level in levels] == ["kept", "kept"]
     assert _index(out) == RepeatIndex(base_seed=3, seeds=seeds, dirs=["r1", "r2"])
 
 

@@ -85,6 +85,9 @@ def test_resume_skips_finished_levels_and_reruns_the_rest(swept: SweepResult, si
     interrupted = json.loads((out / "c4" / RUN_FILE).read_text())
     interrupted["run"]["interrupted"] = True  # a level stopped by Ctrl-C
     (out / "c4" / RUN_FILE).write_text(json.dumps(interrupted))
+    kept = json.loads((out / "c1" / RUN_FILE).read_text())
+    kept["options"]["extra_body"] = {"temperature": 0.0, "top_k": 50}  # as the resumed sweep's own
+    (out / "c1" / RUN_FILE).write_text(json.dumps(kept))
     kept_records = (out / "c1" / "records.arrow").stat().st_mtime_ns
     log = tmp_path / "levels.log"
     options = SweepOptions(
@@ -99,7 +102,7 @@ def test_resume_skips_finished_levels_and_reruns_the_rest(swept: SweepResult, si
     server = msgspec.structs.replace(base.server, extra_body={"temperature": 0.0, "top_k": 50})
     base = msgspec.structs.replace(base, server=server)
     result = sweep_sync(small_trace(), base, options)
-    assert [level.entry.status for level in result.levels] == ["skipped", "ok", "ok"]
+    assert [level.entry.status for level in result.levels] == ["kept", "ok", "ok"]
     assert result.levels[0].summary is not None  # read back from the kept run.json
     assert (out / "c1" / "records.arrow").stat().st_mtime_ns == kept_records
     # The command ran before the two replayed levels only, with the level's settings substituted.
@@ -111,7 +114,42 @@ def test_resume_skips_finished_levels_and_reruns_the_rest(swept: SweepResult, si
     assert other["extra_body"] == {"temperature": 0.0, "top_k": 50} and other["spec_al"] is None
     assert not json.loads((out / "c4" / RUN_FILE).read_text())["run"]["interrupted"]
     index = json.loads((out / SWEEP_FILE).read_text())
-    assert [e["status"] for e in index["levels"]] == ["skipped", "ok", "ok"]
+    assert [e["status"] for e in index["levels"]] == ["kept", "ok", "ok"]
+
+
+def test_resume_refuses_levels_run_with_other_settings(
+    swept: SweepResult, sim: SimServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "again"
+    shutil.copytree(swept.out_dir, out)
+    before = {path: path.stat().st_mtime_ns for path in out.rglob("*")}
+    base = base_options(sim, out)
+    changed = msgspec.structs.replace(
+        base, scenario=msgspec.structs.replace(base.scenario, seed=7, duration_s=3.0, delay_scale=0.5)
+    )
+    with pytest.raises(SweepError) as raised:
+        sweep_sync(small_trace(), changed, SweepOptions(concurrency=LEVELS, out_dir=out, num_gpus=GPUS, resume=True))
+    message = str(raised.value)
+    for level in ("c1", "c2", "c4"):
+        assert f"{level} ran with delay_scale 0, not 0.5, duration_s 1.2, not 3, seed 0, not 7" in message
+    assert "--overwrite" in message
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*")} == before  # nothing replayed or rewritten
+
+
+def test_resuming_some_levels_keeps_the_others_in_the_index(swept: SweepResult, sim: SimServer, tmp_path: Path) -> None:
+    out = tmp_path / "again"
+    shutil.copytree(swept.out_dir, out)
+    index = json.loads((out / SWEEP_FILE).read_text())
+    for level in index["levels"]:
+        level["status"] = "skipped"  # as an older agentx wrote a level --resume kept
+    (out / SWEEP_FILE).write_text(json.dumps(index))
+    (out / "c2" / RUN_FILE).unlink()
+    options = SweepOptions(concurrency=(2,), out_dir=out, num_gpus=GPUS, resume=True)
+    result = sweep_sync(small_trace(), base_options(sim, out), options)
+    assert [(level.entry.concurrency, level.entry.status) for level in result.levels] == [(2, "ok")]
+    written = json.loads((out / SWEEP_FILE).read_text())
+    assert written["concurrency"] == list(LEVELS)
+    assert [(e["concurrency"], e["status"]) for e in written["levels"]] == [(1, "kept"), (2, "ok"), (4, "kept")]
 
 
 def test_a_failing_before_level_fails_that_level_and_the_sweep_goes_on(tmp_path: Path) -> None:

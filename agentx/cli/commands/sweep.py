@@ -51,7 +51,12 @@ if TYPE_CHECKING:
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Sweep directory.")
 @gpus_flag()
 @gpu_sku_flag("for prices")
-@click.option("--resume", is_flag=True, help="Keep the levels whose run.json says they ran to the end.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the levels whose run.json says they ran to the end, refused when they ran with other settings (seed, "
+    "duration, mode, ...); the levels not asked stay in the index.",
+)
 @overwrite_flag("a sweep already in --out", ", unless --resume")
 @repeat_flag("Sweep")
 @click.option(
@@ -197,12 +202,7 @@ def sweep_command(
     if as_json:
         sys.stdout.write(index)
     else:
-        failed = [level.entry for level in result.levels if level.entry.status == "failed"]
-        stdout.print(
-            f"sweep: {len(result.levels)} level(s) in {out_dir}, {len(failed)} failed; "
-            f"`agentx report {out_dir}` for the frontier and costs",
-            markup=False,
-        )
+        stdout.print(sweep_line(result, len(concurrency)), markup=False)
     _exit_for(result.interrupted, [("", result)])
 
 
@@ -313,6 +313,17 @@ def _end_repeats(repeated: SweepRepeats, as_json: bool) -> None:
     _exit_for(repeated.interrupted, sweeps)
 
 
+def sweep_line(result: SweepResult, asked: int) -> str:
+    """The sweep's last line: its levels by how they ended, and where to read them; an interrupted sweep says where it
+    stopped and how many levels it never reached."""
+    statuses = [level.entry.status for level in result.levels]
+    ended = ", ".join(f"{statuses.count(status)} {_STATUS[status]}" for status in _STATUS if status in statuses)
+    where = f"{len(result.levels)} of {asked} level(s) in {result.out_dir} ({ended})"
+    if result.interrupted:
+        return f"sweep interrupted at c{result.levels[-1].entry.concurrency}: {where}; the rest were not run"
+    return f"sweep: {where}; `agentx report {result.out_dir}` for the frontier and costs"
+
+
 def _exit_for(interrupted: bool, sweeps: list[tuple[str, SweepResult]]) -> None:
     """Exit 130 when interrupted, 3 naming every failed level of `sweeps` (each with its folder's prefix) when any
     failed."""
@@ -326,8 +337,8 @@ def _exit_for(interrupted: bool, sweeps: list[tuple[str, SweepResult]]) -> None:
         fail(f"{len(failed)} of {count} level(s) failed ({named})", EXIT_RUN_FAILED)
 
 
-_STATUS = {"ok": "ok", "skipped": "kept", "failed": "failed", "interrupted": "interrupted"}
-"""How a level's status reads in its line ("skipped": kept from an earlier run by --resume)."""
+_STATUS = {"ok": "ok", "kept": "kept", "failed": "failed", "interrupted": "interrupted"}
+"""How a level's status reads in its line ("kept": kept from an earlier run by --resume)."""
 
 
 def seconds_text(seconds: float | None) -> str:

@@ -11,7 +11,8 @@ import msgspec
 
 from agentx.records.run_folder import RECORDS_FILE, SWEEP_FILE, write_json_atomically
 
-LevelStatus = Literal["ok", "failed", "skipped", "interrupted"]
+LevelStatus = Literal["ok", "failed", "kept", "interrupted"]
+"""`kept`: a level `--resume` kept from an earlier run (written `skipped` before)."""
 
 
 class LevelEntry(msgspec.Struct, kw_only=True):
@@ -61,4 +62,8 @@ def read_index(out_dir: Path) -> SweepIndex | None:
     path = out_dir / SWEEP_FILE
     if not path.is_file():
         return None
-    return msgspec.json.decode(path.read_bytes(), type=SweepIndex)
+    document = msgspec.json.decode(path.read_bytes())
+    for level in document.get("levels", []) if isinstance(document, dict) else []:
+        if isinstance(level, dict) and level.get("status") == "skipped":
+            level["status"] = "kept"
+    return msgspec.convert(document, type=SweepIndex)
