@@ -117,9 +117,7 @@ def test_resume_skips_finished_levels_and_reruns_the_rest(swept: SweepResult, si
     assert [e["status"] for e in index["levels"]] == ["kept", "ok", "ok"]
 
 
-def test_resume_refuses_levels_run_with_other_settings(
-    swept: SweepResult, sim: SimServer, tmp_path: Path
-) -> None:
+def test_resume_refuses_levels_run_with_other_settings(swept: SweepResult, sim: SimServer, tmp_path: Path) -> None:
     out = tmp_path / "again"
     shutil.copytree(swept.out_dir, out)
     before = {path: path.stat().st_mtime_ns for path in out.rglob("*")}
