@@ -154,7 +154,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     None when the server's `/metrics` did not give its capacity (agentx.replayer.plan.sent_blocks)."""
     server_notices: list[str] = []
     """What the server got wrong in the answer (agentx.replayer.schedule.sanity): `output_over_max_tokens`,
-    `prompt_count_differs`, `not_event_stream`, `stream_without_done`; empty for most."""
+    `prompt_count_differs`, `not_event_stream`, `no_done`, `compressed`; empty for most."""
 
     def __post_init__(self) -> None:
         self.dispatch_lag_s = (self.sent_ns - self.scheduled_ns) / 1e9
@@ -250,7 +250,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (pa.field("api_time_recorded_s", _FLOAT), "the trace's recorded server time of the request; null if unknown"),
     (pa.field("ttft_recorded_s", _FLOAT), "the trace's recorded TTFT (streamed requests); null if unknown"),
     (pa.field("status", _STR, nullable=False), '"ok" or "error"'),
-    (pa.field("error_kind", _STR), "http, timeout, connection, protocol, context_overflow or cancelled; null if ok"),
+    (
+        pa.field("error_kind", _STR),
+        "http, rate_limited (HTTP 429), timeout, connection, protocol, context_overflow or cancelled; null if ok",
+    ),
     (
         pa.field("timeout_kind", _STR),
         "with error_kind timeout: connect, idle (no bytes for --idle-timeout) or request (--request-timeout)",
@@ -303,7 +306,7 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     (
         pa.field("server_notices", pa.list_(_STR), nullable=False),
         "what the server got wrong in the answer: output_over_max_tokens, prompt_count_differs, not_event_stream, "
-        "stream_without_done (agentx.replayer.schedule.sanity); empty for most",
+        "no_done, compressed (agentx.replayer.schedule.sanity); empty for most",
     ),
 ]
 SCHEMA = pa.schema([field for field, _ in COLUMNS])

@@ -268,7 +268,11 @@ FAST_REPLAY = ["--sim-time-scale", "0.01", "--delay-scale", "0"]
 @pytest.mark.parametrize(
     ("faults", "flags", "message"),
     [
-        ({"error_500_rate": 1.0}, [], "error: no request succeeded: {n} of {n} profiling requests failed (http {n})"),
+        (
+            {"error_500_rate": 1.0},
+            [],
+            "error: no request succeeded: {n} of {n} profiling requests failed (http {n} (HTTP 500 ×{n}))",
+        ),
         (
             {"error_500_rate": 0.5, "seed": 3},
             ["--failed-request-threshold", "0.1"],

@@ -285,7 +285,9 @@ def agentx_records(draw: st.DrawFn) -> list[RequestRecord]:
         for gap in gaps:
             chunks.append(chunks[-1] + gap)
         chunk_tokens = draw(st.lists(st.integers(0, 5), min_size=len(chunks), max_size=len(chunks)))
-        kind = draw(st.sampled_from([None, None, "http", "timeout", "connection", "protocol", "cancelled"]))
+        kind = draw(
+            st.sampled_from([None, None, "http", "rate_limited", "timeout", "connection", "protocol", "cancelled"])
+        )
         fields: dict[str, Any] = {
             **record_identity(phase=draw(st.sampled_from(["warmup", "profiling"])), lane=draw(st.integers(0, 3))),
             "session_id": draw(st.sampled_from(["s1", "s2"])),
@@ -312,7 +314,10 @@ def agentx_records(draw: st.DrawFn) -> list[RequestRecord]:
         }
         if kind is not None:
             fields |= {"status": "error", "error_kind": kind, "error_message": f"{kind} went wrong"}
-            fields |= {"http_status": draw(st.integers(400, 599))} if kind == "http" else {}
+            if kind == "http":  # 429 is the `rate_limited` kind's
+                fields |= {"http_status": draw(st.integers(400, 599).filter(lambda status: status != 429))}
+            elif kind == "rate_limited":
+                fields |= {"http_status": 429}
         records.append(RequestRecord(**fields))
     return records
 
@@ -340,7 +345,7 @@ def test_agentx_own_export_imports_back_to_the_same_records(records: list[Reques
         assert (imported.sent_ns, imported.end_ns) == (original.sent_ns - shift, original.end_ns - shift)
         assert imported.isl_tokens == original.isl_tokens
         assert imported.error_kind == original.error_kind
-        if original.error_kind == "http":
+        if original.error_kind in ("http", "rate_limited"):
             assert imported.http_status == original.http_status
         if original.status == "ok":
             assert [t + shift for t in imported.chunk_times_ns] == original.chunk_times_ns

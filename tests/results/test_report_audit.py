@@ -305,12 +305,16 @@ def test_a_level_whose_requests_failed_shows_its_errors_with_their_statuses(swee
     shutil.copytree(sweep_dir, copy)
     path = copy / "c2" / RUN_FILE
     document = json.loads(path.read_text())
-    document["summary"]["counts"].update(errors=46, errors_by_kind={"http": 46}, errors_by_status={"503": 46})
+    counts = {"errors": 46, "profiling": 104, "errors_by_kind": {"http": 46}, "errors_by_status": {"503": 46}}
+    document["summary"]["counts"].update(counts)
+    document["options"]["failed_request_threshold"] = 0.10  # 46 of 104 is above it
     path.write_text(json.dumps(document))
 
     levels = _section(build_report([load_series(copy)]), "levels of")
-    assert _cells(levels, "c2")["errors"] == "http 46 (HTTP 503 ×46)" and _cells(levels, "c1")["errors"] == "0"
+    assert _cells(levels, "c2")["errors"] == "http 46 (HTTP 503 ×46) ✗ over threshold"
+    assert _cells(levels, "c1")["errors"] == "0"
     rows = {row["label"]: row for row in _json([str(copy)])["series"][0]["levels"]}
-    assert rows["c2"]["errors"] == 46 and rows["c1"]["errors"] == 0
+    assert rows["c2"]["errors"] == 46 and rows["c2"]["over_failure_threshold"]
+    assert rows["c1"]["errors"] == 0 and not rows["c1"]["over_failure_threshold"]
     # A series without errors shows no errors column.
     assert "errors" not in _section(build_report([load_series(sweep_dir)]), "levels of").header

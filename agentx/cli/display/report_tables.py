@@ -230,7 +230,7 @@ def report_sections(report: Report) -> list[Section]:
                 _marked(_ms(r.tpot_p50_s), r.rejecting("tpot")),
                 "✓" if r.on_front else "",
             ]
-            + ([r.errors_text or "0"] if failing else [])
+            + ([(r.errors_text or "0") + (" ✗ over threshold" if r.over_failure_threshold else "")] if failing else [])
             + ([_audit_cell(r.audit)] if audited else [])
             for r in s.levels
         ]

@@ -69,6 +69,8 @@ class Exchange(msgspec.Struct, kw_only=True, gc=False):
     """A streamed request's answer said it is not an event stream: its Content-Type."""
     without_done: bool = False
     """A stream that ended after its `finish_reason` without `data: [DONE]`: kept whole, and marked."""
+    content_encoding: str | None = None
+    """The coding the server compressed the answer with (decoded), although the request asked for none."""
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         """End the request now, failed with `kind` and `message` (already scrubbed of secrets)."""

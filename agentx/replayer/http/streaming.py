@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
 from typing import Final
 
 import msgspec
@@ -35,6 +37,9 @@ from agentx.replayer.http.pool import Pool, send
 from agentx.replayer.http.sse import DONE, ERROR_EVENT, SSEParser
 
 ERROR_BODY_MAX_BYTES: Final = 64 * 1024
+DECODED: Final = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
+"""The content codings a response is decoded from, with their zlib window bits (deflate: zlib's format, as RFC 9110
+says, or gzip's, which some servers send under that name)."""
 """How much of an error answer's body is kept for its message."""
 WATCHDOG_PERIOD_MAX_S: Final = 1.0
 """The idle watchdog's longest period; a stalled stream is aborted between idle and idle + period after its
@@ -110,6 +115,7 @@ class StreamResponse:
 
     __slots__ = (
         "_content_type",
+        "_decoder",
         "_done",
         "_error_body",
         "_feed",
@@ -138,6 +144,7 @@ class StreamResponse:
         self._usage: _Usage | None = None
         self._running_tokens = 0  # completion_tokens of the running usage as of the last content chunk
         self._done = False
+        self._decoder: zlib._Decompress | None = None
 
     @property
     def whole(self) -> bool:
@@ -160,13 +167,18 @@ class StreamResponse:
         self._retry_after = headers.get("retry-after", "") if status != 200 else ""
         self._content_type = headers.get("content-type", "")
         encoding = headers.get("content-encoding", "").strip().lower()
-        if status == 200 and encoding not in ("", "identity"):
-            raise ExchangeError(
-                "protocol",
-                f"the server answered with Content-Encoding {encoding!r} though agentx asks for none "
-                "(Accept-Encoding: identity): a server or proxy compressing the stream hides its chunks' timing; turn "
-                "its compression off for this endpoint",
-            )
+        if encoding not in ("", "identity"):
+            if encoding not in DECODED:
+                raise ExchangeError(
+                    "protocol",
+                    f"the server answered with Content-Encoding {encoding!r} though agentx asks for none "
+                    "(Accept-Encoding: identity), and agentx decodes gzip and deflate only: turn the server's or "
+                    "proxy's compression off for this endpoint",
+                )
+            # Decoded as each read arrives, so a stream's chunks keep their times; said (sanity.py), since a
+            # compressing proxy may hold chunks back to fill its blocks.
+            self._decoder = zlib.decompressobj(DECODED[encoding])
+            self.exchange.content_encoding = encoding
         kind = self._content_type.split(";", 1)[0].strip().lower()
         self._foreign = self.streamed and status == 200 and bool(kind) and kind != "text/event-stream"
         if self._foreign:
@@ -174,6 +186,13 @@ class StreamResponse:
 
     def data(self, chunk: bytes, now_ns: int) -> None:
         self.flight.last_ns = now_ns
+        if self._decoder is not None:
+            try:
+                chunk = self._decoder.decompress(chunk)
+            except zlib.error as exc:
+                raise ExchangeError(
+                    "protocol", f"a {self.exchange.content_encoding} body that does not decode ({exc})"
+                ) from None
         # Kept for the message: an error's body, or a page a proxy answered in place of the stream.
         if (self.exchange.status != 200 or self._foreign) and len(self._error_body) < ERROR_BODY_MAX_BYTES:
             self._error_body += chunk[: ERROR_BODY_MAX_BYTES - len(self._error_body)]
@@ -233,11 +252,23 @@ class StreamResponse:
         """Settle the exchange after its last byte; raises ExchangeError for an error answer."""
         exchange = self.exchange
         exchange.end_ns = self.flight.last_ns or time.perf_counter_ns()
+        if self._decoder is not None:
+            try:
+                rest = self._decoder.flush()
+            except zlib.error as exc:
+                raise ExchangeError(
+                    "protocol", f"a {exchange.content_encoding} body that does not decode ({exc})"
+                ) from None
+            self._decoder = None
+            if rest:
+                self.data(rest, exchange.end_ns)
         if exchange.status != 200:
             raw = self._error_body
             message = error_message(raw) or self._reason
             text = raw.decode("utf-8", "replace")
             kind: ErrorKind = "context_overflow" if overflows(text, context_overflow_substrings) else "http"
+            if exchange.status == HTTPStatus.TOO_MANY_REQUESTS:
+                kind = "rate_limited"
             # A rate limit's or an overload's own word on when to come back: the run does not wait for it (that
             # would change the load it was asked to offer), but says it.
             later = f" (Retry-After: {self._retry_after[:40]})" if self._retry_after else ""

@@ -77,6 +77,8 @@ class Recorder:
         self.profiling_errors = 0
         self.cancel_reason: str | None = None
         self.fell_behind = False
+        self.rate_limited = False
+        """A request was rate-limited (HTTP 429): said once."""
 
     def _identity(
         self,
@@ -214,6 +216,14 @@ class Recorder:
         self.requests += 1
         if record.status == "error":
             self.errors += 1
+        if record.error_kind == "rate_limited" and not self.rate_limited:
+            self.rate_limited = True
+            agent = f" agent {record.agent_id!r}" if record.agent_id else ""
+            self.notice(
+                f"the server rate-limited a request (session {record.session_id!r}{agent} turn {record.turn}: "
+                f"{record.error_message}); the run does not wait for a Retry-After, which would lighten the load it "
+                "offers: every such request is recorded with error kind rate_limited"
+            )
         if phase == "warmup":
             self.warmup_requests += 1
         else:

@@ -1,6 +1,6 @@
 """Numbers the server got wrong: each request's answer checked against what was asked and sent.
 
-Four kinds (`ServerNotice`), each a sign of a server, proxy or configuration that does not do what the run assumes:
+Five kinds (`ServerNotice`), each a sign of a server, proxy or configuration that does not do what the run assumes:
 - `output_over_max_tokens`: more output tokens (the server's `usage.completion_tokens`, or those streamed when the
   stream counted them) than the request's `max_tokens`: the server ignores the cap, so output lengths and throughput
   are not the trace's.
@@ -8,8 +8,10 @@ Four kinds (`ServerNotice`), each a sign of a server, proxy or configuration tha
   `PROMPT_TOLERANCE` and `PROMPT_SLACK_TOKENS`: it tokenizes or templates the prompt otherwise than agentx built it.
 - `not_event_stream`: a streamed request answered with another Content-Type than `text/event-stream` (a proxy's
   page, a server that does not stream).
-- `stream_without_done`: a stream that ended after its `finish_reason` without `data: [DONE]` (a server or proxy
+- `no_done`: a stream that ended after its `finish_reason` without `data: [DONE]` (a server or proxy
   that closes early): kept as complete, since every token came, but the server does not end streams as OpenAI's do.
+- `compressed`: an answer compressed (gzip, deflate) although the request asked for none (`Accept-Encoding:
+  identity`): decoded as it arrived, but a compressing proxy may hold chunks back, which moves ITL and TTFT.
 
 A request's kinds go into its record (`server_notices`); the first of each kind is announced as the run goes, and the
 summary counts them.
@@ -22,7 +24,7 @@ from typing import Final, Literal
 
 from agentx.replayer.http.exchange import Exchange
 
-ServerNotice = Literal["output_over_max_tokens", "prompt_count_differs", "not_event_stream", "stream_without_done"]
+ServerNotice = Literal["output_over_max_tokens", "prompt_count_differs", "not_event_stream", "no_done", "compressed"]
 PROMPT_TOLERANCE: Final = 0.02
 """A server's prompt count within 2% of the tokens sent is the same count (a chat template's own tokens)."""
 PROMPT_SLACK_TOKENS: Final = 8
@@ -49,7 +51,9 @@ def server_notices(
     if exchange.foreign_content_type is not None:
         found.append("not_event_stream")
     if exchange.without_done:
-        found.append("stream_without_done")
+        found.append("no_done")
+    if exchange.content_encoding is not None:
+        found.append("compressed")
     return found
 
 
@@ -78,10 +82,15 @@ class SanityNotices:
                     f"the server answered a streamed request with Content-Type {exchange.foreign_content_type!r}, not "
                     "an event stream"
                 )
-            else:
+            elif kind == "no_done":
                 what = (
                     f"the server ended a stream after its finish_reason {exchange.finish_reason!r} without "
                     "data: [DONE] (kept as complete)"
+                )
+            else:
+                what = (
+                    f"the server compressed its answer ({exchange.content_encoding}) although agentx asked for none: "
+                    "decoded as it arrived, but a compressing proxy may hold chunks back (ITL, TTFT)"
                 )
             self.notice(
                 f"{what} ({where}); every such request is marked in the records (server_notices: {kind}) and counted "

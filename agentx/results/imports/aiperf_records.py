@@ -34,7 +34,8 @@ numbers AIPerf's worker ids by first appearance. `phase` = `benchmark_phase`.
 **Errors.** A record with an `error` (or `was_cancelled`, or `context_overflow_skip`) is `status = "error"`;
 `error_kind` (`error_kind`): `cancelled` for a cancellation (`was_cancelled`, or the type `RequestCancellationError`,
 as AIPerf marks one; its code 499 alone is not taken for one, as a server may answer 499 itself),
-`context_overflow` when its text names one, `http` for a status ≥ 400 (`http_status` = the code), `timeout` and
+`context_overflow` when its text names one, `rate_limited` for 429 and `http` for another status ≥ 400
+(`http_status` = the code), `timeout` and
 `connection` by the exception's name and text (`ClientConnectorError`, a reset, `ClientPayloadError`: the stream was
 cut), else `protocol`; agentx's own kinds as `type` (its export) are taken as they are. `error_message` = type and
 message. AIPerf writes no metric of a failed request but, at most, `error_isl`.
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Final, get_args
 
@@ -265,6 +267,8 @@ def error_kind(error: ErrorDetails | None, cancelled: bool, overflow: bool) -> t
     text = " ".join(part for part in (kind_name, error.message, error.cause) if part) if error is not None else ""
     if overflow or overflows(text, CONTEXT_OVERFLOW_SUBSTRINGS):
         return "context_overflow", status
+    if status == HTTPStatus.TOO_MANY_REQUESTS:
+        return "rate_limited", status
     if status is not None and status >= 400:
         return "http", status
     lowered = text.lower()

@@ -66,6 +66,8 @@ class Level(msgspec.Struct, kw_only=True):
     rules: str | None = None
     """The AgentX rule set the run played (agentx.replayer.options.rules; a run that predates rule sets played AIPerf
     0.13.0's); None for a level that left no run."""
+    failed_request_threshold: float | None = None
+    """The run's `--failed-request-threshold` (None: off, or not known)."""
 
 
 class Series(msgspec.Struct, kw_only=True):
@@ -126,6 +128,8 @@ class LevelRow(msgspec.Struct, kw_only=True):
     """Profiling requests that failed (cancellations apart)."""
     errors_text: str = ""
     """The errors by kind and HTTP status, "http 46 (HTTP 503 ×46)"; "" when none."""
+    over_failure_threshold: bool = False
+    """The level's failed share of its profiling requests is above its run's `--failed-request-threshold`."""
     on_front: bool = False
     slo: str | None = None
     """The level's `--slo` targets ("TTFT ≤ 2 s, TPOT ≤ 50 ms"); None: the run had none."""
@@ -360,6 +364,9 @@ def _level(run_dir: Path, label: str | None = None, concurrency: int | None = No
         model=model if isinstance(model, str) else None,
         engine=engine,
         rules=rules_of(options).name,
+        failed_request_threshold=threshold
+        if isinstance(threshold := options.get("failed_request_threshold"), float)
+        else None,
     )
 
 
@@ -491,6 +498,8 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         counts = level.summary.counts
         row.requests, row.errors = counts.kept, counts.errors
         row.errors_text = counts.errors_text()
+        threshold = level.failed_request_threshold
+        row.over_failure_threshold = threshold is not None and counts.errors > threshold * max(counts.profiling, 1)
         path = level.summary.critical_path
         if path is not None:
             row.critical_path, row.critical_path_plays = path.shares, path.plays

@@ -75,10 +75,10 @@ class Counts(msgspec.Struct, kw_only=True):
     """Warmup-phase records (any status), left out of every metric."""
     server_notices: dict[str, int] = {}
     """Profiling requests whose answer the server got wrong, by kind (`output_over_max_tokens`, `prompt_count_differs`,
-    `not_event_stream`, `stream_without_done`; agentx.replayer.schedule.sanity); a request may count under several."""
+    `not_event_stream`, `no_done`, `compressed`; agentx.replayer.schedule.sanity); a request may count under several."""
 
     def errors_text(self) -> str:
-        """The errors by kind, the `http` ones with their statuses: "http 46 (HTTP 503 ×40, 429 ×6), timeout 2"; ""
+        """The errors by kind, the `http` ones with their statuses: "http 46 (HTTP 503 ×40, 500 ×6), timeout 2"; ""
         when none."""
         statuses = ", ".join(f"{code} ×{count:,}" for code, count in self.errors_by_status.items())
         return ", ".join(

@@ -2,10 +2,11 @@
 hand, each test with one quirk seen in the field.
 
 - A stream that delivered every token and its `finish_reason`, then ended without `data: [DONE]`, is kept whole and
-  marked (`server_notices: stream_without_done`); a `data: [DONE]` the close left without its blank line counts.
+  marked (`server_notices: no_done`); a `data: [DONE]` the close left without its blank line counts.
 - A stray CRLF after a complete response does not break the next response on the connection.
 - A zero-length chunk mid-stream ends that request (its stream was cut) and nothing after it.
-- Every request says `Accept-Encoding: identity`; a server that compresses anyway is a clear protocol error.
+- Every request says `Accept-Encoding: identity`; a stream compressed anyway is decoded as it arrives and marked
+  (`compressed`), a coding agentx does not decode is a clear protocol error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -132,12 +134,12 @@ def _replay(server: QuirkServer, out_dir: Path) -> tuple[RunResult, list[Request
 def test_a_stream_ended_after_its_finish_reason_without_done_is_kept_and_marked(tmp_path: Path) -> None:
     result, records = _replay(QuirkServer(lambda _: [_stream(_events(done=None))]), tmp_path)
     assert len(records) == SESSIONS * TURNS and all(r.status == "ok" for r in records)
-    assert all(r.osl_streamed_tokens == len(TOKENS) and r.server_notices == ["stream_without_done"] for r in records)
+    assert all(r.osl_streamed_tokens == len(TOKENS) and r.server_notices == ["no_done"] for r in records)
     assert all(r.first_token_ns is not None and r.last_token_ns is not None for r in records)
     said = [notice for notice in result.notices if "without data: [DONE]" in notice]
     assert len(said) == 1 and "finish_reason 'length'" in said[0]
     counted = summarize(read_records(result.records_path)).counts
-    assert counted.server_notices == {"stream_without_done": counted.profiling}
+    assert counted.server_notices == {"no_done": counted.profiling}
 
 
 def test_a_done_without_its_blank_line_ends_the_stream(tmp_path: Path) -> None:
@@ -175,22 +177,33 @@ def test_a_zero_length_chunk_mid_stream_cuts_that_request_only(tmp_path: Path) -
     assert failed[0].error_kind == "protocol" and failed[0].osl_streamed_tokens == 1
 
 
-def test_every_request_asks_for_no_compression_and_a_compressed_stream_is_a_clear_error(tmp_path: Path) -> None:
+def test_every_request_asks_for_no_compression_and_a_compressed_stream_is_decoded_and_marked(tmp_path: Path) -> None:
     plain = QuirkServer(lambda _: [_stream(_events())])
     _replay(plain, tmp_path / "plain")
     assert plain.heads and all(head.get("accept-encoding") == "identity" for head in plain.heads)
 
-    def gzipped(_: int) -> list[bytes]:
-        body = gzip.compress(b"".join(_events()))
-        head = STREAM_HEAD.replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\n\r\n")
-        return [head + _chunk(body) + b"0\r\n\r\n"]
+    def compressed(coding: bytes, compress: Callable[[bytes], bytes]) -> Callable[[int], list[bytes]]:
+        def answer(_: int) -> list[bytes]:
+            body = compress(b"".join(_events()))
+            head = STREAM_HEAD.replace(b"\r\n\r\n", b"\r\nContent-Encoding: " + coding + b"\r\n\r\n")
+            half = len(body) // 2  # two reads, the decoder fed each as it comes
+            return [head + _chunk(body[:half]), _chunk(body[half:]) + b"0\r\n\r\n"]
 
-    _, records = _replay(QuirkServer(gzipped), tmp_path / "gzip")
+        return answer
+
+    for coding, compress in ((b"gzip", gzip.compress), (b"deflate", zlib.compress)):
+        result, records = _replay(QuirkServer(compressed(coding, compress)), tmp_path / coding.decode())
+        assert len(records) == SESSIONS * TURNS and all(r.status == "ok" for r in records)
+        assert all(r.osl_streamed_tokens == len(TOKENS) and r.server_notices == ["compressed"] for r in records)
+        said = [notice for notice in result.notices if "compressed its answer" in notice]
+        assert len(said) == 1 and f"({coding.decode()})" in said[0]
+
+    _, records = _replay(QuirkServer(compressed(b"br", lambda body: body)), tmp_path / "br")
     assert records and all(r.error_kind == "protocol" for r in records)
-    assert all("Content-Encoding 'gzip'" in (r.error_message or "") for r in records)
+    assert all("Content-Encoding 'br'" in (r.error_message or "") for r in records)
 
 
-def test_http_errors_say_their_status_and_retry_after(tmp_path: Path) -> None:
+def test_http_errors_say_their_status_and_a_rate_limit_its_retry_after(tmp_path: Path) -> None:
     def answer(number: int) -> list[bytes]:
         if number % 3:
             return [_stream(_events())]
@@ -204,8 +217,13 @@ def test_http_errors_say_their_status_and_retry_after(tmp_path: Path) -> None:
     limited = [r for r in records if r.http_status == 429]
     busy = [r for r in records if r.http_status == 503]
     assert limited and busy and len(limited) + len(busy) == sum(r.status != "ok" for r in records)
-    assert all(r.error_kind == "http" and r.error_message == "HTTP 429: slow down (Retry-After: 5)" for r in limited)
+    assert all(
+        r.error_kind == "rate_limited" and r.error_message == "HTTP 429: slow down (Retry-After: 5)" for r in limited
+    )
     assert all(r.error_kind == "http" and r.error_message == "HTTP 503: busy" for r in busy)
+    said = [notice for notice in result.notices if "rate-limited" in notice]
+    assert len(said) == 1 and "(Retry-After: 5)" in said[0] and "rate_limited" in said[0]
     counts = summarize(read_records(result.records_path)).counts
-    assert counts.errors_by_status == {"429": len(limited), "503": len(busy)}
-    assert counts.errors_text() == f"http {counts.errors} (HTTP 429 ×{len(limited)}, 503 ×{len(busy)})"
+    assert counts.errors_by_kind == {"http": len(busy), "rate_limited": len(limited)}
+    assert counts.errors_by_status == {"503": len(busy)}
+    assert counts.errors_text() == f"http {len(busy)} (HTTP 503 ×{len(busy)}), rate_limited {len(limited)}"
