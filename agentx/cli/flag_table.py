@@ -34,7 +34,12 @@ class Flag(msgspec.Struct, frozen=True):
 
 FLAGS: Final[dict[str, Flag]] = {
     # Scenario
-    "Scenario.duration_s": Flag("Run this long.", flag="--duration", metavar="SECONDS"),
+    "Scenario.duration_s": Flag(
+        "Run this long. With no --duration, --sessions or --num-requests, a run ends after one pass of the trace "
+        "(the run says its end as it starts).",
+        flag="--duration",
+        metavar="SECONDS",
+    ),
     "Scenario.sessions": Flag("Stop after this many session trees."),
     "Scenario.num_requests": Flag(
         "Stop after sending this many profiling requests (warmup not counted); those in flight finish.", metavar="N"

@@ -43,6 +43,7 @@ from agentx.results.folders.sweep_index import (
 from agentx.results.summary.summarize import Summary
 from agentx.run.replay import replay
 from agentx.run.sync import run_sync
+from agentx.trace.digest import trace_digest
 from agentx.trace.model import Trace
 
 BEFORE_LEVEL_LOG: Final = "before_level.log"
@@ -69,7 +70,10 @@ class SweepOptions(msgspec.Struct, frozen=True, kw_only=True):
     trace_label: str = ""
     """What the trace was (its path), recorded in sweep.json."""
     resume: bool = False
-    """Keep the levels whose run.json says they ran to the end; re-run the others."""
+    """Keep the levels whose run.json says they ran to the end; re-run the others. A level that ran with other
+    settings (`SETTINGS`, or another trace) refuses the resume (SweepError), unless `resume_anyway`."""
+    resume_anyway: bool = False
+    """Resume and keep finished levels even when they ran with other settings than this sweep's."""
     overwrite: bool = False
     """Replace a sweep already in `out_dir`; with neither this nor `resume`, one is refused (SweepError)."""
     before_level: str | None = None
@@ -186,9 +190,9 @@ SETTINGS: Final = frozenset(
 the same (the concurrency apart, which each level sets)."""
 
 
-def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions]) -> None:
-    """SweepError when a level `--resume` would keep ran with other settings than this sweep's: its figures would not
-    be this sweep's."""
+def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions], digest: str) -> None:
+    """SweepError when a level `--resume` would keep ran with other settings than this sweep's, or another trace (its
+    `digest` differs): its figures would not be this sweep's."""
     differences: list[str] = []
     for concurrency, level in levels.items():
         done = finished_run(Path(level.out_dir))
@@ -200,12 +204,15 @@ def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions]) -> N
             for name in sorted(SETTINGS & done.options.keys() & now.keys())
             if done.options[name] != now[name]
         ]
+        if done.run.trace_digest is not None and done.run.trace_digest != digest:
+            changed.append("another trace")
         if changed:
             differences.append(f"{level_dir_name(concurrency)} ran with {', '.join(changed)}")
     if differences:
         raise SweepError(
             f"{out_dir}: --resume would keep levels run with other settings than these ({'; '.join(differences)}); "
-            "resume with the sweep's own settings, or --overwrite to run it again"
+            "resume with the sweep's own settings, --resume-anyway to keep them all the same, or --overwrite to run it "
+            "again"
         )
 
 
@@ -259,8 +266,10 @@ async def sweep(
         for concurrency in options.concurrency
     }
     earlier = read_index(out_dir) if options.resume else None
-    if options.resume:
-        _refuse_other_settings(out_dir, levels)
+    # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
+    prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
+    if options.resume and not options.resume_anyway:
+        _refuse_other_settings(out_dir, levels, trace_digest(prepared.trace))
     out_dir.mkdir(parents=True, exist_ok=True)
     # A resumed sweep's index keeps the levels it did not replay now: they are still on disk, and the report reads them.
     kept = [entry for entry in earlier.levels if entry.concurrency not in levels] if earlier is not None else []
@@ -271,8 +280,6 @@ async def sweep(
         seed=base.scenario.seed,
         concurrency=sorted({*options.concurrency, *(entry.concurrency for entry in kept)}),
     )
-    # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
-    prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
     results: list[LevelResult] = []
     interrupted = False
     cancellation = Cancellation()

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from paths import SAMPLE_TRACE
 
 from agentx.cli import main
+from agentx.cli.commands.replay import end_line
 from agentx.records.record import read_records
+from agentx.replayer.options.replay import Scenario
 from agentx.trace.io import load_trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
@@ -520,3 +522,14 @@ def test_default_run_folders_are_unique_within_a_second() -> None:
 
     names = {default_run_dir() for _ in range(50)}
     assert len(names) == 50 and all(name.parent == Path("runs") for name in names)
+
+
+def test_a_run_says_what_ends_it_as_it_starts() -> None:
+    assert end_line(Scenario(duration_s=3600.0), 8) == (
+        "the run ends after 3,600 s (--duration), whichever comes first; Ctrl-C stops it sooner"
+    )
+    assert end_line(Scenario(duration_s=30.0, sessions=4, num_requests=100), 8) == (
+        "the run ends after 30 s (--duration), or after 4 session trees (--sessions), or after 100 profiling requests "
+        "(--num-requests), whichever comes first; Ctrl-C stops it sooner"
+    )
+    assert end_line(Scenario(), 8).startswith("the run ends after one pass of the trace's 8 sessions")

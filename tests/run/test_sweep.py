@@ -130,8 +130,15 @@ def test_resume_refuses_levels_run_with_other_settings(swept: SweepResult, sim: 
     message = str(raised.value)
     for level in ("c1", "c2", "c4"):
         assert f"{level} ran with delay_scale 0, not 0.5, duration_s 1.2, not 3, seed 0, not 7" in message
-    assert "--overwrite" in message
+    assert "--overwrite" in message and "--resume-anyway" in message
     assert {path: path.stat().st_mtime_ns for path in out.rglob("*")} == before  # nothing replayed or rewritten
+    other_trace = SweepOptions(concurrency=(1,), out_dir=out, num_gpus=GPUS, resume=True)
+    with pytest.raises(SweepError, match="c1 ran with another trace"):
+        sweep_sync(small_trace(sessions=3), base, other_trace)
+    # Asked to, the resume keeps them all the same.
+    anyway = SweepOptions(concurrency=LEVELS, out_dir=out, num_gpus=GPUS, resume=True, resume_anyway=True)
+    result = sweep_sync(small_trace(), changed, anyway)
+    assert [level.entry.status for level in result.levels] == ["kept", "kept", "kept"]
 
 
 def test_resuming_some_levels_keeps_the_others_in_the_index(swept: SweepResult, sim: SimServer, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import click
 import msgspec
 
 if TYPE_CHECKING:
-    from agentx.replayer.options.replay import ReplayOptions
+    from agentx.replayer.options.replay import ReplayOptions, Scenario
     from agentx.replayer.plan.play import PreparedTrace
     from agentx.replayer.run_result import RunResult
     from agentx.results.summary.summarize import Summary
@@ -110,6 +110,7 @@ def replay(
             refuse_existing_repeats(run_dir, flags="--overwrite to replace them")
         else:
             refuse_existing_run(run_dir)
+    stderr.print(end_line(parts.scenario, len(loaded.sessions)), markup=False)
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
@@ -300,6 +301,23 @@ def _end_repeats(repeated: ReplayRepeats, as_json: bool, threshold: float | None
     if failures:
         named = "; ".join(failures)
         fail(f"{len(failures)} of {len(repeated.results)} repeats do not stand ({named})", EXIT_RUN_FAILED)
+
+
+def end_line(scenario: Scenario, trace_sessions: int) -> str:
+    """What ends the run, said as it starts: its stops (a mode's default duration among them), or one pass."""
+    stops = []
+    if scenario.duration_s is not None:
+        stops.append(f"after {scenario.duration_s:,g} s (--duration)")
+    if scenario.sessions is not None:
+        stops.append(f"after {scenario.sessions:,} session trees (--sessions)")
+    if scenario.num_requests is not None:
+        stops.append(f"after {scenario.num_requests:,} profiling requests (--num-requests)")
+    if not stops:
+        return (
+            f"the run ends after one pass of the trace's {trace_sessions:,} sessions (--duration, --sessions or "
+            "--num-requests set another end); Ctrl-C stops it sooner"
+        )
+    return f"the run ends {', or '.join(stops)}, whichever comes first; Ctrl-C stops it sooner"
 
 
 def cap_line(cap: int, reached: bool, result: ReplayResult) -> str:

@@ -55,7 +55,13 @@ if TYPE_CHECKING:
     "--resume",
     is_flag=True,
     help="Keep the levels whose run.json says they ran to the end, refused when they ran with other settings (seed, "
-    "duration, mode, ...); the levels not asked stay in the index.",
+    "duration, mode, ...) or another trace; the levels not asked stay in the index.",
+)
+@click.option(
+    "--resume-anyway",
+    is_flag=True,
+    help="--resume, keeping finished levels even when they ran with other settings (their figures are then not this "
+    "sweep's).",
 )
 @overwrite_flag("a sweep already in --out", ", unless --resume")
 @repeat_flag("Sweep")
@@ -90,6 +96,7 @@ def sweep_command(
     gpus: int | None,
     gpu_sku: str | None,
     resume: bool,
+    resume_anyway: bool,
     overwrite: bool,
     repeat: int,
     before_level: str | None,
@@ -115,6 +122,7 @@ def sweep_command(
     from agentx.run.repeats import SweepRepeats, sweep_repeats
     from agentx.run.sweep import SweepOptions, sweep
 
+    resume = resume or resume_anyway
     if repeat > 1 and not (resume or overwrite):
         refuse_existing_repeats(
             out_dir, flags="--resume to keep the finished levels of its repeats, or --overwrite to replace them"
@@ -155,6 +163,7 @@ def sweep_command(
             gpu_sku=None if gpu_sku is None else gpu_sku.lower(),
             trace_label=str(trace),
             resume=resume,
+            resume_anyway=resume_anyway,
             overwrite=overwrite,
             before_level=before_level,
             before_level_timeout_s=before_level_timeout,
