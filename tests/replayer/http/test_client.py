@@ -173,11 +173,13 @@ def test_chat_stream(sim: SimServer) -> None:
         (FaultConfig(error_503_rate=1.0), 503),
     ],
 )
-def test_status_faults_are_http_errors(faulty: SimServer, faults: FaultConfig, status: int) -> None:
+def test_status_faults_are_http_errors_and_429_is_rate_limited(
+    faulty: SimServer, faults: FaultConfig, status: int
+) -> None:
     faulty.set_faults(faults)
     body = completion(faulty.model, prompt(random.Random(4)), 8)
     exchange = run(faulty.url, lambda client: client.stream(COMPLETIONS, body))
-    assert (exchange.error_kind, exchange.status) == ("http", status)
+    assert (exchange.error_kind, exchange.status) == ("rate_limited" if status == 429 else "http", status)
     assert exchange.error_message and str(status) in exchange.error_message
     assert exchange.end_ns >= exchange.headers_ns >= exchange.sent_ns
     assert_secret_hidden(exchange)

@@ -176,7 +176,8 @@ def _stall_gap_s(record: RequestRecord) -> float:
 
 def _check_status(status: int) -> Callable[[Outcome], None]:
     def check(outcome: Outcome) -> None:
-        assert outcome.kinds() == {("http", status): outcome.injected[f"error_{status}"]}
+        kind = "rate_limited" if status == 429 else "http"
+        assert outcome.kinds() == {(kind, status): outcome.injected[f"error_{status}"]}
         for record in outcome.errors:
             assert f"HTTP {status}" in (record.error_message or "")
             assert record.response_ns is not None and record.first_token_ns is None
@@ -235,15 +236,15 @@ def _check_refused(outcome: Outcome) -> None:
 
 def _check_mix(outcome: Outcome) -> None:
     kinds = Counter(record.error_kind for record in outcome.errors)
-    assert set(kinds) <= {"http", "connection", "protocol"}
-    statuses = Counter(record.http_status for record in outcome.errors if record.error_kind == "http")
+    assert set(kinds) <= {"http", "rate_limited", "connection", "protocol"}
+    statuses = Counter(record.http_status for record in outcome.errors if record.error_kind in ("http", "rate_limited"))
     assert statuses == {status: outcome.injected[f"error_{status}"] for status in (500, 429, 503)}
     # A malformed event always comes before the reset of the same stream (earlier chunk) and ends it on the
     # client's side; the server may still reach the reset before it notices the client is gone.
     assert kinds["protocol"] == outcome.injected["malformed"]
     assert outcome.injected["reset"] - outcome.injected["malformed"] <= kinds["connection"] <= outcome.injected["reset"]
     # Every kind of fault happened, and some requests met none.
-    assert set(kinds) == {"http", "connection", "protocol"} and outcome.ok
+    assert set(kinds) == {"http", "rate_limited", "connection", "protocol"} and outcome.ok
     assert all(outcome.injected[fault] > 0 for fault in ("stall", "slow_first_byte"))
 
 
