@@ -124,7 +124,7 @@ test-reference: $(STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP)
 	exit $$(( side_by_side || paired || alone ))
 
 # Everything the engine and reference suites install, made ahead (`make -j4 prepare`: llama.cpp's build, vLLM's and
-# the references' venvs, each independent of the others). CI makes it beside `make test` (.ci/run).
+# the references' venvs, each independent of the others), on a developer's machine.
 prepare: $(ENGINE_STAMP) $(REFERENCE_STAMP) $(HARNESS_STAMP) $(VLLM_STAMP)
 
 bench: install

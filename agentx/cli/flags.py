@@ -50,6 +50,7 @@ OWN_OPTION_GROUPS: Final[Mapping[str, str]] = {
     "overwrite": "Output",
     "repeat": "Output",
     "resume": "Output",
+    "resume_anyway": "Output",
     "as_json": "Output",
     "gpus": "Output",
     "gpu_sku": "Output",

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from agentx.replayer.options.replay import ReplayOptions, Scenario
     from agentx.replayer.plan.play import PreparedTrace
     from agentx.replayer.run_result import RunResult
+    from agentx.replayer.schedule.hooks import RunHooks
     from agentx.results.summary.summarize import Summary
     from agentx.run.repeats import ReplayRepeats
     from agentx.run.replay import ReplayResult
@@ -110,7 +111,6 @@ def replay(
             refuse_existing_repeats(run_dir, flags="--overwrite to replace them")
         else:
             refuse_existing_run(run_dir)
-    stderr.print(end_line(parts.scenario, len(loaded.sessions)), markup=False)
     model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
         url, model = server_and_model(
@@ -143,9 +143,12 @@ def replay(
                 if repeat > 1:
                     repeated = _replay_repeats(trace, prepared, options, repeat, gpus, live)
                 else:
+                    ends = end_line(options.scenario, len(loaded.sessions))
+                    if not live:  # a run over processes takes no callbacks: said before it starts
+                        stderr.print(ends, markup=False)
                     result = run_interruptibly(
                         lambda hooks: run_and_summarize(prepared, options, hooks, num_gpus=gpus, trace_path=trace),
-                        progress.hooks() if live else None,
+                        saying_its_end(progress.hooks(), ends) if live else None,
                         progress,
                         cluster_output(options),
                     )
@@ -301,6 +304,19 @@ def _end_repeats(repeated: ReplayRepeats, as_json: bool, threshold: float | None
     if failures:
         named = "; ".join(failures)
         fail(f"{len(failures)} of {len(repeated.results)} repeats do not stand ({named})", EXIT_RUN_FAILED)
+
+
+def saying_its_end(hooks: RunHooks, line: str) -> RunHooks:
+    """`hooks` that say `line` (what ends the run) on stderr as the profiling phase starts: once the server answered and
+    the run is under way, so a run that cannot start says only why."""
+    shown = hooks.on_profiling
+
+    def on_profiling() -> None:
+        stderr.print(line, markup=False)
+        if shown is not None:
+            shown()
+
+    return msgspec.structs.replace(hooks, on_profiling=on_profiling)
 
 
 def end_line(scenario: Scenario, trace_sessions: int) -> str:

@@ -264,6 +264,10 @@ def _replay_json(tmp_path: Path, *args: str) -> dict[str, Any]:
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     document: dict[str, Any] = json.loads((out / "run.json").read_text())
+    # The run said what ends it as it started, as its options have it (each run here has --sessions 1).
+    duration = document["options"]["duration_s"]
+    ends = f"after {duration:,g} s (--duration), or after 1 session" if duration is not None else "after 1 session"
+    assert f"the run ends {ends}" in result.stderr
     return document
 
 

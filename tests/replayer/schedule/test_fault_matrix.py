@@ -145,9 +145,13 @@ def _replay(sim: SimServer, out_dir: Path, case: Case) -> Outcome:
         load=ClosedLoad(concurrency=CONCURRENCY),
         scenario=Scenario(delay_scale=case.delay_scale),
         connection=Connection(idle_timeout_s=case.idle_timeout_s),
-        # A refusal window's streak would have the server-loss watch ask `/v1/models` too, refused and counted with
-        # the turns (as many as a loaded machine's timing lets in): the watch has tests of its own.
-        runtime=Runtime(grace_s=5.0, on_server_loss="continue" if case.refuse_s else "stop"),
+        # In a refusal window the server-loss watch's `/v1/models` and the telemetry's `/metrics` are refused and
+        # counted with the turns too (as many as a loaded machine's timing lets in): both have tests of their own.
+        runtime=Runtime(
+            grace_s=5.0,
+            on_server_loss="continue" if case.refuse_s else "stop",
+            metrics_interval_s=None if case.refuse_s else Runtime().metrics_interval_s,
+        ),
     )
     result = asyncio.run(run_replay(_trace(case.sessions), options, RunHooks(on_profiling=on_profiling)))
     # /metrics is refused too while the window lasts.
