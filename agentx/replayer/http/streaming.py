@@ -37,10 +37,10 @@ from agentx.replayer.http.pool import Pool, send
 from agentx.replayer.http.sse import DONE, ERROR_EVENT, SSEParser
 
 ERROR_BODY_MAX_BYTES: Final = 64 * 1024
+"""How much of an error answer's body is kept for its message."""
 DECODED: Final = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
 """The content codings a response is decoded from, with their zlib window bits (deflate: zlib's format, as RFC 9110
 says, or gzip's, which some servers send under that name)."""
-"""How much of an error answer's body is kept for its message."""
 WATCHDOG_PERIOD_MAX_S: Final = 1.0
 """The idle watchdog's longest period; a stalled stream is aborted between idle and idle + period after its
 last read (a quarter of the idle timeout when that is shorter, so short timeouts stay meaningful)."""
