@@ -32,12 +32,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite side by side (pytest-xdist), two workers a core unless TEST_WORKERS says otherwise (most of a test's time
-# is waiting on a simulator's or a child's clock); an idle worker takes tests from a busy one's queue (worksteal).
-# Its timing tests hold with a CPU-heavy process beside them (docs/development.md).
+# The suite side by side (pytest-xdist), one worker a core unless TEST_WORKERS says otherwise; an idle worker takes
+# tests from a busy one's queue (worksteal). Two a core (`TEST_WORKERS=4` on two cores) runs it in 8 to 9 minutes
+# instead of 10 to 11, but the demo run's clean audit then still fails about one run in four (a stalled client reads
+# a 50-token demo stream in one go): not the default until it holds (docs/development.md).
 # `test-fast` leaves out the modules marked slow (they start processes: tests/project/test_tiers.py) and runs a
 # quarter of the property tests' examples, for the inner loop.
-TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
+TEST_WORKERS ?= auto
 unit: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
