@@ -146,6 +146,9 @@ class StreamResponse:
         self._done = False
         self._decoder: zlib._Decompress | None = None
 
+    def _undecodable(self, exc: zlib.error) -> ExchangeError:
+        return ExchangeError("protocol", f"a {self.exchange.content_encoding} body that does not decode ({exc})")
+
     @property
     def whole(self) -> bool:
         """Whether the body, its framing ended, was all the answer: not a 200 event stream that ended before
@@ -190,9 +193,7 @@ class StreamResponse:
             try:
                 chunk = self._decoder.decompress(chunk)
             except zlib.error as exc:
-                raise ExchangeError(
-                    "protocol", f"a {self.exchange.content_encoding} body that does not decode ({exc})"
-                ) from None
+                raise self._undecodable(exc) from None
         # Kept for the message: an error's body, or a page a proxy answered in place of the stream.
         if (self.exchange.status != 200 or self._foreign) and len(self._error_body) < ERROR_BODY_MAX_BYTES:
             self._error_body += chunk[: ERROR_BODY_MAX_BYTES - len(self._error_body)]
@@ -256,9 +257,7 @@ class StreamResponse:
             try:
                 rest = self._decoder.flush()
             except zlib.error as exc:
-                raise ExchangeError(
-                    "protocol", f"a {exchange.content_encoding} body that does not decode ({exc})"
-                ) from None
+                raise self._undecodable(exc) from None
             self._decoder = None
             if rest:
                 self.data(rest, exchange.end_ns)
