@@ -61,12 +61,24 @@ RATE_HIGH: Final = 1.25
 REFERENCE_MARKER_TOKENS: Final = wordtok.count_tokens("[rid:0123456789ab]")
 MAX_ROWS: Final = 60
 DISPATCH_LAG_P99_MAX_S: Final = 0.1
-"""A schedule bug's guard: the p99 of agentx's profiling requests' dispatch lag (sent − due) in a case.
+"""A schedule bug's guard: the p99 of agentx's profiling requests' dispatch lag (sent − due) in a case, beyond what
+a stall of agentx's own process explains (`stall_bound_s`).
 
-Both tools run at once on the same cores, so a few milliseconds of lag here is the machine, not agentx (CI
-saw p99 8-17 ms where a quiet machine sees 1-7 ms). The bugs this guards against put requests due in the past
-by seconds. The precision target (p99 < 5 ms) is a benchmark figure: bench/corpus_replay.py and
-bench/replay_overhead.py measure it with agentx alone on the machine (bench/README.md)."""
+Both tools run at once on the same cores, six cases at a time, so the machine itself holds agentx's process off
+the CPU: CI saw p99 100-230 ms in a few cases, a quiet machine 1-7 ms. A request late because its process could not
+run is the machine, and the run's event-loop lag says so; the bugs this guards against put requests due in the past
+by seconds while the loop is idle. The precision target (p99 < 5 ms) is a benchmark figure: bench/corpus_replay.py
+and bench/replay_overhead.py measure it with agentx alone on the machine (bench/README.md)."""
+
+
+def stall_bound_s(loop_lag_max_s: float) -> float:
+    """The longest stall of agentx's process a run's loop lag allows: the run samples how late a timer due every
+    `LOOP_LAG_TICK_S` fires (agentx.replayer.schedule.runner), so a stall that began just after a sample shows that
+    much less."""
+    from agentx.replayer.schedule.runner import LOOP_LAG_TICK_S
+
+    return loop_lag_max_s + LOOP_LAG_TICK_S
+
 
 Tool = Literal["reference", "agentx"]
 Key = tuple[str, int, str, int]
@@ -1161,8 +1173,8 @@ def load_case(name: str, base: Path, duration: float, against: Tool = "agentx") 
 
 def dispatch_lag_check(records_path: Path) -> Check:
     """agentx's dispatch lag over its profiling requests: a request sent later than it was due measures the
-    client, not the server (docs/agentx.md §4b); p99 must stay within `DISPATCH_LAG_P99_MAX_S`, a schedule bug's
-    guard (the figure is printed either way)."""
+    client, not the server (docs/agentx.md §4b); p99 must stay within `DISPATCH_LAG_P99_MAX_S` beyond the longest
+    stall of its process the run's loop lag allows, a schedule bug's guard (the figures are printed either way)."""
     import agentx
 
     table = agentx.read_records(records_path)
@@ -1175,10 +1187,22 @@ def dispatch_lag_check(records_path: Path) -> Check:
     )
     if not lags:
         return Check("agentx dispatch lag (profiling)", True, "no profiling requests")
+    lag_max_s = loop_lag_max_s(records_path.parent / "run.json")
     p50, p99 = _percentile(lags, 0.50), _percentile(lags, 0.99)
+    stall_s = stall_bound_s(lag_max_s)
     return Check(
         "agentx dispatch lag (profiling)",
-        p99 <= DISPATCH_LAG_P99_MAX_S,
-        f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms (≤ {DISPATCH_LAG_P99_MAX_S * 1e3:g} ms), "
+        p99 <= DISPATCH_LAG_P99_MAX_S + stall_s,
+        f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms (≤ {DISPATCH_LAG_P99_MAX_S * 1e3:g} ms + a stall of up to "
+        f"{stall_s * 1e3:.0f} ms: its loop lag's max {lag_max_s * 1e3:.0f} ms + one sample), "
         f"max {lags[-1] * 1e3:.2f} ms",
     )
+
+
+def loop_lag_max_s(run_json: Path) -> float:
+    """The longest event-loop lag agentx measured in its run (0 when run.json has none)."""
+    if not run_json.exists():
+        return 0.0
+    summary = json.loads(run_json.read_text()).get("summary") or {}
+    loop_lag = summary.get("loop_lag") or {}
+    return float(loop_lag.get("max_s", 0.0))
