@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypedDict, Unpack
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from agentx.trace.model import Agent, HashScope, Request, RequestType, Session, Trace
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class RequestExtras(TypedDict, total=False):
@@ -91,3 +95,22 @@ def growing_chain(
         requests.append(make_request(start + i * gap_s, in_tokens, out, api_time=api_time, kept=kept, added=added))
         kept = blocks
     return requests
+
+
+def write_trace_table(table: pa.Table, path: Path, **metadata: bytes | None) -> Path:
+    """Write `table` (a native trace table, `agentx.trace.formats.arrow.to_table`, perhaps edited) as an Arrow IPC
+    file, each `agentx.<key>` of its schema metadata set to the value given, or removed for None."""
+    import pyarrow as pa  # only for the tests that write tables
+    import pyarrow.ipc as ipc
+
+    kept = dict(table.schema.metadata or {})
+    for key, value in metadata.items():
+        name = f"agentx.{key}".encode()
+        if value is None:
+            kept.pop(name, None)
+        else:
+            kept[name] = value
+    table = table.replace_schema_metadata(kept)
+    with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path

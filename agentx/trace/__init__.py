@@ -1,6 +1,6 @@
-"""The trace: the model (model.py), its checks (validation.py, findings.py), reading and writing every format (io.py
-over formats/), inspection (stats.py), hidden agents split out of flattened sessions (chains.py and chain_*.py) and the
-idle cap's load-time warp (warp.py)."""
+"""The trace: the model (model.py), its checks (validation.py, findings.py, links.py for parent links as files state
+them), reading and writing every format (io.py over formats/), inspection (stats.py), hidden agents split out of
+flattened sessions (chains.py and chain_*.py) and the idle cap's load-time warp (warp.py)."""
 
 from __future__ import annotations
 

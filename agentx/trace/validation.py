@@ -1,4 +1,5 @@
-"""Structural checks of a trace, run by every reader and by `agentx validate`.
+"""Structural checks of a trace, run by every reader and by `agentx validate`. What only a file states (Bailian's
+parent links, the Arrow rows' identity columns) its reader checks first, over `agentx.trace.links`.
 
 Errors make a trace unusable (negative times, duplicate ids, absurd sizes); warnings are
 tolerated at replay the way the reference tolerates them (e.g. fewer hash ids than `in` needs:

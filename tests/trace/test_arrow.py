@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+from builders import write_trace_table
 from hypothesis import given, settings
 from strategies import examples
 from strategies import traces as trace_strategy
@@ -266,20 +267,6 @@ def test_arrow_is_much_smaller_than_weka_for_growing_contexts(tmp_path: Path) ->
 # refusals
 
 
-def _write_with_metadata(table: pa.Table, path: Path, **changes: bytes | None) -> Path:
-    metadata = dict(table.schema.metadata or {})
-    for key, value in changes.items():
-        name = f"agentx.{key}".encode()
-        if value is None:
-            metadata.pop(name, None)
-        else:
-            metadata[name] = value
-    table = table.replace_schema_metadata(metadata)
-    with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    return path
-
-
 def _refusal(path: Path) -> str:
     with pytest.raises(TraceError) as caught:
         load_trace(path, format="arrow")
@@ -290,14 +277,14 @@ def _refusal(path: Path) -> str:
 
 @pytest.mark.parametrize("version", ["2.0", "10.1", "2"])
 def test_newer_major_version_is_refused_with_upgrade_advice(small_trace: Trace, tmp_path: Path, version: str) -> None:
-    path = _write_with_metadata(arrow.to_table(small_trace), tmp_path / "new.arrow", version=version.encode())
+    path = write_trace_table(arrow.to_table(small_trace), tmp_path / "new.arrow", version=version.encode())
     message = _refusal(path)
     assert f"version {version}" in message and "Upgrade agentx" in message
 
 
 def test_newer_minor_version_is_read(small_trace: Trace, tmp_path: Path) -> None:
     major = FORMAT_VERSION.split(".")[0]
-    path = _write_with_metadata(arrow.to_table(small_trace), tmp_path / "minor.arrow", version=f"{major}.99".encode())
+    path = write_trace_table(arrow.to_table(small_trace), tmp_path / "minor.arrow", version=f"{major}.99".encode())
     back = arrow.read_arrow(path)
     assert back.format_version == f"{major}.99"
     assert back.sessions == small_trace.sessions
@@ -306,7 +293,7 @@ def test_newer_minor_version_is_read(small_trace: Trace, tmp_path: Path) -> None
 def test_a_version_1_0_file_has_no_explicit_defaults_column(small_trace: Trace, tmp_path: Path) -> None:
     """Files written before version 1.1 lack the column: no request had keys written at their default."""
     table = arrow.to_table(small_trace).drop_columns(["explicit_defaults"])
-    back = arrow.read_arrow(_write_with_metadata(table, tmp_path / "old.arrow", version=b"1.0"))
+    back = arrow.read_arrow(write_trace_table(table, tmp_path / "old.arrow", version=b"1.0"))
     requests = [request for session in back.sessions for agent, _, _ in session.agents() for request in agent.requests]
     assert requests and all(request.explicit_defaults == frozenset() for request in requests)
     for session in small_trace.sessions:
@@ -328,14 +315,14 @@ def test_non_agentx_arrow_files_are_refused(tmp_path: Path) -> None:
 
 def test_missing_metadata_or_columns_are_refused(small_trace: Trace, tmp_path: Path) -> None:
     table = arrow.to_table(small_trace)
-    assert "agentx.format" in _refusal(_write_with_metadata(table, tmp_path / "a.arrow", format=None))
-    assert "not an agentx" in _refusal(_write_with_metadata(table, tmp_path / "b.arrow", format=b"other"))
-    assert "version" in _refusal(_write_with_metadata(table, tmp_path / "c.arrow", version=b"x.y"))
-    assert "metadata is corrupt" in _refusal(_write_with_metadata(table, tmp_path / "d.arrow", sessions=b"[{"))
-    assert "metadata is corrupt" in _refusal(_write_with_metadata(table, tmp_path / "e.arrow", block_size=b"sixty"))
-    assert "accounts for" in _refusal(_write_with_metadata(table, tmp_path / "f.arrow", sessions=b"[]"))
+    assert "agentx.format" in _refusal(write_trace_table(table, tmp_path / "a.arrow", format=None))
+    assert "not an agentx" in _refusal(write_trace_table(table, tmp_path / "b.arrow", format=b"other"))
+    assert "version" in _refusal(write_trace_table(table, tmp_path / "c.arrow", version=b"x.y"))
+    assert "metadata is corrupt" in _refusal(write_trace_table(table, tmp_path / "d.arrow", sessions=b"[{"))
+    assert "metadata is corrupt" in _refusal(write_trace_table(table, tmp_path / "e.arrow", block_size=b"sixty"))
+    assert "accounts for" in _refusal(write_trace_table(table, tmp_path / "f.arrow", sessions=b"[]"))
     dropped = table.drop_columns(["in"])
-    assert "lacks column(s) in" in _refusal(_write_with_metadata(dropped, tmp_path / "g.arrow"))
+    assert "lacks column(s) in" in _refusal(write_trace_table(dropped, tmp_path / "g.arrow"))
 
 
 def test_negative_request_counts_in_metadata_are_refused(small_trace: Trace, tmp_path: Path) -> None:
@@ -344,7 +331,7 @@ def test_negative_request_counts_in_metadata_are_refused(small_trace: Trace, tmp
     # Keep the total but make one count negative: rows would be attributed to the wrong agents.
     sessions[0]["root"]["request_count"] = -1
     sessions[1]["root"]["request_count"] += len(small_trace.sessions[0].root.requests) + 1
-    path = _write_with_metadata(table, tmp_path / "neg.arrow", sessions=json.dumps(sessions).encode())
+    path = write_trace_table(table, tmp_path / "neg.arrow", sessions=json.dumps(sessions).encode())
     assert "metadata is corrupt" in _refusal(path)
 
 
@@ -354,7 +341,7 @@ def test_invalid_values_are_refused_with_their_row(small_trace: Trace, tmp_path:
     row = 2
     t[row] = -1.0
     bad = table.set_column(table.schema.get_field_index("t"), arrow.SCHEMA.field("t"), pa.array(t, pa.float64()))
-    message = _refusal(_write_with_metadata(bad, tmp_path / "t.arrow"))
+    message = _refusal(write_trace_table(bad, tmp_path / "t.arrow"))
     assert f"{tmp_path / 't.arrow'}:{row + 1}" in message and 'session "A"' in message and f"request {row}" in message
     assert "t is negative" in message
 
@@ -363,18 +350,18 @@ def test_wrong_column_types_and_nulls_are_refused(small_trace: Trace, tmp_path: 
     table = arrow.to_table(small_trace)
     index = table.schema.get_field_index("in")
     as_text = table.set_column(index, "in", pa.array(["x"] * table.num_rows))
-    assert 'column "in" has type string' in _refusal(_write_with_metadata(as_text, tmp_path / "a.arrow"))
+    assert 'column "in" has type string' in _refusal(write_trace_table(as_text, tmp_path / "a.arrow"))
     with_null = table.set_column(index, "in", pa.array([None] + [1] * (table.num_rows - 1), pa.int64()))
-    assert 'column "in" holds 1 null' in _refusal(_write_with_metadata(with_null, tmp_path / "b.arrow"))
+    assert 'column "in" holds 1 null' in _refusal(write_trace_table(with_null, tmp_path / "b.arrow"))
     added = table.schema.get_field_index("hash_ids_added")
     lists = [[None, *ids] if row == 0 else ids for row, ids in enumerate(table.column(added).to_pylist())]
     null_id = table.set_column(added, "hash_ids_added", pa.array(lists, table.schema.field(added).type))
-    assert 'column "hash_ids_added" holds 1 null' in _refusal(_write_with_metadata(null_id, tmp_path / "n.arrow"))
+    assert 'column "hash_ids_added" holds 1 null' in _refusal(write_trace_table(null_id, tmp_path / "n.arrow"))
     # A compatible type (int32 for int64, plain strings for dictionary strings) is converted.
     converted = table.set_column(index, "in", table.column("in").cast(pa.int32()))
     model = table.schema.get_field_index("model")
     converted = converted.set_column(model, "model", table.column("model").cast(pa.string()))
-    assert arrow.read_arrow(_write_with_metadata(converted, tmp_path / "c.arrow")) == small_trace
+    assert arrow.read_arrow(write_trace_table(converted, tmp_path / "c.arrow")) == small_trace
 
 
 def test_invalid_utf8_is_refused_not_crashed_on(small_trace: Trace, tmp_path: Path) -> None:
@@ -384,8 +371,8 @@ def test_invalid_utf8_is_refused_not_crashed_on(small_trace: Trace, tmp_path: Pa
     data = pa.py_buffer(b"\xff\xfe" * rows)  # not UTF-8
     broken = pa.Array.from_buffers(pa.string(), rows, [None, offsets, data])
     bad = table.set_column(table.schema.get_field_index("stop"), "stop", broken)
-    assert "not a readable Arrow/Parquet file" in _refusal(_write_with_metadata(bad, tmp_path / "utf8.arrow"))
-    weird = _write_with_metadata(table, tmp_path / "meta.arrow", version=b"\xff1.0")
+    assert "not a readable Arrow/Parquet file" in _refusal(write_trace_table(bad, tmp_path / "utf8.arrow"))
+    weird = write_trace_table(table, tmp_path / "meta.arrow", version=b"\xff1.0")
     assert "Upgrade" in _refusal(weird)  # an undecodable version is not a version this agentx reads
 
 
@@ -398,11 +385,15 @@ def test_absurdly_nested_agents_are_refused(tmp_path: Path, depth: int) -> None:
         block_size=64,
     )
     table = arrow.to_table(trace)
+    # The row names its agent as the metadata does, so that only the nesting is wrong.
+    for name, value in (("agent_id", f"a{depth}"), ("parent_agent_id", f"a{depth - 1}"), ("agent_depth", depth)):
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, table.schema.field(index), pa.array([value], table.schema.field(index).type))
     header = f'{{"agent_id":"a{depth}","t":0.0,"request_count":1}}'
     for level in range(depth - 1, 0, -1):
         header = f'{{"agent_id":"a{level}","t":0.0,"subagents":[{header}]}}'
     sessions = f'[{{"session_id":"s","root":{{"subagents":[{header}]}}}}]'
-    path = _write_with_metadata(table, tmp_path / "deep.arrow", sessions=sessions.encode())
+    path = write_trace_table(table, tmp_path / "deep.arrow", sessions=sessions.encode())
     message = _refusal(path)
     # Within msgspec's nesting limit the depth cap speaks; beyond it, the metadata cannot be decoded.
     expected = f"nest deeper than {MAX_AGENT_DEPTH} levels" if depth < 1000 else "metadata is corrupt"

@@ -6,7 +6,9 @@ request of the same agent (`hash_ids_kept` leading ids of that request, then `ha
 which makes the file ~50× smaller than Weka JSONL and loads in a fraction of the time.
 Session and agent attributes that are not per request live as JSON in the schema metadata
 (`agentx.sessions`), next to the format version, block size, hash-id scope and provenance.
-The layout is described in `schemas/trace.arrow.md`, generated from `describe_layout()`.
+The layout is described in `schemas/trace.arrow.md`, generated from `describe_layout()`. The rows' own session, agent,
+parent, depth and request index columns must agree with the metadata, which the reader checks (`arrow_rows`) before it
+builds anything from them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.ipc as ipc
 from agentx.errors import TraceError
 from agentx.format_version import version_refusal
 from agentx.trace.findings import Findings
+from agentx.trace.formats.arrow_rows import Layout, check_rows
 from agentx.trace.model import FORMAT_NAME, FORMAT_VERSION, Agent, Provenance, Request, Session, Trace
 from agentx.trace.validation import check_session, check_trace_header
 
@@ -259,11 +262,14 @@ def from_table(table: pa.Table, *, file: str = "", findings: Findings | None = N
     scope = metadata.get(META_SCOPE, b"session").decode("utf-8", "replace")
     table = _conform(table, file)
 
-    expected_rows = sum(_count_rows(h.root) for h in headers)
-    if expected_rows != table.num_rows:
+    layout = _layout(headers)
+    if layout.rows != table.num_rows:
         raise TraceError.at(
-            f"the session metadata accounts for {expected_rows} rows but the table has {table.num_rows}", file=file
+            f"the session metadata accounts for {layout.rows} rows but the table has {table.num_rows}", file=file
         )
+    check_rows(table, layout, sink)
+    # Rows out of place would be requests of the wrong agents: every check of those requests would mislead.
+    sink.raise_if_errors()
     rows = _Rows(table)
     sessions: list[Session] = []
     cursor = 0
@@ -315,14 +321,31 @@ def _conform(table: pa.Table, file: str) -> pa.Table:
     return table
 
 
-def _count_rows(header: _AgentHeader) -> int:
-    # Iterative: a deeply nested (corrupt) header must not exhaust the interpreter's recursion limit.
-    total, pending = 0, [header]
-    while pending:
-        agent = pending.pop()
-        total += agent.request_count
-        pending.extend(agent.subagents)
-    return total
+def _layout(headers: list[_SessionHeader]) -> Layout:
+    """The rows the headers describe, agent by agent in row order."""
+    layout = Layout()
+    for index, header in enumerate(headers):
+        layout.session_ids.append(header.session_id)
+        root = header.root
+        if not root.subagents:  # most sessions of a Mooncake-size trace: no tree to walk
+            layout.session.append(index)
+            layout.agent_ids.append(root.agent_id)
+            layout.parent_ids.append(None)
+            layout.depths.append(0)
+            layout.counts.append(root.request_count)
+            continue
+        # Iterative: a deeply nested (corrupt) header must not exhaust the interpreter's recursion limit.
+        pending: list[tuple[_AgentHeader, str | None, int]] = [(root, None, 0)]
+        while pending:
+            agent, parent, depth = pending.pop()
+            layout.session.append(index)
+            layout.agent_ids.append(agent.agent_id)
+            layout.parent_ids.append(parent)
+            layout.depths.append(depth)
+            layout.counts.append(agent.request_count)
+            if agent.subagents:
+                pending += [(sub, agent.agent_id, depth + 1) for sub in reversed(agent.subagents)]
+    return layout
 
 
 def _row_numbers(session: Session, first_row: int) -> Callable[[Agent, int], int | None]:
@@ -478,7 +501,10 @@ def describe_layout() -> str:
         f"Generated from `agentx/trace/formats/arrow.py` (format `{FORMAT_NAME}` version {FORMAT_VERSION}); "
         "do not edit.",
         "",
-        "One row per request; rows grouped by session, then agent (depth first), then request order.",
+        "One row per request; rows grouped by session, then agent (depth first), then request order, sessions and",
+        "agents in the order `agentx.sessions` lists them. A reader gives the rows to agents by that order and refuses",
+        "a file whose `session_id`, `agent_id`, `parent_agent_id`, `agent_depth` or `request_index` disagree with it",
+        "(rows re-sorted, a parent that is not there, a loop of parents, a depth off its parent chain, an id twice).",
         "Files: Arrow IPC with zstd buffers (`.arrow`) or Parquet (`.parquet`).",
         "",
         "| column | Arrow type | meaning |",

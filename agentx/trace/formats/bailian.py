@@ -25,6 +25,7 @@ import msgspec
 from agentx.trace.findings import Findings
 from agentx.trace.formats.mooncake import KeyTally, bad_length, bad_number, decode_row
 from agentx.trace.formats.textfile import jsonl_lines
+from agentx.trace.links import ABSENT, IN_CYCLE, NO_PARENT, follow
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
 from agentx.trace.validation import check_session, check_trace_header
 
@@ -45,8 +46,6 @@ class _Row(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 _DECODER = msgspec.json.Decoder(_Row)
 _KNOWN_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(_Row))
-_IN_CYCLE = -1
-"""Marks rows whose parent links loop (`_roots` values are otherwise indices of rows)."""
 
 
 def read_bailian(
@@ -83,7 +82,7 @@ def read_bailian(
 
     groups: dict[int, list[int]] = {}  # root row -> its rows, in file order; dicts keep first-row order
     for index, root in enumerate(_roots(rows, by_chat, sink)):
-        if root != _IN_CYCLE:
+        if root != IN_CYCLE:
             groups.setdefault(root, []).append(index)
     size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     sessions: list[Session] = []
@@ -108,44 +107,22 @@ def _line_of(lines: list[int]) -> Callable[[Agent, int], int | None]:
 
 
 def _roots(rows: list[tuple[int, _Row]], by_chat: dict[int, int], sink: Findings) -> list[int]:
-    """The index of each row's root row, or _IN_CYCLE; reports cycles and counts orphans."""
-    root_of: list[int | None] = [None] * len(rows)
-    orphans: list[int] = []
-    for start in range(len(rows)):
-        path: list[int] = []
-        on_path: set[int] = set()
-        current = start
-        while True:
-            known = root_of[current]
-            if known is not None:
-                root = known
-                break
-            if current in on_path:
-                cycle = [*path[path.index(current) :], current]
-                links = " -> ".join(f"{rows[i][1].chat_id} (line {rows[i][0]})" for i in cycle)
-                sink.error(f"parent_chat_id links form a cycle: {links}", line=rows[current][0])
-                root = _IN_CYCLE
-                break
-            path.append(current)
-            on_path.add(current)
-            parent = rows[current][1].parent_chat_id
-            parent_index = by_chat.get(parent) if parent != ROOT_PARENT else None
-            if parent_index is None:
-                if parent != ROOT_PARENT:
-                    orphans.append(current)
-                root = current
-                break
-            current = parent_index
-        for index in path:
-            root_of[index] = root
-    if orphans:
-        line, row = rows[orphans[0]]
+    """The index of each row's root row, or IN_CYCLE; reports cycles and counts orphans."""
+    parents = [
+        NO_PARENT if row.parent_chat_id == ROOT_PARENT else by_chat.get(row.parent_chat_id, ABSENT) for _, row in rows
+    ]
+    links = follow(parents)
+    for cycle in links.cycles:
+        described = " -> ".join(f"{rows[i][1].chat_id} (line {rows[i][0]})" for i in cycle)
+        sink.error(f"parent_chat_id links form a cycle: {described}", line=rows[cycle[0]][0])
+    if links.orphans:
+        line, row = rows[links.orphans[0]]
         sink.warning(
-            f"{len(orphans)} row(s) name a parent_chat_id that is not in the file (first: chat_id {row.chat_id}, "
+            f"{len(links.orphans)} row(s) name a parent_chat_id that is not in the file (first: chat_id {row.chat_id}, "
             f"parent {row.parent_chat_id}); each starts its own session",
             line=line,
         )
-    return [_IN_CYCLE if root is None else root for root in root_of]
+    return links.roots
 
 
 def _session(root: _Row, members: list[tuple[int, _Row]], sink: Findings) -> tuple[Session, list[int]]:
