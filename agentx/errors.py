@@ -7,7 +7,7 @@
         NothingToReplay, PlanError, ExportError (OutputExists, RunInProgress), ArtifactError, ReportError, PriceError,
         PlotsUnavailableError, SweepError, PromptError, ResponseError
       ServerError           the server cannot be used for a run
-        ServerUnreachable, ModelNotServed, CalibrationError, WarmupFailed, SimServerError
+        ServerUnreachable (ModelsNotListed), ModelNotServed, CalibrationError, WarmupFailed, SimServerError
       RunError              a run that started could not complete
         WorkerFailed, ClusterError, RunStopped
       StorageError          an OS condition on a run's files (a full disk, a read-only file system, no permission)
@@ -187,7 +187,8 @@ class ExportError(ConfigError):
 
 
 class OutputExists(ExportError):  # noqa: N818 (reads as what is wrong, as RunExists)
-    """The export's file exists already and replacing it was not asked for."""
+    """The file to write exists already and replacing it was not asked for: an export's, or a converted trace's
+    (`agentx convert`)."""
 
 
 class RunInProgress(ExportError):  # noqa: N818 (reads as what is wrong)
@@ -233,6 +234,12 @@ class ServerError(AgentxError):
 
 class ServerUnreachable(ServerError):  # noqa: N818 (reads as what is wrong)
     """The server did not answer `GET /v1/models` with a 200 (refused, timed out, or an error status)."""
+
+
+class ModelsNotListed(ServerUnreachable):
+    """The server answered `GET /v1/models`, but not with a model list (an error status, or a body that is not one):
+    it is there, and the base URL, the credentials or its state are what to look at. A ServerUnreachable still, so
+    that code waiting for a server that can be used goes on treating it as one that cannot."""
 
 
 class ModelNotServed(ServerError):  # noqa: N818 (reads as what is wrong)

@@ -73,9 +73,9 @@ and bench/replay_overhead.py measure it with agentx alone on the machine (bench/
 
 def stall_bound_s(loop_lag_max_s: float) -> float:
     """The longest stall of agentx's process a run's loop lag allows: the run samples how late a timer due every
-    `LOOP_LAG_TICK_S` fires (agentx.replayer.schedule.runner), so a stall that began just after a sample shows that
+    `LOOP_LAG_TICK_S` fires (agentx.replayer.schedule.parts), so a stall that began just after a sample shows that
     much less."""
-    from agentx.replayer.schedule.runner import LOOP_LAG_TICK_S
+    from agentx.replayer.schedule.parts import LOOP_LAG_TICK_S
 
     return loop_lag_max_s + LOOP_LAG_TICK_S
 

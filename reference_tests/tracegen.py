@@ -172,7 +172,7 @@ def _agentx(agentx: Path, *args: str) -> None:
 def _weka_folder(agentx: Path, source: Path, directory: Path) -> tuple[Path, list[str]]:
     jsonl = directory.with_suffix(".jsonl")
     jsonl.parent.mkdir(parents=True, exist_ok=True)  # the first case of a fresh run may be this one
-    _agentx(agentx, "convert", str(source), str(jsonl), "--to", "weka")
+    _agentx(agentx, "convert", str(source), str(jsonl), "--to", "weka", "--overwrite")  # a rerun's folder holds it
     kept: list[Json] = []
     dropped: list[Json] = []
     for line in jsonl.read_text().splitlines():

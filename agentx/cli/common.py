@@ -27,9 +27,11 @@ from agentx.errors import (
     AgentxError,
     ConfigError,
     Finding,
+    ModelsNotListed,
     RunError,
     RunStopped,
     ServerError,
+    ServerUnreachable,
     TraceError,
     WriteFailed,
     cli_words,
@@ -131,20 +133,26 @@ def interactivity_targets(text: str) -> tuple[float, ...]:
 def failing_against(url: str, doing: str) -> Iterator[None]:
     """What a run against `url` can end with before it measures anything, each as its one-paragraph error: the
     server's errors named after the URL, options the library refuses (`doing`: "replay", "measure")."""
-    from agentx.errors import CalibrationError, OutputUnwritable, ServerError, ServerUnreachable
+    from agentx.errors import CalibrationError, OutputUnwritable
 
     try:
         yield
     except OutputUnwritable as exc:  # the run folder: its message names it and the OS condition
         fail(str(exc), exit_code(exc))
     except ServerUnreachable as exc:
-        fail(f"{url}: the server is unreachable ({exc})")
+        fail(unreachable(url, exc))
     except CalibrationError as exc:
         fail(f"{url}: cannot calibrate chat prompts: {exc}")
     except ServerError as exc:  # the model not served, a root agent's warmup primer failed
         fail(f"{url}: {exc}")
     except ValueError as exc:  # options the library refuses before any request (e.g. an unsupported --api)
         fail(f"cannot {doing} with these options: {exc}")
+
+
+def unreachable(url: str, error: ServerUnreachable) -> str:
+    """The one-paragraph error for a server at `url` that cannot be used: one that answered, but not with its model
+    list, says what it answered (it is not unreachable)."""
+    return f"{url}: {error}" if isinstance(error, ModelsNotListed) else f"{url}: the server is unreachable ({error})"
 
 
 EXIT_CODES: Final[tuple[tuple[type[AgentxError], int], ...]] = (

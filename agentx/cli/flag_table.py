@@ -242,5 +242,10 @@ FLAGS: Final[dict[str, Flag]] = {
         "A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server).",
         metavar="PATH",
     ),
+    "Connection.proxy": Flag(
+        "Reach the server through this http:// proxy (an https:// server by CONNECT). Default: the environment's "
+        "https_proxy, http_proxy, all_proxy and no_proxy, as curl reads them; never for a loopback server.",
+        metavar="URL",
+    ),
 }
 """Every field that is a flag, by `Struct.field`."""

@@ -44,6 +44,7 @@ HELP_GROUPS: Final = (
 OWN_OPTION_GROUPS: Final[Mapping[str, str]] = {
     "served_models": "Server",
     "api_key_env": "Server",
+    "no_proxy": "Connection",
     "mode": "Load",
     "levels": "Load",
     "out_dir": "Output",

@@ -20,19 +20,19 @@ content, not the file name) and `--block-size` (tokens per hash id, overriding t
 a traceback: one paragraph naming the place, and exit code 2.
 
 **Exit codes**: 0 a run that stands; 2 bad input (a flag, a trace, an unusable URL, an unreachable server, a run folder
-that cannot be written as the run starts); 3 a run that ran but does not stand, said in one line (the failure threshold
-cancelled it, the server stalled with requests in flight for `--stall-timeout`, 900 s by default, the server stopped
-answering for `--server-loss-window`, no request succeeded, under the harness's rules the profile metrics did not reach
-the last 5% of the duration, the realized speculative acceptance disagrees with the forced one, a sweep level failed, a
-worker process died); 4 the run's files could not be written once it had started (a full disk, a read-only file system,
-no permission, a quota, an I/O error): it stopped as an interrupt stops it, its summary is printed, and the last line
-names the file and the condition and says what records.arrow and run.json kept; 130 interrupted (Ctrl-C, SIGTERM or
-SIGHUP; a second one ends the grace period, and the run is still written). Every error agentx raises for a user is an
-`agentx.AgentxError` of one kind, and the kind sets the exit code (`agentx.cli.common.exit_code`): `TraceError` (a
-trace), `ConfigError` (an option or an input file to change; a `ValueError` too), `ServerError` (unreachable, the model
-not served, calibration or a root warmup primer failed) and `OutputUnwritable` (the run folder refused at the start)
-exit 2; `WriteFailed` (the run's files refused once it ran) exits 4; another `RunError` (a run that could not complete:
-a worker process died) exits 3.
+that cannot be written as the run starts, an output that exists without `--overwrite`); 3 a run that ran but does not
+stand, said in one line (the failure threshold cancelled it, the server stalled with requests in flight for
+`--stall-timeout`, 900 s by default, the server stopped answering for `--server-loss-window`, no request succeeded,
+under the harness's rules the profile metrics did not reach the last 5% of the duration, the realized speculative
+acceptance disagrees with the forced one, a sweep level failed, a worker process died); 4 the run's files could not be
+written once it had started (a full disk, a read-only file system, no permission, a quota, an I/O error): it stopped as
+an interrupt stops it, its summary is printed, and the last line names the file and the condition and says what
+records.arrow and run.json kept; 130 interrupted (Ctrl-C, SIGTERM or SIGHUP; a second one ends the grace period, and the
+run is still written). Every error agentx raises for a user is an `agentx.AgentxError` of one kind, and the kind sets
+the exit code (`agentx.cli.common.exit_code`): `TraceError` (a trace), `ConfigError` (an option or an input file to
+change; a `ValueError` too), `ServerError` (unreachable, the model not served, calibration or a root warmup primer
+failed) and `OutputUnwritable` (the run folder refused at the start) exit 2; `WriteFailed` (the run's files refused once
+it ran) exits 4; another `RunError` (a run that could not complete: a worker process died) exits 3.
 """
 
 

@@ -83,8 +83,8 @@ def api_key(
 
 
 def server_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 is dropped with a note, and
-    an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
+    """`--url`: a base URL (`host:port` taken as `http://host:port`); a trailing /v1 or endpoint path is dropped with
+    a note, and an unusable URL is the one-paragraph error (credentials scrubbed), exit 2."""
     from agentx.cli.common import fail, stderr
     from agentx.errors import BadURLError
     from agentx.replayer.http.url import base_url
@@ -232,6 +232,12 @@ def server_flags(skip: frozenset[str] = SERVER_SKIP) -> Callable[[Command], Comm
         ),
         part_flags("server", (Server,), PARSERS, skip=skip.union(first), group="Server"),
         part_flags("connection", (Connection,), group="Connection"),
+        click.option(
+            "--no-proxy",
+            "no_proxy",
+            is_flag=True,
+            help="Reach the server directly, whatever the environment's proxy variables say.",
+        ),
     )
 
 
@@ -271,7 +277,7 @@ def replay_flags(*, sweep: bool = False) -> Callable[[Command], Command]:
     )
 
 
-OWNED: Final = frozenset({"spec_golden", "spec_thinking", "api_key_env", "mode"})
+OWNED: Final = frozenset({"spec_golden", "spec_thinking", "api_key_env", "mode", "no_proxy"})
 """The flags `ParsedFlags` reads besides the derived ones (`part__field`)."""
 
 
@@ -337,8 +343,12 @@ class ParsedFlags:
         return result
 
     def connection(self) -> Connection:
-        """The `Connection` part (timeouts, TLS)."""
+        """The `Connection` part (timeouts, TLS, the proxy; `--no-proxy` is the proxy "")."""
         values = part_values("connection", Connection, self._values)
+        if self._values.get("no_proxy"):
+            if values.get("proxy"):
+                raise click.BadParameter("--proxy and --no-proxy: give one or the other")
+            values["proxy"] = ""
         result: Connection = convert_part(Connection, values, "--ca-bundle/timeouts")
         return result
 
@@ -404,7 +414,7 @@ CLI_RUNTIME: Final = {"quiet_gc": True, "fast_thread_switch": True}
 def only_model(url: str, flags: ParsedFlags) -> str:
     """The model `url` serves, asked with the run's own credentials, headers and TLS settings (`flags`); one line
     and exit 2 unless it serves exactly one."""
-    from agentx.cli.common import fail
+    from agentx.cli.common import fail, unreachable
     from agentx.replayer.http.client import ServerUnreachable
     from agentx.replayer.options.server_client import server_client
 
@@ -423,7 +433,7 @@ def only_model(url: str, flags: ParsedFlags) -> str:
     try:
         models = asyncio.run(probe())
     except ServerUnreachable as exc:
-        fail(f"{url}: the server is unreachable ({exc})")
+        fail(unreachable(url, exc))
     if len(models) != 1:
         fail(f"{url} serves {len(models)} models ({', '.join(models)}); pass --model")
     return models[0]
@@ -451,5 +461,33 @@ def server_and_model(
         except SimServerError as exc:
             fail(f"cannot start the simulator: {exc}")
         url, model = sim.url, model or sim.model
-        stderr.print(f"no --url: {doing} the built-in simulator at {url}", markup=False)
+        stderr.print(simulator_line(doing, url), markup=False)
+    else:
+        say_route(url, flags)
     return url, model if model is not None else only_model(url, flags)
+
+
+def simulator_line(doing: str, url: str) -> str:
+    """What stderr says when no `--url` starts the simulator. OPENAI_BASE_URL is never taken for `--url`: a replay
+    is load, and that variable often names a paid API (with OPENAI_API_KEY beside it) set for other tools; a run
+    against it must be asked for by name."""
+    line = f"no --url: {doing} the built-in simulator at {url}"
+    if os.environ.get("OPENAI_BASE_URL"):
+        line += ' (OPENAI_BASE_URL is set but not used: pass --url "$OPENAI_BASE_URL" to replay against it)'
+    return line
+
+
+def say_route(url: str, flags: ParsedFlags) -> None:
+    """Say on stderr when requests to `url` go through a proxy: the figures then include the proxy's time. One
+    line and exit 2 when the proxy the flags or the environment name is unusable."""
+    from agentx.cli.common import fail, stderr
+    from agentx.errors import ConfigError
+    from agentx.replayer.http.proxy import proxy_for
+
+    try:
+        proxy = proxy_for(url, proxy=flags.connection().proxy)
+    except (ConfigError, click.BadParameter) as exc:
+        fail(str(exc))
+    if proxy is not None:
+        direct = "" if proxy.source == "--proxy" else "; --no-proxy goes direct"
+        stderr.print(f"requests go through the proxy {proxy.shown} ({proxy.source}){direct}", markup=False)

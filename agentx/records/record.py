@@ -39,12 +39,13 @@ from agentx.records.kinds import ErrorKind, TimeoutKind
 from agentx.secrets import scrub
 
 FORMAT_NAME: Final = "agentx-records"
-FORMAT_VERSION: Final = "1.13"
+FORMAT_VERSION: Final = "1.14"
 """`MAJOR.MINOR`: a reader refuses a newer major version; minor versions add columns or keys, and 1.8 renamed
 `itl_s` and `e2e_s` to vLLM's names, `tpot_s` and `e2el_s` (`read_records` renames an older file's); 1.9 added
 `worker` and `node`; 1.10 `replayed_hit_blocks`; 1.11 what released each request (`released_by_request_id`,
 `think_s`, `idle_cut_s`, `join_wait_s`) and two more cache counts (`seen_any_scope_blocks`, `lru_hit_blocks`);
-1.12 `server_notices`; 1.13 the rows a finished file holds (`agentx.rows`, agentx.records.ipc_files.META_ROWS)."""
+1.12 `server_notices`; 1.13 the rows a finished file holds (`agentx.rows`, agentx.records.ipc_files.META_ROWS);
+1.14 `route`."""
 RENAMED_COLUMNS: Final = {"itl_s": "tpot_s", "e2e_s": "e2el_s"}
 """Columns of files before 1.8 and their names since (`itl_s` held the per-request TPOT, not vLLM's ITL)."""
 
@@ -134,6 +135,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, gc=False):
     """The shard that sent it (`--workers`, `--ray`; 0 in a run of one process)."""
     node: str = ""
     """The host that sent it: its Ray node id in a `--ray` run, else its host name."""
+    route: str = ""
+    """How it reached the server: "direct", or "proxy http://host:port" (agentx.replayer.http.proxy); "" in a file
+    before 1.14 or a record imported from another tool."""
     released_by_request_id: str = ""
     """The `X-Request-ID` of the request whose completion set its due time (its send, for a subagent's first turn
     dispatched from its parent's send); "" when the play's start or the profiling start did, and for warmup requests.
@@ -277,6 +281,10 @@ COLUMNS: list[tuple[pa.Field, str]] = [
     ),
     (pa.field("worker", _INT32, nullable=False), "the shard that sent it (--workers, --ray); 0 in a one-process run"),
     (pa.field("node", _STR, nullable=False), "the host that sent it: its Ray node id in a --ray run, else its name"),
+    (
+        pa.field("route", _STR, nullable=False),
+        'how it reached the server: "direct", or "proxy http://host:port" (--proxy, the environment\'s proxy)',
+    ),
     (
         pa.field("released_by_request_id", _STR, nullable=False),
         "X-Request-ID of the request whose completion (a subagent's first turn sent from its parent's send: whose "

@@ -1,5 +1,6 @@
-"""A run folder's file names, which every layer shares, the rule that a run is never replaced silently, and reading
-its records whole: run.json says how many rows the run recorded, which a records file cut short since falls short of.
+"""A run folder's file names, which every layer shares, the rule that a run (or a file a command writes) is never
+replaced silently, and reading its records whole: run.json says how many rows the run recorded, which a records file
+cut short since falls short of.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from agentx.errors import RecordsDamaged, RecordsError, RunExists
+from agentx.errors import OutputExists, RecordsDamaged, RecordsError, RunExists
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +42,17 @@ def refuse_existing_run(out_dir: Path, overwrite: bool) -> None:
         said = f"{out_dir} already holds a run ({', '.join(held)})"
         raise RunExists(f"{said}; pass overwrite=True to replace it").worded_for_cli(
             f"{said}; choose another --out, or pass --overwrite to replace it"
+        )
+
+
+def refuse_existing_file(path: Path, overwrite: bool, *, named_by: str) -> None:
+    """Raise OutputExists when `path` exists and `overwrite` is off: a file a command writes (an export, a converted
+    trace) never replaces one silently either. `named_by`: what names `path` on the command line (`--out`,
+    `DESTINATION`), which the command line's message offers to change."""
+    if path.exists() and not overwrite:
+        said = f"{path} already exists"
+        raise OutputExists(f"{said}; pass overwrite=True to replace it").worded_for_cli(
+            f"{said}; pass --overwrite to replace it, or choose another {named_by}"
         )
 
 

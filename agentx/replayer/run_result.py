@@ -75,7 +75,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     skipped: int = 0
     """Steps of started trees never sent because the run stopped first."""
     loop_lag_s: list[float] = []
-    """Event-loop lag samples: how late a 100 ms timer fired, every 100 ms of the run."""
+    """Event-loop lag samples: how late a timer due every `LOOP_LAG_TICK_S` fired, through the run
+    (agentx.replayer.schedule.parts)."""
     stream_usage: str = ""
     """What the run's bodies asked for: "continuous", "final" or "none" (after the `auto` probe)."""
     calibration: CalibrationSummary | None = None

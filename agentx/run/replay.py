@@ -49,6 +49,7 @@ from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.checks.validity import validity
 from agentx.results.summary.shards import shards_summary
 from agentx.results.summary.summarize import RunRecords, Summary, summarize_run
+from agentx.run.progress import ProgressLog
 from agentx.run.sync import run_sync
 from agentx.trace.io import save_trace
 from agentx.trace.model import Trace
@@ -198,17 +199,24 @@ async def _in_one_run(
         if task is not None:
             telemetry.append(task)
 
-    run_hooks = msgspec.structs.replace(hooks, on_profiling=scrape_at_profiling_start, on_start=start_scraping)
+    progress = ProgressLog(options, len(trace.trace.sessions if isinstance(trace, PreparedTrace) else trace.sessions))
+    run_hooks = progress.hooks(
+        msgspec.structs.replace(hooks, on_profiling=scrape_at_profiling_start, on_start=start_scraping)
+    )
     engine = run_cluster if options.runtime.ray is not None else run_replay
     failed: WriteFailed | None = None
+    ended = "the run failed"
     try:
         try:
             run = await engine(trace, options, run_hooks)
+            ended = "interrupted" if run.interrupted else "done"
         except WriteFailed as exc:
             if exc.run is None:  # a `--ray` shard's own scratch file: the run has nothing of it to summarize
                 raise
             run, failed = exc.run, exc
+            ended = "stopped: its records could not be written"
         finally:
+            progress.close(ended)
             for task in telemetry:
                 await task.stop()
         for task in telemetry:
@@ -225,7 +233,10 @@ async def _in_one_run(
         for scrape in scrapes:
             scrape.cancel()
         held = room[0] if room else None
-        return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=held)
+        not_served = any(task.not_served for task in telemetry)
+        return _finish(
+            options, run, before, after, num_gpus, trace_path, failed=failed, room=held, metrics_not_served=not_served
+        )
     finally:
         release_room(room[0] if room else None)
 
@@ -249,16 +260,21 @@ async def _over_processes(
         dropped = _Dropped(sessions=len(trace.sessions.dropped), notices=dropped_notices(trace.sessions, options))
         trace = trace.trace
     stops = WorkerStops()
+    progress = ProgressLog(options, len(trace.sessions))
+    progress.start(ticking=False)
     work = asyncio.ensure_future(asyncio.to_thread(_replay_saved, trace, options, num_gpus, trace_path, dropped, stops))
     with hooks.stops.listening(lambda count: stops.stop()) if hooks.stops is not None else contextlib.nullcontext():
         try:
-            return await asyncio.shield(work)
+            result = await asyncio.shield(work)
         except asyncio.CancelledError:
             if work.done():
                 raise
             stops.stop()  # a cancellation: the workers stop gracefully, then at once, and write what they measured
             stops.stop()
-            return await work  # the caller's task stays cancelling: `replay` raises once the run is written
+            result = await work  # the caller's task stays cancelling: `replay` raises once the run is written
+    counts = result.summary.counts
+    progress.close("interrupted" if result.run.interrupted else "done", (counts.rows, counts.errors + counts.cancelled))
+    return result
 
 
 class _Dropped(msgspec.Struct, frozen=True):
@@ -278,9 +294,11 @@ def _finish(
     *,
     failed: WriteFailed | None = None,
     room: Path | None = None,
+    metrics_not_served: bool = False,
 ) -> ReplayResult:
     """Summarize a run's records and write its `run.json`. `failed`: the records file stopped short, and its other
-    rows are in `failed.unwritten`; `room`: the disk room held for run.json (`reserve_room`), released first. Raises
+    rows are in `failed.unwritten`; `room`: the disk room held for run.json (`reserve_room`), released first;
+    `metrics_not_served`: the telemetry found no `/metrics` on the server, which the audit says. Raises
     `WriteFailed`, with the result, when `failed` is given or run.json cannot be written."""
     if trace_path is not None:
         run.trace_path = os.path.abspath(trace_path)  # readable wherever run.json is read
@@ -320,7 +338,7 @@ def _finish(
     )
     summary.validity = validity(records.table, run_file, summary.acceptance)
     summary.shards = shards_summary(run.shards)
-    summary.audit = audit(records, summary)  # again: the acceptance is known now
+    summary.audit = audit(records, summary, metrics_not_served=metrics_not_served)  # the acceptance is known now
     result = ReplayResult(run=run, summary=summary)
     release_room(room)
     run_path = Path(run.records_path).parent / RUN_FILE
@@ -425,7 +443,17 @@ def _replay_saved(
             run.notices = dropped.notices + run.notices + telemetry.notices
             run.dropped_sessions += dropped.sessions
             after = asyncio.run(_scrape(options)) if before is not None else None
-            return _finish(options, run, before, after, num_gpus, trace_path, failed=failed, room=room)
+            return _finish(
+                options,
+                run,
+                before,
+                after,
+                num_gpus,
+                trace_path,
+                failed=failed,
+                room=room,
+                metrics_not_served=telemetry.not_served,
+            )
         finally:
             release_room(room)
 

@@ -14,6 +14,7 @@ hash ids (all prompts, not only the new blocks), unlike the infinite-cache figur
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -111,6 +112,15 @@ class TraceStats(msgspec.Struct, kw_only=True):
     in_tokens: Distribution
     out_tokens: Distribution
     think_time_s: Distribution
+    """The recorded think times (count 0: the trace records none). Informational: replay never waits them."""
+    turn_gap_s: Distribution
+    """Per later turn of an agent: what replay waits after the agent's previous turn completes before sending it,
+    unscaled (`--delay-scale` multiplies it): the recorded start minus the previous turn's recorded end, at least 0,
+    an unknown API time counting as 0 (agentx.replayer.plan.steps; a trace of start times alone thus gives the gaps
+    between them). Over the agents as the trace lists them: replay splits a flattened agent into its chains first."""
+    session_start_gap_s: Distribution
+    """Between successive session starts, in time order (a session starts at `start_s` plus its first request's `t`):
+    what `--mode trace` waits between them, unscaled (`--speedup` divides it; agentx.replayer.plan.arrivals)."""
     api_time_s: Distribution
     requests_per_session: Distribution
     peak_context_tokens: Distribution
@@ -138,6 +148,8 @@ def trace_stats(trace: Trace, *, cache_tokens: Sequence[int] = (), causal: bool 
         in_tokens=Distribution.of([r.in_tokens for r in requests]),
         out_tokens=Distribution.of([r.out_tokens for r in requests]),
         think_time_s=Distribution.of([r.think_time for r in requests if r.think_time is not None]),
+        turn_gap_s=Distribution.of([gap for s in trace.sessions for a, _, _ in s.agents() for gap in _turn_gaps(a)]),
+        session_start_gap_s=Distribution.of(np.diff(sorted(_start(s) for s in trace.sessions if s.request_count))),
         api_time_s=Distribution.of([r.api_time for r in requests if r.api_time is not None]),
         requests_per_session=Distribution.of([s.request_count for s in trace.sessions]),
         peak_context_tokens=Distribution.of([_peak_context(s) for s in trace.sessions if s.request_count]),
@@ -145,6 +157,15 @@ def trace_stats(trace: Trace, *, cache_tokens: Sequence[int] = (), causal: bool 
         theoretical_hit=CacheHit(hits=int(hits.sum()), total=int(totals.sum())),
         lru_hits=[lru_hit(trace, capacity) for capacity in cache_tokens],
     )
+
+
+def _turn_gaps(agent: Agent) -> Iterator[float]:
+    for previous, request in itertools.pairwise(agent.requests):
+        yield max(0.0, request.t - previous.end)
+
+
+def _start(session: Session) -> float:
+    return session.start_s + min(r.t for a, _, _ in session.agents() for r in a.requests)
 
 
 def _peak_context(session: Session) -> int:

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from paths import SAMPLE_TRACE
 
 from agentx.cli import main
-from agentx.cli.commands.replay import end_line
 from agentx.records.record import read_records
 from agentx.replayer.options.replay import Scenario
+from agentx.run.progress import end_line
 from agentx.trace.io import load_trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
@@ -98,6 +98,28 @@ def test_inspect_prints_tables(weka_file: Path) -> None:
     assert result.exit_code == 0, result.output
     for heading in ("sessions", "distributions", "prefix-cache hit", "theoretical"):
         assert heading in result.output
+
+
+def test_inspect_says_a_think_time_not_recorded_and_shows_the_gaps_replay_waits(tmp_path: Path) -> None:
+    """A trace of start times alone (Mooncake sessions, requests 1 s apart): no think time is recorded, and the
+    gaps replay waits between the turns are the starts' gaps, not 0."""
+    path = tmp_path / "timestamps.jsonl"
+    rows = [{"session_id": "a", "timestamp": ms, "input_length": 100, "output_length": 10} for ms in (0, 1000, 2000)]
+    rows.append({"session_id": "b", "timestamp": 1500, "input_length": 100, "output_length": 10})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = CliRunner().invoke(main, ["inspect", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = {line.split("│")[1].strip(): line.split("│")[2:] for line in result.output.splitlines() if "(s)" in line}
+    think, gap, start_gap = (
+        [cell.strip() for cell in lines[name] if cell.strip()]
+        for name in ("think time (s)", "turn gap (s)", "session start gap (s)")
+    )
+    assert think[:2] == ["0", "not recorded"] and set(think[2:]) == {"–"}
+    assert gap == ["2", "1.00", "1.00", "1.00", "1.00", "1.00"]
+    assert start_gap == ["1", "1.50", "1.50", "1.50", "1.50", "1.50"]
+    assert "Replay waits the turn gaps, never the think times" in " ".join(result.output.split())
+    report = json.loads(CliRunner().invoke(main, ["inspect", str(path), "--json"]).stdout)
+    assert report["think_time_s"]["count"] == 0 and report["turn_gap_s"]["mean"] == 1.0
 
 
 def test_bad_cache_tokens_option(weka_file: Path) -> None:
@@ -440,19 +462,43 @@ def test_server_flag_mistakes_are_one_clear_error_in_every_command(
 
 
 def test_url_forms_users_type_reach_the_server(tmp_path: Path) -> None:
-    """`host:port` (AIPerf's form) is http://host:port; a trailing /v1 is dropped with a note, not doubled."""
+    """`host:port` (AIPerf's form) is http://host:port; a trailing /v1 or an endpoint's path (a URL copied from a curl
+    line) is dropped with a note, not doubled."""
     from agentx.sim.process import SimServer
 
     with SimServer(time_scale=0.01) as sim:
         host_port = sim.url.removeprefix("http://")
-        for index, url in enumerate([host_port, f" {sim.url}/v1/ "]):
+        noted = {
+            host_port: None,
+            f" {sim.url}/v1/ ": "/v1, which agentx adds",
+            f"{sim.url}/v1/completions": "/v1/completions, an endpoint's path",
+        }
+        for index, (url, note) in enumerate(noted.items()):
             out = tmp_path / f"run{index}"
             args = ["replay", str(SAMPLE_TRACE), "--url", url]
             args += ["--sessions", "1", "--mode", "closed", "--delay-scale", "0", "--out", str(out), "--json"]
             result = CliRunner().invoke(main, args)
             assert result.exit_code == 0, result.output
             assert json.loads((out / "run.json").read_text())["options"]["url"] == sim.url
-            assert ("ends in /v1" in result.output) == (index == 1)
+            assert ("note: --url" in result.output) == (note is not None)
+            assert note is None or f"note: --url {sim.url}: the URL ends in {note}" in " ".join(result.output.split())
+
+
+def test_a_server_that_answers_404_for_its_models_is_not_called_unreachable(tmp_path: Path) -> None:
+    """A base URL with a path the server does not serve: the error says what the server answered, and where."""
+    from agentx.sim.process import SimServer
+
+    with SimServer(time_scale=0.01) as sim:
+        for command in (["replay", str(SAMPLE_TRACE), "--out", str(tmp_path / "run")], ["decode"]):
+            result = CliRunner().invoke(main, [*command, "--url", f"{sim.url}/wrong"])
+            assert result.exit_code == 2, result.output
+            said = (
+                f"{sim.url}/wrong: the server answered 404 Not Found for GET {sim.url}/wrong/v1/models: is the base "
+                "URL right? agentx adds /v1/... to it itself"
+            )
+            assert said in " ".join(result.output.split()), result.output
+            assert "unreachable" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_explicit_authorization_header_wins_over_the_environment_key() -> None:
@@ -526,7 +572,7 @@ def test_default_run_folders_are_unique_within_a_second() -> None:
 
 def test_a_run_says_what_ends_it_as_it_starts() -> None:
     assert end_line(Scenario(duration_s=3600.0), 8) == (
-        "the run ends after 3,600 s (--duration), whichever comes first; Ctrl-C stops it sooner"
+        "the run ends after 3,600 s (--duration); Ctrl-C stops it sooner"
     )
     assert end_line(Scenario(duration_s=30.0, sessions=4, num_requests=100), 8) == (
         "the run ends after 30 s (--duration), or after 4 session trees (--sessions), or after 100 profiling requests "

@@ -11,8 +11,8 @@ from builders import make_request, make_session, make_trace
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.errors import ConfigError, RunExists, TraceError, cli_words
-from agentx.records.run_folder import RECORDS_FILE, refuse_existing_run
+from agentx.errors import ConfigError, OutputExists, RunExists, TraceError, cli_words
+from agentx.records.run_folder import RECORDS_FILE, refuse_existing_file, refuse_existing_run
 from agentx.trace.io import load_trace, save_trace
 from agentx.trace.model import Trace
 
@@ -66,6 +66,16 @@ def test_synth_says_what_to_do_about_an_unknown_suffix(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "names no trace format" in result.output and "use one of those suffixes" in result.output
     assert "format=" not in result.output and not out.exists()
+
+
+def test_a_file_to_write_that_exists_says_overwrite_as_a_flag(tmp_path: Path) -> None:
+    (tmp_path / "trace.arrow").write_bytes(b"")
+    with pytest.raises(OutputExists) as held:
+        refuse_existing_file(tmp_path / "trace.arrow", overwrite=False, named_by="DESTINATION")
+    assert str(held.value) == f"{tmp_path / 'trace.arrow'} already exists; pass overwrite=True to replace it"
+    assert cli_words(held.value).endswith("pass --overwrite to replace it, or choose another DESTINATION")
+    refuse_existing_file(tmp_path / "trace.arrow", overwrite=True, named_by="DESTINATION")
+    refuse_existing_file(tmp_path / "other.arrow", overwrite=False, named_by="DESTINATION")
 
 
 def test_a_run_folder_already_held_says_overwrite_as_a_flag(tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ INTERNAL = {
     "agentx.replayer.http.http1.HTTPProtocolError",
     "agentx.replayer.http.http1.ConnectionClosedError",
     "agentx.replayer.http.exchange.ExchangeError",
+    # A proxy unreachable or refusing its tunnel: a connection failure like any other (a record's "connection"
+    # error, or `ServerUnreachable` naming the proxy).
+    "agentx.replayer.http.proxy.ProxyError",
     # The simulator's answer to a bad request: an HTTP 4xx body for the client, never raised out of the server.
     "agentx.sim.protocol.ClientError",
 }

@@ -1,9 +1,12 @@
 """The output format of `convert` (and `save_trace`) is the destination's suffix or `--to`, never a guess: an
-unknown suffix is refused naming the known ones, and a name containing "mooncake" means nothing."""
+unknown suffix is refused naming the known ones, and a name containing "mooncake" means nothing. An existing
+destination is replaced only with `--overwrite`."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +69,24 @@ def test_save_trace_refuses_an_unknown_suffix_with_a_config_error(source: Path, 
         save_trace(trace, tmp_path / "out.csv")
     save_trace(trace, tmp_path / "out.csv", format="weka")  # named: written as asked
     assert detect_format(tmp_path / "out.csv") == "weka"
+
+
+@pytest.mark.parametrize("to", [[], ["--to", "mooncake"]])
+def test_convert_refuses_an_existing_destination_unless_overwrite(source: Path, tmp_path: Path, to: list[str]) -> None:
+    destination = tmp_path / "kept.jsonl"
+    destination.write_text("a user's file\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "agentx.cli", "convert", str(source), str(destination), *to],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: {destination} already exists; pass --overwrite to replace it, or choose another DESTINATION"
+    ]
+    assert result.stdout == "" and destination.read_text() == "a user's file\n"
+    replaced = CliRunner().invoke(main, ["convert", str(source), str(destination), *to, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert f"wrote {destination}" in replaced.output
+    assert load_trace(destination).request_count == 1 and detect_format(destination) == (to[-1] if to else "weka")

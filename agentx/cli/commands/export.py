@@ -30,7 +30,7 @@ from agentx.cli.shared_flags import overwrite_flag
 @overwrite_flag("the file if it exists")
 def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool) -> None:
     """Export the run in RUN_DIR: AIPerf's file formats (for InferenceX tooling) or its records as a table."""
-    from agentx.errors import ExportError, OutputExists, RecordsDamaged, RunInProgress
+    from agentx.errors import ExportError, OutputExists, RecordsDamaged, RunInProgress, cli_words
     from agentx.results.export.export_run import export_run, export_target, finalize_in_place, is_own_records
 
     started = time.perf_counter()
@@ -46,7 +46,7 @@ def export(run_dir: Path, export_format: str, out: Path | None, overwrite: bool)
             return
         written = export_run(run_dir, export_format, out, overwrite=overwrite)
     except (OutputExists, RunInProgress) as exc:
-        fail(str(exc))
+        fail(cli_words(exc))
     except RecordsDamaged as exc:
         fail(f"{exc}; nothing written")
     except ExportError as exc:

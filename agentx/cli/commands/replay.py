@@ -11,7 +11,7 @@ import click
 import msgspec
 
 if TYPE_CHECKING:
-    from agentx.replayer.options.replay import ReplayOptions, Scenario
+    from agentx.replayer.options.replay import ReplayOptions
     from agentx.replayer.plan.play import PreparedTrace
     from agentx.replayer.run_result import RunResult
     from agentx.replayer.schedule.hooks import RunHooks
@@ -92,6 +92,7 @@ def replay(
     from agentx.cli.display.planned import planned_requests
     from agentx.cli.display.progress import ReplayProgress
     from agentx.replayer.plan.preparation import prepare_trace
+    from agentx.run.progress import end_line
     from agentx.run.replay import over_processes
     from agentx.run.replay import replay as run_and_summarize
 
@@ -317,23 +318,6 @@ def saying_its_end(hooks: RunHooks, line: str) -> RunHooks:
             shown()
 
     return msgspec.structs.replace(hooks, on_profiling=on_profiling)
-
-
-def end_line(scenario: Scenario, trace_sessions: int) -> str:
-    """What ends the run, said as it starts: its stops (a mode's default duration among them), or one pass."""
-    stops = []
-    if scenario.duration_s is not None:
-        stops.append(f"after {scenario.duration_s:,g} s (--duration)")
-    if scenario.sessions is not None:
-        stops.append(f"after {scenario.sessions:,} session trees (--sessions)")
-    if scenario.num_requests is not None:
-        stops.append(f"after {scenario.num_requests:,} profiling requests (--num-requests)")
-    if not stops:
-        return (
-            f"the run ends after one pass of the trace's {trace_sessions:,} sessions (--duration, --sessions or "
-            "--num-requests set another end); Ctrl-C stops it sooner"
-        )
-    return f"the run ends {', or '.join(stops)}, whichever comes first; Ctrl-C stops it sooner"
 
 
 def cap_line(cap: int, reached: bool, result: ReplayResult) -> str:

@@ -22,7 +22,16 @@ from agentx.cli.common import (
     stdout,
 )
 from agentx.cli.flags import GroupedCommand
-from agentx.cli.parsed import ParsedFlags, ReplayParts, only_model, parsed, replay_flags, sim_fields
+from agentx.cli.parsed import (
+    ParsedFlags,
+    ReplayParts,
+    only_model,
+    parsed,
+    replay_flags,
+    say_route,
+    sim_fields,
+    simulator_line,
+)
 from agentx.cli.repeats import refuse_existing_repeats, repeat_header, repeats_footer
 from agentx.cli.shared_flags import (
     block_size_option,
@@ -147,9 +156,11 @@ def sweep_command(
             except SimServerError as exc:
                 fail(f"cannot start the simulator: {exc}")
             url, model = sim.url, model or sim.model
-            stderr.print(f"no --url: sweeping the built-in simulator at {url}", markup=False)
+            stderr.print(simulator_line("sweeping", url), markup=False)
             if settings:
                 level_server = sims.url_for
+        else:
+            say_route(url, flags)
         if model is None:
             model = only_model(url, flags)
         try:

@@ -10,7 +10,7 @@ import click
 import msgspec
 
 from agentx.cli.common import fail, print_findings, stderr, stdout
-from agentx.cli.shared_flags import block_size_option, format_option, json_flag
+from agentx.cli.shared_flags import block_size_option, format_option, json_flag, overwrite_flag
 from agentx.errors import TraceError
 from agentx.trace.findings import Findings
 from agentx.trace.io import Format, load_trace, save_trace
@@ -53,14 +53,23 @@ def validate(trace: Path, input_format: Format | None, block_size: int | None, m
 )
 @format_option
 @block_size_option
+@overwrite_flag("DESTINATION if it exists")
 def convert(
-    source: Path, destination: Path, output_format: Format | None, input_format: Format | None, block_size: int | None
+    source: Path,
+    destination: Path,
+    output_format: Format | None,
+    input_format: Format | None,
+    block_size: int | None,
+    overwrite: bool,
 ) -> None:
     """Convert SOURCE to DESTINATION (Arrow, Parquet, Weka JSONL or Mooncake JSONL)."""
+    from agentx.records.run_folder import refuse_existing_file
     from agentx.trace.io import suffix_format, unknown_suffix
 
-    if output_format is None and suffix_format(destination) is None:  # before reading a large trace for nothing
+    # Both before reading a large trace for nothing.
+    if output_format is None and suffix_format(destination) is None:
         fail(f"{unknown_suffix(destination)}; pass --to arrow, parquet, weka or mooncake to choose one")
+    refuse_existing_file(destination, overwrite, named_by="DESTINATION")
     started = time.perf_counter()
     findings = Findings()
     try:

@@ -3,7 +3,7 @@ the live progress of `agentx replay` is in progress.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from agentx.cli.display.layout import Column, FittedTable, text_column
 from agentx.cli.display.summary_tables import acceptance_table
@@ -11,6 +11,13 @@ from agentx.trace.stats import Distribution, TraceStats
 
 if TYPE_CHECKING:
     from agentx.run.decode import DecodeResult
+
+
+GAPS_CAPTION: Final = (
+    "Replay waits the turn gaps, never the think times: after an agent's turn completes, its next turn's recorded "
+    "start minus that turn's recorded end (× --delay-scale). --mode trace starts sessions the session start gaps "
+    "apart (÷ --speedup)."
+)
 
 
 def _number(value: float, digits: int) -> str:
@@ -37,14 +44,17 @@ def stats_tables(stats: TraceStats, title: str = "") -> list[FittedTable]:
     rows += [(f"model {model or '(none)'}", f"{count:,} requests") for model, count in stats.models.items()]
     overview = FittedTable(title or "trace", [text_column("what"), Column("value")], rows, show_header=False)
 
-    distributions: list[tuple[str, Distribution]] = [
-        ("in (tokens)", stats.in_tokens),
-        ("out (tokens)", stats.out_tokens),
-        ("think time (s)", stats.think_time_s),
-        ("API time (s)", stats.api_time_s),
-        ("requests/session", stats.requests_per_session),
-        ("peak context/session (tokens)", stats.peak_context_tokens),
-        ("session length (s)", stats.session_duration_s),
+    # `recorded`: a field a trace may leave out, so that no value at all means the trace does not say.
+    distributions: list[tuple[str, Distribution, bool]] = [
+        ("in (tokens)", stats.in_tokens, False),
+        ("out (tokens)", stats.out_tokens, False),
+        ("think time (s)", stats.think_time_s, True),
+        ("turn gap (s)", stats.turn_gap_s, False),
+        ("session start gap (s)", stats.session_start_gap_s, False),
+        ("API time (s)", stats.api_time_s, True),
+        ("requests/session", stats.requests_per_session, False),
+        ("peak context/session (tokens)", stats.peak_context_tokens, False),
+        ("session length (s)", stats.session_duration_s, False),
     ]
     distribution_rows = [
         [
@@ -52,7 +62,9 @@ def stats_tables(stats: TraceStats, title: str = "") -> list[FittedTable]:
             f"{dist.count:,}",
             *(_number(v, 2 if "(s)" in name else 0) for v in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)),
         ]
-        for name, dist in distributions
+        if dist.count
+        else [name, "0", "not recorded" if recorded else "–", "–", "–", "–", "–"]
+        for name, dist, recorded in distributions
     ]
     distribution_table = FittedTable(
         "distributions",
@@ -66,6 +78,7 @@ def stats_tables(stats: TraceStats, title: str = "") -> list[FittedTable]:
             Column("max", drop=2),
         ],
         distribution_rows,
+        caption=GAPS_CAPTION,
     )
 
     hit = stats.theoretical_hit

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Final
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
 
-from agentx.errors import ModelNotServed, ServerUnreachable
+from agentx.errors import ModelNotServed, ModelsNotListed, ServerUnreachable
 from agentx.replayer.http.exchange import describe, error_message
 from agentx.replayer.http.http1 import HTTPProtocolError, WholeBody, encode_headers, encode_request
 from agentx.replayer.http.pool import Pool, send
@@ -34,6 +35,28 @@ BODY_MAX_BYTES: Final = 64 * 1024 * 1024
 _GET_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _BODY_REDIRECTS: Final = frozenset({307, 308})
 _log = logging.getLogger(__name__)
+
+
+BASE_URL_HINT: Final = "is the base URL right? agentx adds /v1/... to it itself"
+"""What a server that answers, but not at the model list's path, most often means: a base URL with a path of too
+many or too few parts."""
+
+
+def _refusal(url: str, status: int, reason: str, body: bytes) -> str:
+    """What a server that answered `GET url` (the model list) with an error status said, for a user to act on."""
+    said = f"the server answered {status} {reason or _phrase(status)}".rstrip()
+    if status == 404:
+        # The body of a 404 is the web framework's page or its "Not Found" again: the path is what to check.
+        return f"{said} for GET {url}: {BASE_URL_HINT}"
+    message = error_message(body)
+    return f"{said} for GET {url}: {message}" if message else f"{said} for GET {url}"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class _Model(msgspec.Struct):
@@ -77,7 +100,8 @@ class Calls:
         """The server's URL without a path: a request target (the base URL's path included) goes after it."""
 
     async def probe_models(self, require: str | None = None) -> list[str]:
-        """The model ids of `GET /v1/models`; raises ServerUnreachable, or ModelNotServed if `require` is absent."""
+        """The model ids of `GET /v1/models`; raises ServerUnreachable (ModelsNotListed when the server answered
+        with something else than its model list), or ModelNotServed if `require` is absent."""
         return list(await self.served_models(require))
 
     async def served_models(self, require: str | None = None) -> dict[str, int | None]:
@@ -85,12 +109,12 @@ class Calls:
         url = self.base_url + "/v1/models"
         status, reason, body = await self.call("GET", "/v1/models", None, timeout_s=None, accept="application/json")
         if status != 200:
-            message = error_message(body) or reason
-            raise ServerUnreachable(self.scrub(f"GET {url}: HTTP {status}: {message}"))
+            raise ModelsNotListed(self.scrub(_refusal(url, status, reason, body)))
         try:
             models = {model.id: model.max_model_len for model in _models_decoder.decode(body).data}
         except msgspec.DecodeError as exc:
-            raise ServerUnreachable(self.scrub(f"GET {url}: not a model list: {exc}")) from None
+            said = f"the server answered GET {url} with something that is not a model list ({exc}); {BASE_URL_HINT}"
+            raise ModelsNotListed(self.scrub(said)) from None
         if require is not None and require not in models:
             raise ModelNotServed(f"model {require!r} is not served by {self.base_url} (served: {', '.join(models)})")
         return models
@@ -151,7 +175,8 @@ class Calls:
         redirects = _GET_REDIRECTS if method == "GET" else _BODY_REDIRECTS
         for _ in range(MAX_REDIRECTS + 1):
             answer = WholeBody(BODY_MAX_BYTES)
-            await send(self.pool, encode_request(method, target, head, body), answer)
+            request = encode_request(method, self.pool.endpoint.target_root + target, head, body)
+            await send(self.pool, request, answer)
             location = answer.headers.get("location")
             if answer.status not in redirects or not location:
                 return answer.status, answer.reason, answer.body

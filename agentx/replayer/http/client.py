@@ -7,7 +7,7 @@ a request never raise. The client composes its parts, each a module of its own:
 - `credentials.py`: the API key as a bearer token, explicit headers, or a URL's user and password, and the secrets
   hidden from every message;
 - `pool.py` over `http1.py`: one keep-alive pool of lean HTTP/1.1 connections, sized for the concurrency, with
-  the TLS context of `tls.TLSSettings` and the connect timeout;
+  the TLS context of `tls.TLSSettings` and the connect timeout, direct or through the proxy of `proxy.py`;
 - `streaming.py`: the streamed (and non-streamed) generation requests, timed per chunk, with the idle watchdog;
 - `calls.py`: the calls whose whole answer is read (the model listing, probes, `/tokenize`, `/metrics`).
 
@@ -33,6 +33,7 @@ from agentx.replayer.http.exchange import (
 )
 from agentx.replayer.http.http1 import Body, Endpoint, encode_headers
 from agentx.replayer.http.pool import SPARE_CONNECTIONS, Pool
+from agentx.replayer.http.proxy import DIRECT, proxy_for
 from agentx.replayer.http.streaming import WATCHDOG_PERIOD_MAX_S, StreamResponse, Streams
 from agentx.replayer.http.tls import DEFAULT_TLS, TLSSettings, ssl_context
 from agentx.replayer.http.url import base_url as parse_base_url
@@ -61,6 +62,10 @@ class Client:
     Credentials: an explicit `Authorization` header wins; else the API key is sent as `Authorization: Bearer ...`;
     else a URL's `user:password@` as basic authentication. The key, the password and every header value are
     never logged, never in `repr`, never in an `Exchange` or an exception (messages are scrubbed of them).
+
+    Proxy (agentx.replayer.http.proxy): `proxy` when given ("": none), else the environment's (`https_proxy`,
+    `http_proxy`, `all_proxy`, `no_proxy`; never for a loopback server). `route` says which way requests go:
+    "direct", or "proxy http://host:port".
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class Client:
         keepalive_timeout_s: float = 60.0,
         context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
         spare_connections: int = SPARE_CONNECTIONS,
+        proxy: str | None = None,
     ) -> None:
         url, note = parse_base_url(base_url)
         # A URL's user and password become a header like any other credential, never part of a URL that a message
@@ -95,9 +101,24 @@ class Client:
         self.keepalive_timeout_s = keepalive_timeout_s
         self.spare_connections = spare_connections
         self.context_overflow_substrings = tuple(s.lower() for s in context_overflow_substrings)
-        self._credentials = Credentials(self.base_url, api_key=api_key, headers=headers, user=user, password=password)
-        self._endpoint = Endpoint(self.base_url, self._ssl)
+        self.proxy = proxy_for(self.base_url, proxy=proxy)
+        self.route = DIRECT if self.proxy is None else self.proxy.route
+        self._credentials = Credentials(
+            self.base_url,
+            api_key=api_key,
+            headers=headers,
+            user=user,
+            password=password,
+            hidden=self.proxy.secrets if self.proxy is not None else (),
+        )
+        self._endpoint = Endpoint(self.base_url, self._ssl, self.proxy)
         sent = self._credentials.headers
+        # A plain-http request tells the proxy who asks; through a CONNECT tunnel the tunnel's own request did.
+        proxy_auth = (
+            {"Proxy-Authorization": self.proxy.authorization}
+            if self.proxy is not None and self.proxy.authorization and self._ssl is None
+            else {}
+        )
         # No Accept-Encoding would allow any coding (RFC 9110 §12.5.3): a server or proxy that gzips a stream then
         # hides its chunks' timing and sends what no stream parser reads. agentx reads identity only, unless the
         # user's own headers say otherwise.
@@ -112,6 +133,7 @@ class Client:
                 "Accept": "text/event-stream",
                 **identity,
                 **sent,
+                **proxy_auth,
             }
         )
         # The whole-answer calls say what they accept themselves.
@@ -121,6 +143,7 @@ class Client:
                 "User-Agent": USER_AGENT,
                 **identity,
                 **{name: value for name, value in sent.items() if name.lower() != "accept"},
+                **proxy_auth,
             }
         )
         self._content_type = not any(name.lower() == "content-type" for name in sent)
@@ -130,7 +153,8 @@ class Client:
 
     def __repr__(self) -> str:
         key = ", credentials=<redacted>" if self._credentials.present else ""
-        return f"Client({self.base_url!r}{key}, tls={self.tls!r}, limit={self.limit})"
+        via = f", proxy={self.proxy!r}" if self.proxy is not None else ""
+        return f"Client({self.base_url!r}{key}{via}, tls={self.tls!r}, limit={self.limit})"
 
     __str__ = __repr__
 

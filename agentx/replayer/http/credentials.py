@@ -43,11 +43,13 @@ class Credentials:
         headers: Mapping[str, str] | None = None,
         user: str | None = None,
         password: str | None = None,
+        hidden: tuple[str, ...] = (),
     ) -> None:
+        """`hidden`: more secrets to scrub from messages (a proxy's credentials)."""
         self.headers: dict[str, str] = dict(headers or {})
         explicit_auth = next((value for name, value in self.headers.items() if name.lower() == "authorization"), None)
         # What to hide from every message: the values the caller gave (the standard headers are no secret).
-        secrets = {value for value in self.headers.values() if len(value) >= SECRET_MIN_CHARS}
+        secrets = {value for value in self.headers.values() if len(value) >= SECRET_MIN_CHARS} | set(hidden)
         if explicit_auth is not None:
             secrets.add(explicit_auth.partition(" ")[2].strip())
         elif api_key:

@@ -23,8 +23,11 @@ import re
 import ssl
 import time
 from collections.abc import Sequence
-from typing import Final, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from agentx.replayer.http.proxy import Proxy
 
 HEAD_MAX_BYTES: Final = 64 * 1024
 """A response head larger than this is a protocol error (no OpenAI-compatible server sends one)."""
@@ -57,11 +60,12 @@ class ConnectionClosedError(ConnectionError):
 
 
 class Endpoint:
-    """Where requests go: scheme, host, port, path prefix, TLS context, and the `Host` header."""
+    """Where requests go: scheme, host, port, path prefix, TLS context, the `Host` header, and the proxy they go
+    through (agentx.replayer.http.proxy), if any."""
 
-    __slots__ = ("host", "host_header", "port", "prefix", "ssl")
+    __slots__ = ("host", "host_header", "port", "prefix", "proxy", "ssl", "target_root")
 
-    def __init__(self, base_url: str, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, base_url: str, ssl_context: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> None:
         """`ssl_context` checks an https server's certificate (default: the system's CAs and the host name)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -75,6 +79,11 @@ class Endpoint:
             self.ssl = ssl_context or ssl.create_default_context()
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if self.port == default_port else f"{host}:{self.port}"
+        self.proxy = proxy
+        # A proxy is asked for a plain-http server's resource by its whole URL (RFC 9112 §3.2.2, absolute form); a
+        # CONNECT tunnel carries the requests as the server itself takes them.
+        self.target_root = f"http://{self.host_header}" if proxy is not None and self.ssl is None else ""
+        """What goes before a request's path (the prefix's included) in its request line."""
 
 
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

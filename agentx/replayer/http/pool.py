@@ -1,7 +1,8 @@
-"""The keep-alive connection pool of `http1`: at most `limit` connections to one endpoint, spares opened ahead of
-need, idle connections dropped before the server would close them, and the process's descriptor table grown before
-a run so that connections opened mid-run never stall it. Every call to the server, streamed or not, takes its
-connection from here (`agentx.replayer.http.streaming`, `agentx.replayer.http.calls`).
+"""The keep-alive connection pool of `http1`: at most `limit` connections to one endpoint (directly, or through
+its proxy: agentx.replayer.http.proxy), spares opened ahead of need, idle connections dropped before the server
+would close them, and the process's descriptor table grown before a run so that connections opened mid-run never
+stall it. Every call to the server, streamed or not, takes its connection from here
+(`agentx.replayer.http.streaming`, `agentx.replayer.http.calls`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Final
 
 from agentx.replayer.http.http1 import ConnectionClosedError, Endpoint, HttpConnection, Payload, Sink
+from agentx.replayer.http.proxy import ProxyError, tunnel
 
 SPARE_CONNECTIONS: Final = 16
 """Idle connections the pool keeps ready beyond those in use, so a burst of arrivals does not wait on connects."""
@@ -161,15 +163,24 @@ class Pool:
 
     async def _connect(self) -> HttpConnection:
         endpoint = self.endpoint
+        proxy = endpoint.proxy
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_timeout_s):
-            _, protocol = await loop.create_connection(
-                HttpConnection,
-                endpoint.host,
-                endpoint.port,
-                ssl=endpoint.ssl,
-                server_hostname=endpoint.host if endpoint.ssl is not None else None,
-            )
+            if proxy is None:
+                _, protocol = await loop.create_connection(
+                    HttpConnection,
+                    endpoint.host,
+                    endpoint.port,
+                    ssl=endpoint.ssl,
+                    server_hostname=endpoint.host if endpoint.ssl is not None else None,
+                )
+            elif endpoint.ssl is None:
+                try:
+                    _, protocol = await loop.create_connection(HttpConnection, proxy.host, proxy.port)
+                except OSError as exc:
+                    raise ProxyError(f"the proxy {proxy.shown} cannot be reached: {exc.strerror or exc}") from None
+            else:
+                protocol = await tunnel(proxy, endpoint.host, endpoint.port, endpoint.ssl)
         return protocol
 
     def _drop(self, connection: HttpConnection) -> None:

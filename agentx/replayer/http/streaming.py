@@ -373,7 +373,8 @@ class Streams:
 
     def request_parts(self, path: str, body: Body, extra_headers: Mapping[str, str] | None) -> Payload:
         head = self.head + encode_headers(dict(extra_headers)) if extra_headers else self.head
-        return encode_request("POST", self.pool.endpoint.prefix + path, head, body)
+        endpoint = self.pool.endpoint
+        return encode_request("POST", endpoint.target_root + endpoint.prefix + path, head, body)
 
     async def exchange(
         self, path: str, body: Body, extra_headers: Mapping[str, str] | None, response: StreamResponse

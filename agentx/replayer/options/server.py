@@ -75,10 +75,21 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True):
     """Check an https server's certificate and host name (False: encrypted, but unchecked)."""
     ca_bundle: str | None = None
     """A PEM file of CA certificates to trust instead of the system's (a private CA, a self-signed server)."""
+    proxy: str | None = None
+    """An http:// proxy every call goes through (an https:// server through its CONNECT tunnel); "": none, whatever
+    the environment says. None: the environment's (`https_proxy`, `http_proxy`, `all_proxy`, `no_proxy`; never for
+    a loopback server), as curl reads them (agentx.replayer.http.proxy)."""
 
     def __post_init__(self) -> None:
         if self.ca_bundle is not None and not self.tls_verify:
             raise ConfigError("a CA bundle is only used when certificates are verified; pass one or the other")
+        if self.proxy:
+            from agentx.replayer.http.proxy import Proxy  # asyncio and ssl: not for `agentx --help`
+
+            Proxy(self.proxy)  # ConfigError names what is wrong with it
+
+    def __repr__(self) -> str:
+        return secret_free_repr(self)  # a proxy URL's password never shows
 
     @property
     def tls(self) -> TLSSettings:

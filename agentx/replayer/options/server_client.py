@@ -19,7 +19,7 @@ def server_client(
     context_overflow_substrings: Sequence[str] = CONTEXT_OVERFLOW_SUBSTRINGS,
 ) -> Client:
     """A client (not yet open: `async with`) for `server`, through a pool of at most `limit` connections (0: no
-    limit) with `connection`'s timeouts and certificate checks."""
+    limit) with `connection`'s timeouts, certificate checks and proxy."""
     return Client(
         server.url,
         api_key=server.api_key,
@@ -30,4 +30,5 @@ def server_client(
         idle_timeout_s=connection.idle_timeout_s,
         total_timeout_s=connection.request_timeout_s,
         context_overflow_substrings=context_overflow_substrings,
+        proxy=connection.proxy,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -62,6 +62,11 @@ def run_settings(trace: Trace, options: ReplayOptions) -> RunSettings:
     )
 
 
+LOOP_LAG_TICK_S: Final = 0.1
+"""How often a run samples its event-loop lag (`RunTally.loop_lag_s`). A stall of the client that began just after a
+sample shows in the samples up to this much shorter than it was."""
+
+
 class RunTally(msgspec.Struct, kw_only=True):
     """What a run counted as it went: its result reads them when it ends."""
 
@@ -114,8 +119,10 @@ def recorder(
     notice: Callable[[str], None],
     fail_run: Callable[[], None],
     server_loss: ServerLossWatch | None,
+    route: str,
 ) -> Recorder:
-    """The run's records and counters, written through `writer`."""
+    """The run's records and counters, written through `writer`; `route`: how the requests reach the server
+    (`Client.route`)."""
     return Recorder(
         writer,
         run_id=run_id,
@@ -131,6 +138,7 @@ def recorder(
         slo=options.scenario.slo,
         worker=options.runtime.shard[0],
         node=options.runtime.node or socket.gethostname(),
+        route=route,
     )
 
 

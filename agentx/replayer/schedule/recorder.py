@@ -53,10 +53,12 @@ class Recorder:
         slo: Slos | None = None,
         worker: int = 0,
         node: str = "",
+        route: str = "",
     ) -> None:
         self.writer = writer
         self.worker = worker
         self.node = node
+        self.route = route
         self.slo = slo or Slos()
         self.run_id = run_id
         self.start_ns = start_ns
@@ -109,6 +111,7 @@ class Recorder:
             "run_id": self.run_id,
             "worker": self.worker,
             "node": self.node,
+            "route": self.route,
             "phase": phase,
             "lane": tree.lane,
             "play": tree.play,

@@ -35,7 +35,14 @@ from agentx.replayer.schedule.collector import QUIET_SPAN_NS, collect_on_clock, 
 from agentx.replayer.schedule.hooks import NO_HOOKS, RunHooks
 from agentx.replayer.schedule.idle import IdleCaps
 from agentx.replayer.schedule.offloop import OFF_LOOP_REQUESTS, OffLoop
-from agentx.replayer.schedule.parts import RunTally, recorder, run_settings, sender, server_loss_watch
+from agentx.replayer.schedule.parts import (
+    LOOP_LAG_TICK_S,
+    RunTally,
+    recorder,
+    run_settings,
+    sender,
+    server_loss_watch,
+)
 from agentx.replayer.schedule.release import Release
 from agentx.replayer.schedule.slices import Slices
 from agentx.replayer.schedule.warmup import (
@@ -53,8 +60,6 @@ column at a time), so at a few requests a second a flush per request cost more t
 bookkeeping."""
 FLUSH_ROWS = 16
 FLUSH_AT_MOST_S = 0.5
-LOOP_LAG_TICK_S = 0.1
-"""How often the event-loop lag is sampled."""
 WARM_TOKENS = 16384
 """A body that writes at least this many tokens its agent's last prompt does not hold (a first turn, a compaction) has
 their blocks' text made first, `WARM_GROUP_BLOCKS` at a time (`Runner._warm`)."""
@@ -125,6 +130,7 @@ class Runner:
             notice=self.notice,
             fail_run=self.stop,
             server_loss=self.server_loss,
+            route=client.route,
         )
         shard_index, shard_count = options.runtime.shard
         # Positions in the shared order, not session indices, are dealt round-robin to the shards, so every

@@ -99,6 +99,8 @@ class Telemetry:
         self.writer: TelemetryWriter | None = None
         self._names = engine_names()
         self._missing: list[str] = []
+        self._not_found = 0
+        """Endpoints of `ENDPOINTS` that answered 404."""
 
     async def run(self) -> None:
         """Scrape every `interval_s` (a scrape that overran skips the ticks it covered) until cancelled or told to
@@ -129,6 +131,7 @@ class Telemetry:
             return True
         answered_ns = time.perf_counter_ns()
         if status == 404 and self.engine is None:
+            self._not_found += 1
             return await self._next_endpoint("HTTP 404")
         if status in (401, 403):
             self._say(
@@ -152,6 +155,11 @@ class Telemetry:
         if values:
             self._write((sent_ns + answered_ns) // 2 - self.start_ns, (answered_ns - sent_ns) / 1e9, values, samples)
         return True
+
+    @property
+    def not_served(self) -> bool:
+        """Whether the server has no `/metrics` at all: every endpoint of `ENDPOINTS` answered 404."""
+        return self._not_found == len(ENDPOINTS)
 
     def close(self, *, epoch_ns: int | None = None) -> Path | None:
         """Close the file (an IPC file from then on), its times moved onto `epoch_ns` when given; its path, or None
@@ -209,6 +217,10 @@ class TelemetryTask:
     @property
     def notices(self) -> list[str]:
         return self.telemetry.notices
+
+    @property
+    def not_served(self) -> bool:
+        return self.telemetry.not_served
 
     async def stop(self, *, epoch_ns: int | None = None) -> Path | None:
         """Stop scraping, close the file (see `Telemetry.close`) and the client; returns the file's path or None."""
@@ -274,6 +286,8 @@ class TelemetryThread:
         self.options = options
         self.run_id = run_id
         self.notices: list[str] = []
+        self.not_served = False
+        """Whether the server turned out to have no `/metrics` (`Telemetry.not_served`), once stopped."""
         self.path: Path | None = None
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -309,6 +323,7 @@ class TelemetryThread:
         if task is not None:
             self.path = await task.stop(epoch_ns=self._epoch_ns)
             self.notices += task.notices
+            self.not_served = task.not_served
 
 
 def records_epoch_ns(records_path: Path) -> int | None:

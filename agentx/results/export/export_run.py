@@ -33,7 +33,14 @@ import msgspec
 import pyarrow as pa
 
 from agentx.errors import ExportError, OutputExists, RecordsDamaged, RecordsError, RunInProgress
-from agentx.records.run_folder import RECORDS_FILE, RUN_FILE, count_run_records, read_run_records, recorded
+from agentx.records.run_folder import (
+    RECORDS_FILE,
+    RUN_FILE,
+    count_run_records,
+    read_run_records,
+    recorded,
+    refuse_existing_file,
+)
 from agentx.results.export import aiperf_jsonl as export_jsonl
 from agentx.results.export import aiperf_summary as export_summary
 from agentx.results.export.aiperf_jsonl import conversation_id
@@ -178,8 +185,7 @@ def export_run(
     if export_format == "arrow" and is_own_records(run_dir, target):
         return finalize_in_place(run_dir).path
     _records_path(run_dir)  # an unusable run directory is named before an existing output
-    if target.exists() and not overwrite:
-        raise OutputExists(f"{target} already exists; pass --overwrite to replace it, or choose another --out")
+    refuse_existing_file(target, overwrite, named_by="--out")
     table, run_file = load_run(run_dir)
     if export_format == "aiperf-jsonl":
         write_aiperf_jsonl(table, target, run_file)

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from loopback import serve
 
+from agentx.errors import ModelsNotListed
 from agentx.replayer.http.calls import MAX_REDIRECTS
 from agentx.replayer.http.client import Client, ModelNotServed, ServerUnreachable
 
@@ -184,8 +185,45 @@ def test_the_model_listing_names_an_error_answers_message() -> None:
             return await use(client, Seen(), url)
 
     message = asyncio.run(main())
-    assert message.endswith("/v1/models: HTTP 503: the engine is warming up"), message
-    assert message.startswith("GET http://127.0.0.1:")
+    assert message.startswith("the server answered 503 Service Unavailable for GET http://127.0.0.1:"), message
+    assert message.endswith("/v1/models: the engine is warming up"), message
+
+
+def test_a_model_listing_not_found_says_the_server_answered_and_where_it_asked() -> None:
+    """A base URL with a path the server does not serve: the server is there, the path is what is wrong."""
+
+    async def main() -> tuple[str, str]:
+        async with serve(app_for(Seen())) as url, Client(url + "/wrong") as client:
+            with pytest.raises(ModelsNotListed) as raised:
+                await client.probe_models()
+            return url, str(raised.value)
+
+    url, message = asyncio.run(main())
+    assert message == (
+        f"the server answered 404 Not Found for GET {url}/wrong/v1/models: is the base URL right? agentx adds /v1/... "
+        "to it itself"
+    )
+    assert "unreachable" not in message
+
+
+def test_an_answer_that_is_not_a_model_list_says_so() -> None:
+    async def main() -> tuple[str, str]:
+        app = web.Application()
+
+        async def page(request: web.Request) -> web.StreamResponse:
+            return web.Response(text="<html>a web UI</html>", content_type="text/html")
+
+        app.router.add_get("/v1/models", page)
+        async with serve(app) as url, Client(url) as client:
+            with pytest.raises(ModelsNotListed) as raised:
+                await client.probe_models()
+            return url, str(raised.value)
+
+    url, message = asyncio.run(main())
+    assert message.startswith(f"the server answered GET {url}/v1/models with something that is not a model list ("), (
+        message
+    )
+    assert message.endswith("is the base URL right? agentx adds /v1/... to it itself")
 
 
 def test_an_unknown_model_is_not_served() -> None:

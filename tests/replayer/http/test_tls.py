@@ -268,7 +268,7 @@ def test_without_the_key_the_scrape_says_why_the_counters_are_missing(
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="agentx"):
         calls = run(locked_sim.url, every_call(locked_sim.model), api_key="sk-wrong-key-0123456789")
-    assert isinstance(calls.models, str) and "HTTP 401" in calls.models
+    assert isinstance(calls.models, str) and "the server answered 401 Unauthorized" in calls.models
     assert calls.exchange.status == 401 and calls.exchange.error_kind == "http"
     assert calls.metrics is None
     warning = next(r.getMessage() for r in caplog.records if "no server counters" in r.getMessage())

@@ -29,6 +29,29 @@ def test_forms_users_type(typed: str, expected: str, noted: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("typed", "expected", "ending"),
+    [
+        ("http://host:8000/v1/completions", "http://host:8000", "/v1/completions"),
+        ("host:8000/v1/chat/completions/", "http://host:8000", "/v1/chat/completions"),
+        ("https://host/openai/v1/models", "https://host/openai", "/v1/models"),
+        ("http://host/v1/responses", "http://host", "/v1/responses"),
+        ("http://host/api/completions", "http://host/api", "/completions"),
+        ("http://host/chat/completions", "http://host", "/chat/completions"),
+    ],
+)
+def test_an_endpoints_path_is_dropped_with_a_note_naming_it(typed: str, expected: str, ending: str) -> None:
+    """A URL copied from a curl line: agentx adds the endpoint's path itself, so kept it would be sent twice."""
+    url, note = base_url(typed)
+    assert url == expected
+    assert note is not None and note.startswith(f"the URL ends in {ending}, an endpoint's path")
+
+
+@pytest.mark.parametrize("typed", ["http://host/models", "http://host/completions-proxy", "http://host/v1/chat"])
+def test_a_path_that_only_resembles_an_endpoint_is_kept(typed: str) -> None:
+    assert base_url(typed) == (typed, None)
+
+
+@pytest.mark.parametrize(
     "typed",
     ["", "   ", "ftp://host", "http://", "http://host:99999", "http://[::1", "http://h:0", "h:1/?q", "h#x"],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator
@@ -444,6 +445,7 @@ def test_a_server_without_telemetry_is_said_once_and_leaves_no_file(
     assert len(telemetry.notices) == 1 and said in telemetry.notices[0], telemetry.notices
     assert [r.getMessage() for r in caplog.records if "server telemetry" in r.getMessage()] == telemetry.notices
     assert not (tmp_path / SERVER_METRICS_FILE).exists()
+    assert telemetry.not_served == (not routes)  # only 404 at every endpoint is a server without /metrics
 
 
 def test_a_failing_scrape_leaves_no_row_is_said_once_and_scraping_goes_on(tmp_path: Path) -> None:
@@ -628,10 +630,8 @@ def test_the_report_plots_the_telemetry(replayed: tuple[ReplayResult, Path], tmp
     assert "server telemetry (vllm)" in (plots / "server_metrics.svg").read_text()
 
 
-def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A stand-in server with no /metrics (404); a replaced run's server_metrics.arrow is removed, not kept."""
+def _replay_without_metrics(out_dir: Path, **runtime: Any) -> ReplayResult:
+    """A replay against a stand-in server with no /metrics (404), whose usage carries no cached tokens."""
     from aiohttp import web
 
     async def models(_request: web.Request) -> web.Response:
@@ -646,9 +646,6 @@ def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
         await response.write(b"data: " + chunk + b"\n\ndata: [DONE]\n\n")
         return response
 
-    (tmp_path / "records.arrow").write_bytes(b"an older run")
-    (tmp_path / SERVER_METRICS_FILE).write_bytes(b"an older run's telemetry")
-
     async def go() -> ReplayResult:
         app = web.Application()
         app.router.add_get("/v1/models", models)
@@ -656,15 +653,25 @@ def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
         async with serve(app) as url:
             options = ReplayOptions(
                 server=Server(url=url, model="m", stream_usage="final"),
-                out_dir=tmp_path,
+                out_dir=out_dir,
                 overwrite=True,
                 load=ClosedLoad(concurrency=2),
                 scenario=Scenario(sessions=3, delay_scale=0.0),
+                runtime=Runtime(**runtime),
             )
             return await replay(load_trace(SAMPLE_TRACE), options)
 
+    return asyncio.run(go())
+
+
+def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stand-in server with no /metrics (404); a replaced run's server_metrics.arrow is removed, not kept."""
+    (tmp_path / "records.arrow").write_bytes(b"an older run")
+    (tmp_path / SERVER_METRICS_FILE).write_bytes(b"an older run's telemetry")
     with caplog.at_level(logging.WARNING, logger="agentx"):
-        result = asyncio.run(go())
+        result = _replay_without_metrics(tmp_path)
     assert result.run.requests > 0 and result.run.errors == 0
     said = [r.getMessage() for r in caplog.records if "server telemetry" in r.getMessage()]
     assert len(said) == 1 and "not available" in said[0]
@@ -672,6 +679,22 @@ def test_a_server_without_metrics_runs_fine_says_so_once_and_leaves_no_file(
     assert not (tmp_path / SERVER_METRICS_FILE).exists()
     assert result.summary.server_telemetry is None
     assert math.isfinite(result.summary.counts.kept)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_audit_says_a_server_without_metrics_has_none_rather_than_to_scrape_it(
+    tmp_path: Path, workers: int
+) -> None:
+    """The run scraped /metrics and got 404 at every endpoint: no cached tokens, and no counters to stand in, are
+    said as such (in run.json too), never as advice to turn scraping on."""
+    result = _replay_without_metrics(tmp_path, workers=workers)
+    assert result.summary.audit is not None
+    found = [finding for finding in result.summary.audit.findings if finding.code == "cached_tokens_absent"]
+    assert len(found) == 1, result.summary.audit
+    assert found[0].evidence.endswith("; the server exposes no /metrics (404)")
+    assert "The server exposes no /metrics (404)" in found[0].advice and "--metrics-interval" not in found[0].advice
+    kept = json.loads((tmp_path / "run.json").read_text())["summary"]["audit"]["findings"]
+    assert [finding["advice"] for finding in kept if finding["code"] == "cached_tokens_absent"] == [found[0].advice]
 
 
 def test_a_workers_run_scrapes_from_the_parent_onto_the_merged_records_clock(tmp_path: Path) -> None:

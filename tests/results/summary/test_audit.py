@@ -20,9 +20,10 @@ from agentx import ReplayOptions, replay, replay_sync
 from agentx.cli.display.summary_tables import summary_table
 from agentx.records.record import SCHEMA, RequestRecord
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.telemetry.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, ServerMetrics
 from agentx.results.summary.checks.acceptance import Acceptance
-from agentx.results.summary.checks.audit import Audit, audit
-from agentx.results.summary.model import DispatchLag, LoopLag
+from agentx.results.summary.checks.audit import Audit, Finding, audit
+from agentx.results.summary.model import DispatchLag, LoopLag, Summary
 from agentx.results.summary.server_telemetry import CounterStats, MeanPeak, SeriesStats, ServerTelemetry
 from agentx.results.summary.summarize import summarize
 from agentx.sim.faults import FaultConfig
@@ -89,8 +90,9 @@ def test_whole_responses_at_once_are_rejected_as_bundled_output() -> None:
 
 
 def test_streams_a_client_stall_outlasts_are_not_blamed_on_the_server() -> None:
-    """11 tokens at the run's median TPOT of 50 ms last 500 ms: a client whose loop stalled 600 ms may have read them
-    in one go, one that stalled 100 ms may not."""
+    """11 tokens at the run's median TPOT of 50 ms last 500 ms: a client whose loop lag reached 450 ms may have stalled
+    550 ms (a stall that began just after a 100 ms sample shows that much shorter) and read them in one go; one whose
+    lag reached 100 ms may not."""
 
     def bundled(k: int) -> RequestRecord:
         at = (1 + k) * S + 600 * MS
@@ -98,7 +100,7 @@ def test_streams_a_client_stall_outlasts_are_not_blamed_on_the_server() -> None:
 
     records = table([rec(k) for k in range(40)] + [bundled(k) for k in range(40, 50)])
     summary = summarize(records)
-    for stall_s, expected in ((0.1, ["bundled_output"]), (0.6, [])):
+    for stall_s, expected in ((0.1, ["bundled_output"]), (0.3, ["bundled_output"]), (0.45, []), (0.6, [])):
         summary.loop_lag = LoopLag(samples=100, p50_s=0.0, p99_s=0.01, max_s=stall_s)
         assert codes(audit(records, summary)) == expected
 
@@ -147,6 +149,31 @@ def test_prompt_counts_that_differ_and_absent_cached_tokens_warn() -> None:
     assert codes(result) == ["prompt_tokens_differ", "cached_tokens_absent"]
     assert result is not None and not result.rejects("cache")
     assert "--enable-prompt-tokens-details" in result.findings[1].advice
+
+
+def test_absent_cached_tokens_say_whether_the_servers_counters_stand_in_and_why_not() -> None:
+    """The counters are read around every run: the advice never asks for --metrics-interval, and a server with no
+    /metrics at all (404) is named as such."""
+    records = table([rec(k, cached_tokens=None) for k in range(20)])
+
+    def said(summary: Summary, **known: bool) -> Finding:
+        result = audit(records, summary, **known)
+        found = [finding for finding in result.findings if finding.code == "cached_tokens_absent"]
+        assert len(found) == 1 and "--metrics-interval" not in found[0].advice
+        return found[0]
+
+    absent = said(summarize(records), metrics_not_served=True)
+    assert absent.evidence.endswith("cached_tokens; the server exposes no /metrics (404)")
+    assert "The server exposes no /metrics (404), so no counter of its can stand in either." in absent.advice
+    silent = said(summarize(records))
+    assert "Nor did the server's /metrics give prefix-cache counters" in silent.advice and "404" not in silent.advice
+    counters = ServerMetrics(
+        before={PREFIX_CACHE_HITS: 100, PREFIX_CACHE_QUERIES: 1_000},
+        after={PREFIX_CACHE_HITS: 400, PREFIX_CACHE_QUERIES: 2_000},
+    )
+    counted = said(summarize(records, server_metrics=counters))
+    assert counted.evidence.endswith("the server's counters say 30.0%")
+    assert "The hit rate from the server's own counters (above) stands in." in counted.advice
 
 
 def test_a_full_kv_cache_and_preemptions_warn() -> None:

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples, traces
 
+from agentx.replayer.plan.arrivals import trace_arrivals
+from agentx.replayer.plan.steps import plan_session
 from agentx.trace.model import Agent, Request, Session, Trace, delta_encode
 from agentx.trace.stats import (
     StartOrderHits,
@@ -119,6 +121,45 @@ def test_distributions_and_totals() -> None:
     # Session A: peak in+out is r2 or s0 (24 + 1); requests 6 in A, 2 in B.
     assert stats.peak_context_tokens.max == 25
     assert stats.requests_per_session.max == 6
+
+
+def test_turn_gaps_and_session_start_gaps_are_computed_from_the_recorded_times() -> None:
+    stats = trace_stats(tiny_trace(b_start_s=5.0))
+    # A: r1 2 − (0 + 1) = 1, r2 3.5 − (2 + 1) = 0.5, r3 10 − (3.5 + 1) = 5.5; the subagents have one turn each;
+    # B: r1 0.5 − (0 + 0.4) = 0.1. Sessions start at 0 (A) and 5 + 0 (B).
+    assert stats.turn_gap_s.count == 4
+    assert stats.turn_gap_s.mean == pytest.approx((1 + 0.5 + 5.5 + 0.1) / 4)
+    assert stats.turn_gap_s.min == pytest.approx(0.1) and stats.turn_gap_s.max == pytest.approx(5.5)
+    assert (stats.session_start_gap_s.count, stats.session_start_gap_s.mean) == (1, 5.0)
+    assert stats.think_time_s.count == 0  # none recorded: no value stands for it
+
+
+def test_a_trace_of_start_times_alone_has_its_gaps_as_turn_gaps() -> None:
+    """A session recorded as start times only (no think time, no API time), its requests 1 s apart."""
+    root = _agent([(t, None, [1]) for t in (0.0, 1.0, 2.0, 3.0)])
+    trace = Trace(sessions=[Session(session_id="s", root=root)], block_size=4)
+    stats = trace_stats(trace)
+    assert stats.think_time_s.count == 0 and stats.api_time_s.count == 0
+    assert (stats.turn_gap_s.count, stats.turn_gap_s.min, stats.turn_gap_s.max) == (3, 1.0, 1.0)
+
+
+@settings(max_examples=examples(30), deadline=None)  # ~150 ms an example, drawing the trace
+@given(trace=traces(max_sessions=4))
+def test_the_gaps_are_what_the_replays_plan_and_arrivals_wait(trace: Trace) -> None:
+    """The turn gaps are the planned delays of the agents' later turns (as the trace lists its agents), and the
+    session start gaps those between `--mode trace`'s arrivals."""
+    stats = trace_stats(trace)
+    planned = [step.delay_s for s in trace.sessions for step in plan_session(s, barriers=False).steps if step.turn > 0]
+    assert stats.turn_gap_s.count == len(planned)
+    if planned:
+        assert stats.turn_gap_s.mean == pytest.approx(float(np.mean(planned)), abs=1e-9)
+        assert (stats.turn_gap_s.min, stats.turn_gap_s.max) == (min(planned), max(planned))
+    played = msgspec.structs.replace(trace, sessions=[s for s in trace.sessions if s.request_count])
+    arrivals = np.diff([offset for offset, _ in trace_arrivals(played)])
+    assert stats.session_start_gap_s.count == len(arrivals)
+    if len(arrivals):
+        assert stats.session_start_gap_s.max == pytest.approx(float(arrivals.max()), abs=1e-9)
+        assert stats.session_start_gap_s.mean == pytest.approx(float(arrivals.mean()), abs=1e-9)
 
 
 def test_parse_token_counts() -> None:

@@ -11,9 +11,9 @@ The checks and their thresholds:
 
 - `bundled_output` (error; TPOT, ITL, interactivity): requests with ≥ `BUNDLED_MIN_OSL` output tokens streamed at a
   TPOT below `BUNDLED_TPOT_S` (faster than any served model decodes), in ≥ 1 % of the kept requests. A request the
-  client's own longest stall (event-loop lag max) could have bundled is not counted: one whose stream, at the median
-  TPOT of the run's unbundled requests, would have lasted no longer than that stall (a loaded client reads a short,
-  fast stream in one go).
+  client's own longest stall could have bundled is not counted: one whose stream, at the median TPOT of the run's
+  unbundled requests, would have lasted no longer than that stall, bounded by the event-loop lag's max plus one
+  sampling period (a loaded client reads a short, fast stream in one go).
 - `chunk_bundling` (warning; ITL): mean tokens per content chunk above `CHUNK_RATIO_MAX` × what the run expects (the
   forced acceptance length, else the realized one, else 1; times `--stream-interval` when given).
 - `ttft_faster_than_prefill` (error; TTFT): requests whose uncached prompt tokens (≥ `PREFILL_MIN_TOKENS`) over
@@ -28,7 +28,8 @@ The checks and their thresholds:
   ≥ `ISL_MIN_SHARE` of the requests reporting it.
 - `output_over_max_tokens` (warning; throughput): a request's answer had more output tokens than its `max_tokens`
   (the records' `server_notices`, counted in the summary).
-- `cached_tokens_absent` (warning; cache): no kept request reported `cached_tokens`.
+- `cached_tokens_absent` (warning; cache): no kept request reported `cached_tokens`; it says whether the server's
+  counters give the hit rate instead, or why not (a server with no `/metrics`: `metrics_not_served`).
 - `kv_cache_full` (warning; TTFT, E2EL, throughput): the server's KV-cache usage peaked at ≥ `KV_FULL_RATIO`.
 - `preemptions` (warning; TTFT, E2EL, throughput): the server preempted requests for want of KV cache.
 - `client_bound` (warning, error past the validity rule's 1 s): dispatch lag p99 or event-loop lag p99 above
@@ -45,6 +46,7 @@ import pyarrow as pa
 
 from agentx.errors import RecordsError
 from agentx.records.record import run_info
+from agentx.replayer.schedule.parts import LOOP_LAG_TICK_S
 from agentx.replayer.schedule.sanity import PROMPT_SLACK_TOKENS, PROMPT_TOLERANCE
 from agentx.results.summary.checks.validity import DISPATCH_LAG_MAX_P99_S
 from agentx.results.summary.columns import equals, floats, ints_or
@@ -101,10 +103,11 @@ class Audit(msgspec.Struct, kw_only=True):
         return any(f.severity == "error" and figure in f.affects for f in self.findings)
 
 
-def audit(records: pa.Table | RunRecords, summary: Summary) -> Audit:
+def audit(records: pa.Table | RunRecords, summary: Summary, *, metrics_not_served: bool = False) -> Audit:
     """The findings on a run from its records (a table, `read_records`, or `RunRecords`) and its summary
     (`summarize`, with the acceptance and telemetry filled in where known; its tokens per chunk stand for the
-    records' chunk lists)."""
+    records' chunk lists). `metrics_not_served`: the run's telemetry found the server has no `/metrics` (404 at every
+    endpoint; agentx.replayer.telemetry.scrape), which the records cannot tell."""
     records = request_table(records)
     kept_mask = ~equals(records, "phase", "warmup", missing=False) & equals(records, "status", "ok", missing=True)
     table = records.filter(pa.array(kept_mask)) if records.num_rows else records
@@ -116,7 +119,7 @@ def audit(records: pa.Table | RunRecords, summary: Summary) -> Audit:
         findings += _ttft_faster_than_prefill(table)
         findings += _ttft_before_server(table, summary)
         findings += _prompt_tokens_differ(table)
-        findings += _cached_tokens_absent(table, summary)
+        findings += _cached_tokens_absent(table, summary, metrics_not_served)
     findings += _output_over_max_tokens(summary)
     findings += _server_pressure(summary)
     findings += _client_bound(summary)
@@ -140,8 +143,10 @@ def _bundled_output(table: pa.Table, osl: np.ndarray, summary: Summary) -> list[
     bundled = long_enough & np.isfinite(tpot) & (tpot < BUNDLED_TPOT_S)
     streamed = long_enough & np.isfinite(tpot) & ~bundled
     if bundled.any() and streamed.any() and summary.loop_lag is not None:
+        # A stall of the client reads a short stream in one go. The loop-lag samples bound the longest stall: their
+        # max, plus one sampling period (a stall that began just after a sample shows that much shorter).
         stream_s = (osl - 1) * float(np.median(tpot[streamed]))
-        bundled &= stream_s > summary.loop_lag.max_s
+        bundled &= stream_s > summary.loop_lag.max_s + LOOP_LAG_TICK_S
     count, population = int(bundled.sum()), int(long_enough.sum())
     if count == 0 or count < BUNDLED_MIN_SHARE * population:
         return []
@@ -347,12 +352,25 @@ def _output_over_max_tokens(summary: Summary) -> list[Finding]:
     ]
 
 
-def _cached_tokens_absent(table: pa.Table, summary: Summary) -> list[Finding]:
+def _cached_tokens_absent(table: pa.Table, summary: Summary, metrics_not_served: bool) -> list[Finding]:
     if summary.cache.usage_reported_requests > 0:
         return []
     usage = np.isfinite(floats(table, "isl_server_tokens")).any()
     server = summary.cache.server_hit_rate
-    fallback = f"; the server's counters say {server:.1%}" if server is not None else ""
+    # The counters are read before and after every run, whatever --metrics-interval says: what is left to say is
+    # whether they stand in, and why not.
+    if server is not None:
+        fallback = f"; the server's counters say {server:.1%}"
+        counters = "The hit rate from the server's own counters (above) stands in."
+    elif metrics_not_served:
+        fallback = "; the server exposes no /metrics (404)"
+        counters = "The server exposes no /metrics (404), so no counter of its can stand in either."
+    else:
+        fallback = ""
+        counters = (
+            "Nor did the server's /metrics give prefix-cache counters to stand in (a read that failed said why on "
+            "stderr)."
+        )
     return [
         Finding(
             code="cached_tokens_absent",
@@ -365,8 +383,7 @@ def _cached_tokens_absent(table: pa.Table, summary: Summary) -> list[Finding]:
             ),
             advice=(
                 "Per-request hits, the cache-miss split and the usage hit rate are unavailable. vLLM reports cached "
-                "tokens with --enable-prompt-tokens-details; give --metrics-interval so the server's counters are "
-                "read."
+                f"tokens with --enable-prompt-tokens-details. {counters}"
             ),
             affects=("cache",),
         )
