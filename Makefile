@@ -32,13 +32,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite side by side (pytest-xdist), one worker a core unless TEST_WORKERS says otherwise; an idle worker takes
-# tests from a busy one's queue (worksteal). Two a core (`TEST_WORKERS=4` on two cores) runs it in 8 to 9 minutes
-# instead of 10 to 11, but the demo run's clean audit then still fails about one run in four (a stalled client reads
-# a 50-token demo stream in one go): not the default until it holds (docs/development.md).
+# The suite side by side (pytest-xdist), two workers a core unless TEST_WORKERS says otherwise (a test waits on a
+# child, a server or the clock much of its time, so two a core keep the cores busy: 8 minutes on two cores where one
+# a core takes 11); an idle worker takes tests from a busy one's queue (worksteal).
 # `test-fast` leaves out the modules marked slow (they start processes: tests/project/test_tiers.py) and runs a
 # quarter of the property tests' examples, for the inner loop.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell python3 -c 'import os; print(2 * len(os.sched_getaffinity(0)))' 2>/dev/null || echo auto)
 unit: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 

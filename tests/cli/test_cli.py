@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.ipc as ipc
 import pytest
+from builders import write_trace_table
 from children import default_stop_signals
 from click.testing import CliRunner
 from paths import SAMPLE_TRACE
@@ -579,3 +581,13 @@ def test_a_run_says_what_ends_it_as_it_starts() -> None:
         "(--num-requests), whichever comes first; Ctrl-C stops it sooner"
     )
     assert end_line(Scenario(), 8).startswith("the run ends after one pass of the trace's 8 sessions")
+
+
+def test_validate_names_an_arrow_traces_rows_out_of_order(tmp_path: Path) -> None:
+    """A copy of the sample re-sorted by `t` (as an edit in polars leaves it) fails with the cause, not with the
+    hash-id errors of rows given to the wrong agents (tests/trace/test_arrow_rows.py has every other cause)."""
+    with ipc.open_file(SAMPLE_TRACE) as reader:
+        by_t = write_trace_table(reader.read_all().sort_by("t"), tmp_path / "by_t.arrow")
+    result = CliRunner().invoke(main, ["validate", str(by_t)])
+    assert result.exit_code == 2 and "are not in the trace's order" in result.output and "ok —" not in result.output
+    assert "hash_ids_kept" not in result.output and "Traceback" not in result.output

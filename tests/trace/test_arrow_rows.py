@@ -13,14 +13,12 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from builders import make_agent, make_request, make_session, make_trace, write_trace_table
-from click.testing import CliRunner
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from paths import SAMPLE_TRACE
 from strategies import examples
 from strategies import traces as trace_strategy
 
-from agentx.cli import main
 from agentx.errors import Finding, TraceError
 from agentx.trace.findings import Findings
 from agentx.trace.formats import arrow
@@ -233,17 +231,6 @@ def test_a_subagent_without_requests_is_still_a_parent(tmp_path: Path) -> None:
     (error,) = _errors(write_trace_table(_relink(table, "s", "b", "c"), tmp_path / "lost.arrow"))
     assert (error.session, error.agent, error.line) == ("s", "b", 2)
     assert error.message == 'parent_agent_id "c" names no agent of session "s"'
-
-
-def test_validate_names_the_cause_instead_of_passing(sample: pa.Table, tmp_path: Path) -> None:
-    loop = write_trace_table(_relink(sample, *_AGENT_001, "agent_002"), tmp_path / "loop.arrow")
-    result = CliRunner().invoke(main, ["validate", str(loop)])
-    assert result.exit_code == 2 and "ok —" not in result.output
-    assert 'session "session_005" subagent "agent_001": parent_agent_id links of session' in result.output
-    by_t = write_trace_table(sample.sort_by("t"), tmp_path / "by_t.arrow")
-    result = CliRunner().invoke(main, ["validate", str(by_t)])
-    assert result.exit_code == 2 and ORDER in result.output
-    assert "hash_ids_kept" not in result.output and "Traceback" not in result.output
 
 
 @settings(max_examples=examples(80), deadline=None)
