@@ -322,8 +322,9 @@ def test_a_finalized_file_cut_short_reads_its_complete_batches(tmp_path: Path, m
     assert is_ipc_file(path)
     cut = tmp_path / "copy.arrow"
     seen = set()
-    # A copy in progress, the footer last; cut every 13 bytes, a stride prime to Arrow's 8-byte alignment.
-    for offset in range(64, len(data) + 1, 13):
+    # A copy in progress, the footer last; cut every 61 bytes, a stride prime to Arrow's 8-byte alignment and shorter
+    # than any batch, so that every batch is cut inside.
+    for offset in range(64, len(data) + 1, 61):
         cut.write_bytes(data[:offset])
         try:
             turns = [r.turn for r in to_records(read_records(cut, partial=True))]

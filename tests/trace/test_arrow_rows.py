@@ -233,7 +233,7 @@ def test_a_subagent_without_requests_is_still_a_parent(tmp_path: Path) -> None:
     assert error.message == 'parent_agent_id "c" names no agent of session "s"'
 
 
-@settings(max_examples=examples(80), deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(trace_strategy(), st.data())
 def test_any_shuffle_of_the_rows_is_named_as_rows_out_of_order(trace: Trace, data: st.DataObject) -> None:
     table = arrow.to_table(trace)
