@@ -143,7 +143,7 @@ def test_a_shard_clock_offset_is_measured_and_taken_off(cluster: Cluster, sim: S
     # read the same at their starts), and their first requests were due together on the merged timeline, inside
     # the 250 ms a skew left on would put between them. A shard's lanes start once it has built its first requests,
     # which a machine loaded past timing (event-loop lag above 50 ms: the suite four workers to two cores beside
-    # Ray) delays by up to a second; there only the order of magnitude is checked.
+    # Ray) delays by up to two seconds (1.8 s seen); there only the order of magnitude is checked.
     # The wall clocks' offset is read through the measured one: it is known to that one's error (±15 ms on a loaded
     # machine, where the round trips are slow) and a few ms more.
     for shard in shards.values():
@@ -152,8 +152,9 @@ def test_a_shard_clock_offset_is_measured_and_taken_off(cluster: Cluster, sim: S
     records = to_records(read_records(result.records_path))
     due = [min(r.scheduled_ns for r in records if r.worker == index) for index in (0, 1)]
     loaded = max(result.loop_lag_s, default=0.0) > 0.05
-    assert abs(due[0] - due[1]) < (1_500_000_000 if loaded else 200_000_000) and min(due) >= 0, (due, loaded)
-    assert max(min(r.sent_ns for r in records if r.worker == index) for index in (0, 1)) < 2_000_000_000
+    assert abs(due[0] - due[1]) < (3_000_000_000 if loaded else 200_000_000) and min(due) >= 0, (due, loaded)
+    first_sent_ns = max(min(r.sent_ns for r in records if r.worker == index) for index in (0, 1))
+    assert first_sent_ns < (4_000_000_000 if loaded else 2_000_000_000), (first_sent_ns, loaded)
 
 
 def _cli(*args: str) -> list[str]:
