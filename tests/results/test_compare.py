@@ -4,7 +4,6 @@ inside its interval, a run against itself resolving nothing, and runs that diffe
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -287,11 +286,7 @@ def _sweep(out_dir: Path, time_scale: float) -> Path:
 
 
 def test_sweeps_compare_throughput_at_each_target(tmp_path: Path) -> None:
-    # Side by side, each on a simulator of its own: their clocks are the simulators', which mostly sleep.
-    with ThreadPoolExecutor(3) as pool:
-        fast, again, slow = pool.map(
-            _sweep, [tmp_path / "fast", tmp_path / "again", tmp_path / "slow"], [1.0, 1.0, 1.25]
-        )
+    fast, again, slow = _sweep(tmp_path / "fast", 1.0), _sweep(tmp_path / "again", 1.0), _sweep(tmp_path / "slow", 1.25)
     targets = FrontierOptions(statistic="p50", targets_tps=(45.0, 55.0, 65.0))
     slower = compare([fast, slow], CompareOptions(frontier=targets)).sweeps[0]
     # Few sessions per level: wide intervals, but every target lower, and the largest gap resolved.

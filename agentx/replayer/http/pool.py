@@ -32,6 +32,7 @@ def reserve_descriptors(count: int) -> None:
     period: 8 ms measured for the 256th socket, a stall that lands on due requests. The table never shrinks, so
     holding descriptor `n` for a moment is enough (capped by the soft `RLIMIT_NOFILE`)."""
     try:
+        import fcntl
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -40,8 +41,9 @@ def reserve_descriptors(count: int) -> None:
     highest = count + 64 if soft == resource.RLIM_INFINITY else min(count + 64, soft - 1)
     with contextlib.suppress(OSError), open(os.devnull, "rb") as null:
         if highest > null.fileno():
-            os.dup2(null.fileno(), highest)
-            os.close(highest)
+            # The lowest free descriptor from `highest` up, never one in use: dup2 onto `highest` would close
+            # whatever another thread of an embedding program holds there.
+            os.close(fcntl.fcntl(null.fileno(), fcntl.F_DUPFD, highest))
 
 
 class Pool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from agentx.replayer.http.http1 import (
     encode_headers,
     encode_request,
 )
-from agentx.replayer.http.pool import Pool
+from agentx.replayer.http.pool import Pool, reserve_descriptors
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
 
@@ -478,6 +479,18 @@ def test_descriptors_are_reserved_before_connections_open() -> None:
     before, wanted, after, held = output.split()
     assert int(before) < int(wanted) <= int(after)  # grown now, so connections opened mid-run never grow it
     assert held == "False"  # the descriptor that made room is closed again
+
+
+def test_reserving_descriptors_never_closes_one_in_use() -> None:
+    """Another thread of an embedding program (a second replay, its own files) may hold the descriptor the
+    reservation reaches for: it stays open, and the table is grown past it instead."""
+    with open(os.devnull, "rb") as null:
+        held = os.dup2(null.fileno(), 900)
+        try:
+            reserve_descriptors(900 - 64)
+            os.fstat(held)  # raises if the reservation closed it
+        finally:
+            os.close(held)
 
 
 def test_a_failed_spare_connection_frees_its_slot_for_a_waiting_request() -> None:
