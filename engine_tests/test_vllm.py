@@ -165,6 +165,12 @@ def long_outputs(sessions: int, turns: int, out: int) -> Trace:
 # AgentX mode over chat: calibration, exact prompts, cache, acceptance, telemetry
 
 
+CHAT_RUN_TIMEOUT = pytest.mark.timeout(900)
+"""The tests of `agentx_chat`, the first of which pays for its run: AgentX mode's warmup primes each lane's context
+first (20 primers of ~30k-token prompts), so the run takes about 320 s on two cores (vLLM's CPU build prefills ~2,800
+tokens/s there), over the suite's 300 s default."""
+
+
 @pytest.fixture(scope="module")
 def agentx_chat(spec_a: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The default AgentX mode (the harness's rules) over chat on the sample corpus: two lanes, 40 s."""
@@ -173,6 +179,7 @@ def agentx_chat(spec_a: VllmServer, tmp_path_factory: pytest.TempPathFactory) ->
                      "--spec-al", str(AL_A), "--spec-k", str(SPEC_K)))  # fmt: skip
 
 
+@CHAT_RUN_TIMEOUT
 def test_chat_prompts_are_exactly_what_agentx_meant(agentx_chat: Run) -> None:
     """The /tokenize calibration against vLLM's own chat template: every request's `usage.prompt_tokens` is the
     count agentx meant to send, and that is the trace's `in` (the cache-bust marker's tokens aside)."""
@@ -190,6 +197,7 @@ def test_chat_prompts_are_exactly_what_agentx_meant(agentx_chat: Run) -> None:
     assert run_file["summary"]["rules"] == "agentx-harness-1.0.12"
 
 
+@CHAT_RUN_TIMEOUT
 def test_the_prefix_cache_figures_agree_with_vllms(agentx_chat: Run, spec_a: VllmServer) -> None:
     """Per-request `cached_tokens` sum to the summary's usage hit; vLLM's counters give the same, over the profiling
     window as agentx scraped them and over the whole run as the test scraped them around it (warmup included, so
@@ -276,6 +284,7 @@ def test_real_sessions_played_again_hit_what_their_first_play_sent(spec_b: VllmS
         assert bound - below <= record.cached_tokens <= bound + above, record
 
 
+@CHAT_RUN_TIMEOUT
 def test_forced_acceptance_is_realized(agentx_chat: Run) -> None:
     """vLLM's own counters over the run: AL within 2% of the forced one, and agentx reports the same figure."""
     drafts = delta(agentx_chat.before, agentx_chat.after, DRAFTS)
@@ -289,6 +298,7 @@ def test_forced_acceptance_is_realized(agentx_chat: Run) -> None:
     assert acceptance["mismatch"] is False
 
 
+@CHAT_RUN_TIMEOUT
 def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> None:
     table = read_server_metrics(agentx_chat.out / "server_metrics.arrow")
     info = server_metrics_info(table.schema)
@@ -303,6 +313,7 @@ def test_telemetry_has_vllms_series_and_the_cache_fills(agentx_chat: Run) -> Non
     assert max(usage) > min(usage) and max(usage) > 0  # it rises under load
 
 
+@CHAT_RUN_TIMEOUT
 def test_the_audit_and_the_runs_own_analyses_on_real_vllm(agentx_chat: Run, spec_a: VllmServer) -> None:
     """On a sound vLLM run the audit rejects nothing; vLLM's own TTFT histogram is read and agrees with the client's;
     the cache-miss split sums to the uncached tokens and the LRU of vLLM's own capacity (`vllm:cache_config_info`)
