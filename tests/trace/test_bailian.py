@@ -297,7 +297,7 @@ def check_read(path: Path) -> None:
     assert [f for f in validate(trace) if f.severity == "error"] == []
 
 
-@settings(max_examples=examples(800), deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(blob=st.binary(max_size=300) | json_soup(BAILIAN_TOKENS))
 def test_fuzz_arbitrary_bytes(scratch: Path, blob: bytes) -> None:
     path = scratch / "blob.jsonl"
@@ -305,7 +305,7 @@ def test_fuzz_arbitrary_bytes(scratch: Path, blob: bytes) -> None:
     check_read(path)
 
 
-@settings(max_examples=examples(1000), deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(rows=forests(max_rows=10), data=st.data())
 def test_fuzz_mutated_rows(scratch: Path, rows: list[dict[str, Any]], data: st.DataObject) -> None:
     lines = [json.dumps(chat) for chat in rows]

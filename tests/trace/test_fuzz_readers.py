@@ -64,7 +64,7 @@ def _load_or_refuse(path: Path, fmt: Format) -> Trace | None:
 # Weka: raw bytes
 
 
-@fuzz(1500)
+@fuzz(750)
 @given(st.binary(max_size=600))
 def test_weka_reader_on_arbitrary_bytes(fuzz_dir: Path, data: bytes) -> None:
     path = fuzz_dir / "bytes.json"
@@ -75,7 +75,7 @@ def test_weka_reader_on_arbitrary_bytes(fuzz_dir: Path, data: bytes) -> None:
 JSONISH = st.text(alphabet='{}[]":,0123456789.-+eE \n\tnulltruefalse"idtypesubagentrequests', max_size=300)
 
 
-@fuzz(1000)
+@fuzz(500)
 @given(JSONISH | JSONISH.map(lambda text: '{"id":"x","models":[],"block_size":64,"hash_id_scope":"local",' + text))
 def test_weka_reader_on_json_like_text(fuzz_dir: Path, text: str) -> None:
     path = fuzz_dir / "text.jsonl"
@@ -190,7 +190,7 @@ def mutated_documents(draw: st.DrawFn, bases: st.SearchStrategy[list[dict[str, A
     return data
 
 
-@fuzz(2000)
+@fuzz(1000)
 @given(mutated_documents(st.sampled_from(_base_documents())))
 def test_weka_reader_on_mutated_documents(fuzz_dir: Path, data: bytes) -> None:
     path = fuzz_dir / "mutated.jsonl"

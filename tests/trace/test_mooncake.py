@@ -527,7 +527,7 @@ def mutate_line(line: str, data: st.DataObject) -> str:
     return json.dumps(row)
 
 
-@settings(max_examples=examples(800), deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(blob=st.binary(max_size=300) | json_soup(MOONCAKE_TOKENS))
 def test_fuzz_arbitrary_bytes(scratch: Path, blob: bytes) -> None:
     path = scratch / "blob.jsonl"
@@ -535,7 +535,7 @@ def test_fuzz_arbitrary_bytes(scratch: Path, blob: bytes) -> None:
     check_read(path, read_mooncake)
 
 
-@settings(max_examples=examples(1000), deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(rows=st.lists(plain_rows, min_size=1, max_size=4) | canonical_sessions(), data=st.data())
 def test_fuzz_mutated_rows(scratch: Path, rows: list[dict[str, Any]], data: st.DataObject) -> None:
     lines = [json.dumps(row) for row in rows]

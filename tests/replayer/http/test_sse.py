@@ -77,7 +77,7 @@ def feed_in_pieces(stream: bytes, cuts: list[int]) -> list[Event]:
     return seen
 
 
-@settings(max_examples=examples(1000), deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(streams(), st.data())
 def test_any_chunking_yields_the_events_of_the_whole(stream: tuple[bytes, list[Event]], data: st.DataObject) -> None:
     raw, expected = stream
