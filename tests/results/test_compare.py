@@ -286,11 +286,15 @@ def _sweep(out_dir: Path, time_scale: float) -> Path:
 
 
 def test_sweeps_compare_throughput_at_each_target(tmp_path: Path) -> None:
-    fast, again, slow = _sweep(tmp_path / "fast", 1.0), _sweep(tmp_path / "again", 1.0), _sweep(tmp_path / "slow", 1.25)
-    targets = FrontierOptions(statistic="p50", targets_tps=(45.0, 55.0, 65.0))
+    # Steps 1.5 times as long: the slow sweep's throughput is ~57-65% lower at these targets, each inside both fronts
+    # (interactivity 40-83 tok/s fast, 27-56 slow). With 1.25 times the gap was 36-57%, which a loaded machine's
+    # timing once brought to 20% at one target.
+    fast, again, slow = _sweep(tmp_path / "fast", 1.0), _sweep(tmp_path / "again", 1.0), _sweep(tmp_path / "slow", 1.5)
+    targets = FrontierOptions(statistic="p50", targets_tps=(43.0, 46.0, 49.0))
     slower = compare([fast, slow], CompareOptions(frontier=targets)).sweeps[0]
     # Few sessions per level: wide intervals, but every target lower, and the largest gap resolved.
-    assert all(row.relative is not None and row.relative < -0.2 and row.verdict != "better" for row in slower.targets)
+    for row in slower.targets:
+        assert row.relative is not None and row.relative < -0.25 and row.verdict != "better", slower.targets
     assert slower.targets[-1].verdict == "worse", slower.targets
     same = compare([fast, again], CompareOptions(frontier=targets)).sweeps[0]
     for row in same.targets:
