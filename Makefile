@@ -114,19 +114,19 @@ REFERENCE_PACKAGE_harness := agentx-harness==1.0.12
 	.venv-$*/bin/python -c "import aiperf; print('reference: $(REFERENCE_PACKAGE_$*), aiperf', aiperf.__version__)"
 	touch $@
 
-# Six cases at a time (a case is mostly two tools waiting on their traces' clocks), then the cases with large prompts
-# two at a time, then `real_all` alone on the cores; each part's workers write runs/reference/summary.PART.gwN.txt.
-# All three parts run; any failing fails the target.
+# Eight cases at a time (a case is mostly two tools waiting on their traces' clocks: the CPU is ~60% busy), then the
+# cases with large prompts three at a time, then `real_all` alone on the cores; each part's workers write
+# runs/reference/summary.PART.gwN.txt. All three parts run; any failing fails the target.
 REFERENCE_ENV := AGENTX_REFERENCE_HARNESS=$(HARNESS_VENV)/bin/agentx AGENTX_REFERENCE_AIPERF=$(REFERENCE_VENV)/bin/aiperf
 # The two venvs install side by side: 60 s on 2 cores with an empty pip cache, where one after the other took ~130 s.
 test-reference: $(STAMP)
 	$(MAKE) --no-print-directory -j2 $(REFERENCE_STAMP) $(HARNESS_STAMP)
 	rm -f runs/reference/summary*.txt
-	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=six $(BIN)/pytest -q -n 6 -m 'not large_prompts and not alone' reference_tests; \
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=small $(BIN)/pytest -q -n 8 -m 'not large_prompts and not alone' reference_tests; \
 	side_by_side=$$?; \
-	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=pairs $(BIN)/pytest -q -n 2 -m large_prompts reference_tests; paired=$$?; \
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=large $(BIN)/pytest -q -n 3 -m large_prompts reference_tests; large=$$?; \
 	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=alone $(BIN)/pytest -q -m alone reference_tests; alone=$$?; \
-	exit $$(( side_by_side || paired || alone ))
+	exit $$(( side_by_side || large || alone ))
 
 # Everything the engine and reference suites install, made ahead (`make -j4 prepare`: llama.cpp's build, vLLM's and
 # the references' venvs, each independent of the others), on a developer's machine.

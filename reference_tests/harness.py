@@ -64,7 +64,7 @@ DISPATCH_LAG_P99_MAX_S: Final = 0.1
 """A schedule bug's guard: the p99 of agentx's profiling requests' dispatch lag (sent − due) in a case, beyond what
 a stall of agentx's own process explains (`stall_bound_s`).
 
-Both tools run at once on the same cores, six cases at a time, so the machine itself holds agentx's process off
+Both tools run at once on the same cores, eight cases at a time, so the machine itself holds agentx's process off
 the CPU: CI saw p99 100-230 ms in a few cases, a quiet machine 1-7 ms. A request late because its process could not
 run is the machine, and the run's event-loop lag says so; the bugs this guards against put requests due in the past
 by seconds while the loop is idle. The precision target (p99 < 5 ms) is a benchmark figure: bench/corpus_replay.py

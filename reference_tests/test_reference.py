@@ -186,8 +186,8 @@ class Spec:
     real: bool = False
     large_prompts: bool = False
     """Prompts of tens of thousands of tokens, whose timing (each stand-in's answers, each tool's phase change) bends
-    when several other cases share the cores: marked `large_prompts`, which `make test-reference` runs two at a time,
-    after the others ran six at a time."""
+    when several other cases share the cores: marked `large_prompts`, which `make test-reference` runs three at a time,
+    after the others ran eight at a time."""
     alone: bool = False
     """Bends even beside one other case (`real_all`: its harness side's trees changed with a second case beside
     it, 2026-12-06): marked `alone`, run one at a time, last."""
