@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from agentx.replayer.options.replay import ClosedLoad, Connection, ReplayOptions
 from agentx.replayer.run_replay import run_replay
 from agentx.replayer.run_result import RunResult
 from agentx.replayer.schedule.hooks import RunHooks
+from agentx.replayer.schedule.server_loss import PROBE_EVERY_S
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
 from agentx.trace.model import Trace
@@ -227,10 +229,14 @@ def _check_slow_first_byte(outcome: Outcome) -> None:
 
 def _check_refused(outcome: Outcome) -> None:
     # No response at all; a request on a kept-alive connection is sent once more on a new one (also refused),
-    # so the server refused each failed request 1 + retries times.
+    # so the server refused each failed request 1 + retries times. The server-loss watch's probes (one every
+    # `PROBE_EVERY_S` while a streak counts, each sent at most twice the same way) were refused beside them: the
+    # window of 0.6 s, stretched by a loaded machine, holds at most two (CI saw 3 refusals more than the records').
     assert set(outcome.kinds()) == {("connection", None)}
     errors = outcome.errors
-    assert sum(1 + record.connection_retries for record in errors) == outcome.injected["refused"]
+    refused_requests = sum(1 + record.connection_retries for record in errors)
+    probes_max = math.ceil((REFUSED.refuse_s + 0.2) / PROBE_EVERY_S) + 1
+    assert refused_requests <= outcome.injected["refused"] <= refused_requests + 2 * probes_max, outcome.injected
     assert all(record.response_ns is None for record in errors)
     # The failures are the window's (it opened as the first turns went out); after it the run went on, answered.
     first_sent_ns = min(record.sent_ns for record in outcome.records)
