@@ -161,7 +161,7 @@ def synthesize(agentx: Path, directory: Path, sessions: int, seed: int) -> tuple
     arrow = directory.with_suffix(".arrow")
     arrow.parent.mkdir(parents=True, exist_ok=True)
     generate = ["synth", "generate", "--preset", "agentic-coding", "--sessions", str(sessions), "--seed", str(seed)]
-    _agentx(agentx, *generate, "--out", str(arrow))
+    _agentx(agentx, *generate, "--out", str(arrow), "--overwrite")  # a rerun's folder holds it
     return _weka_folder(agentx, arrow, directory)
 
 

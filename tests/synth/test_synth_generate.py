@@ -93,9 +93,24 @@ def test_cli_generate_writes_a_valid_trace(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert len(load_trace(out).sessions) == 20
-    result = CliRunner().invoke(main, ["synth", "generate", "--preset", "nope", "--out", str(out)])
+    other = tmp_path / "other.arrow"
+    result = CliRunner().invoke(main, ["synth", "generate", "--preset", "nope", "--out", str(other)])
     assert result.exit_code == 2 and "unknown preset 'nope'; presets: agentic-coding" in result.output
     result = CliRunner().invoke(
-        main, ["synth", "generate", "--like", str(tmp_path / "missing.arrow"), "--out", str(out)]
+        main, ["synth", "generate", "--like", str(tmp_path / "missing.arrow"), "--out", str(other)]
     )
     assert result.exit_code == 2 and "no such file" in result.output
+    assert not other.exists()
+
+
+def test_cli_generate_replaces_a_trace_only_when_told(tmp_path: Path) -> None:
+    out = tmp_path / "g.arrow"
+    args = ["synth", "generate", "--preset", "agentic-coding", "--sessions", "3", "--out", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    written = out.read_bytes()
+    result = CliRunner().invoke(main, [*args[:-3], "5", "--out", str(out)])
+    assert result.exit_code == 2 and f"{out} already exists; pass --overwrite to replace it" in result.output
+    assert out.read_bytes() == written
+    result = CliRunner().invoke(main, [*args[:-3], "5", "--out", str(out), "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert len(load_trace(out).sessions) == 5

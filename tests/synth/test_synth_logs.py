@@ -322,6 +322,20 @@ def test_a_bad_line_fails_with_exit_2_naming_file_and_line(tmp_path: Path) -> No
     assert result.exit_code == 2 and f"{path}:1" in result.output
 
 
+def test_an_existing_out_is_refused_before_the_logs_are_read_unless_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "o.arrow"
+    out.write_bytes(b"a user's file")
+    missing = tmp_path / "not-read.jsonl"
+    args = ["synth", "from-logs", str(missing), "--format", "anthropic-proxy", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and f"{out} already exists; pass --overwrite to replace it" in result.output
+    assert out.read_bytes() == b"a user's file"
+    logs = write_jsonl(tmp_path / "c.jsonl", [_secret_exchange(1000.0, 0)])
+    result = CliRunner().invoke(main, ["synth", "from-logs", str(logs), *args[3:], "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert load_trace(out).request_count == 1
+
+
 def test_unlinked_sessions_inside_a_tool_call_become_subagents(tmp_path: Path) -> None:
     """Without session keys: a conversation wholly inside another's tool call is its child."""
 

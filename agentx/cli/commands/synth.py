@@ -9,7 +9,7 @@ import click
 import msgspec
 
 from agentx.cli.common import fail, stdout
-from agentx.cli.shared_flags import json_flag
+from agentx.cli.shared_flags import json_flag, overwrite_flag
 from agentx.errors import cli_words
 from agentx.trace.io import load_trace, save_trace
 
@@ -47,6 +47,7 @@ def _model_map(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--salt-file", type=click.Path(path_type=Path), help="Secret key of the block hashes (default: random).")
 @click.option("--relabel-models", is_flag=True, help="Write models as model-1, model-2, ... (first-seen order).")
 @click.option("--model-map", multiple=True, metavar="FROM=TO", help="Rename a model (repeatable).")
+@overwrite_flag("--out if it exists")
 def synth_from_logs(
     inputs: tuple[Path, ...],
     log_format: str,
@@ -57,12 +58,15 @@ def synth_from_logs(
     salt_file: Path | None,
     relabel_models: bool,
     model_map: tuple[str, ...],
+    overwrite: bool,
 ) -> None:
     """Turn logs (INPUTS: files or folders) into an anonymized trace: lengths, times, block ids, agent tree."""
+    from agentx.records.run_folder import refuse_existing_file
     from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
     from agentx.synth.logs.hashing import read_salt
     from agentx.trace.validation import validate as validate_trace
 
+    refuse_existing_file(out, overwrite, named_by="--out")  # before reading the logs
     started = time.perf_counter()
     options = msgspec.convert(
         {
@@ -105,16 +109,25 @@ def synth_from_logs(
     "--scope", type=click.Choice(("session", "global")), help="Hash-id namespace (default: --like's, else session)."
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Trace to write (.arrow, .parquet, ...).")
+@overwrite_flag("--out if it exists")
 def synth_generate(
-    preset_name: str | None, like: Path | None, sessions: int | None, seed: int, scope: str | None, out: Path
+    preset_name: str | None,
+    like: Path | None,
+    sessions: int | None,
+    seed: int,
+    scope: str | None,
+    out: Path,
+    overwrite: bool,
 ) -> None:
     """Generate sessions from a preset or from a model fitted to a trace (more sessions, never compressed time)."""
+    from agentx.records.run_folder import refuse_existing_file
     from agentx.synth.fitting import fit
     from agentx.synth.generation import generate
     from agentx.synth.presets import PRESETS, preset
 
     if (preset_name is None) == (like is None):
         fail(f"pass exactly one of --preset NAME ({', '.join(PRESETS)}) or --like TRACE")
+    refuse_existing_file(out, overwrite, named_by="--out")  # before fitting a large trace
     started = time.perf_counter()
     try:
         if like is not None:
