@@ -122,11 +122,10 @@ REFERENCE_ENV := AGENTX_REFERENCE_HARNESS=$(HARNESS_VENV)/bin/agentx AGENTX_REFE
 test-reference: $(STAMP)
 	$(MAKE) --no-print-directory -j2 $(REFERENCE_STAMP) $(HARNESS_STAMP)
 	rm -f runs/reference/summary*.txt
-	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=small $(BIN)/pytest -q -n 8 -m 'not large_prompts and not alone' reference_tests; \
-	side_by_side=$$?; \
+	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=small $(BIN)/pytest -q -n 8 -m 'not large_prompts and not alone' reference_tests; small=$$?; \
 	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=large $(BIN)/pytest -q -n 3 -m large_prompts reference_tests; large=$$?; \
 	$(REFERENCE_ENV) AGENTX_REFERENCE_PART=alone $(BIN)/pytest -q -m alone reference_tests; alone=$$?; \
-	exit $$(( side_by_side || large || alone ))
+	exit $$(( small || large || alone ))
 
 # Everything the engine and reference suites install, made ahead (`make -j4 prepare`: llama.cpp's build, vLLM's and
 # the references' venvs, each independent of the others), on a developer's machine.
