@@ -7,8 +7,9 @@ rewritten after every level so that an interrupted sweep leaves a readable index
 A level that fails (the server unreachable, the before-level command failing, the failure threshold reached) is
 recorded with its error and the sweep goes on. With `resume`, a level whose `run.json` exists and says the run
 was not interrupted is kept as it is and not replayed (status `kept`); any other level directory is cleared and
-replayed. A resume whose settings (`SETTINGS`: the scenario, the load, the forced acceptance, the model) differ from
-a level it would keep is refused before anything runs: the kept figures would not be this sweep's. The index keeps
+replayed. A resume whose settings (`SETTINGS`: the scenario, the load, the forced acceptance, the model; the server's
+URL unless the level ran against the built-in simulator) or trace differ from a level it would keep is refused before
+anything runs: the kept figures would not be this sweep's. The index keeps
 the levels of the earlier sweep that this one does not name.
 """
 
@@ -26,12 +27,13 @@ from typing import Any, Final
 import msgspec
 
 from agentx.errors import RunStopped, SweepError
+from agentx.replayer.http.identity import SIMULATOR
 from agentx.replayer.options.replay import LOADS, LaneLoad, ReplayOptions, Scenario, Speculative, flat_options
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.schedule.hooks import RunHooks
 from agentx.replayer.schedule.stops import Cancellation
-from agentx.results.folders.run_file import finished_run
+from agentx.results.folders.run_file import RunFile, finished_run
 from agentx.results.folders.sweep_index import (
     LevelEntry,
     SweepIndex,
@@ -187,7 +189,13 @@ SETTINGS: Final = frozenset(
     for field in part.__struct_fields__
 ) | {"model", "api", "mode", "extra_body"}
 """The options a level's figures depend on (run.json's flat names): a resumed sweep keeps a level only when they are
-the same (the concurrency apart, which each level sets)."""
+the same (the concurrency apart, which each level sets), and the server's URL too (`_compared`)."""
+
+
+def _compared(done: RunFile) -> frozenset[str]:
+    """The settings a kept level must share with the sweep: `SETTINGS`, and the server's `url` unless the level ran
+    against the built-in simulator, which a sweep without --url starts on a new port each time."""
+    return SETTINGS if done.run.server.engine == SIMULATOR else SETTINGS | {"url"}
 
 
 def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions], digest: str) -> None:
@@ -201,7 +209,7 @@ def _refuse_other_settings(out_dir: Path, levels: dict[int, ReplayOptions], dige
         now = flat_options(level)
         changed = [
             f"{name} {_shown(done.options[name])}, not {_shown(now[name])}"
-            for name in sorted(SETTINGS & done.options.keys() & now.keys())
+            for name in sorted(_compared(done) & done.options.keys() & now.keys())
             if done.options[name] != now[name]
         ]
         if done.run.trace_digest is not None and done.run.trace_digest != digest:

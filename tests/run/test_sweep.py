@@ -141,6 +141,25 @@ def test_resume_refuses_levels_run_with_other_settings(swept: SweepResult, sim: 
     assert [level.entry.status for level in result.levels] == ["kept", "kept", "kept"]
 
 
+def test_resume_refuses_levels_another_servers_url_answered(swept: SweepResult, sim: SimServer, tmp_path: Path) -> None:
+    # `swept` ran against a simulator of its own, on another port than `sim`: the built-in simulator's URL changes at
+    # every start, so a level it answered is kept whatever its URL (the other resume tests); a real server's is not.
+    out = tmp_path / "again"
+    shutil.copytree(swept.out_dir, out)
+    urls = set()
+    for level in ("c1", "c2", "c4"):
+        document = json.loads((out / level / RUN_FILE).read_text())
+        document["run"]["server"] = {"engine": "vLLM", "version": "0.11.0"}
+        urls.add(document["options"]["url"])
+        (out / level / RUN_FILE).write_text(json.dumps(document))
+    (earlier_url,) = urls
+    assert earlier_url != sim.url
+    with pytest.raises(SweepError) as raised:
+        sweep_sync(small_trace(), base_options(sim, out), SweepOptions(concurrency=LEVELS, out_dir=out, resume=True))
+    for level in ("c1", "c2", "c4"):
+        assert f"{level} ran with url {earlier_url}, not {sim.url}" in str(raised.value)
+
+
 def test_resuming_some_levels_keeps_the_others_in_the_index(swept: SweepResult, sim: SimServer, tmp_path: Path) -> None:
     out = tmp_path / "again"
     shutil.copytree(swept.out_dir, out)

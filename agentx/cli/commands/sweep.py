@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     "--resume",
     is_flag=True,
     help="Keep the levels whose run.json says they ran to the end, refused when they ran with other settings (seed, "
-    "duration, mode, ...) or another trace; the levels not asked stay in the index.",
+    "duration, mode, server URL, ...) or another trace; the levels not asked stay in the index.",
 )
 @click.option(
     "--resume-anyway",
