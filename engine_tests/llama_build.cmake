@@ -3,9 +3,9 @@
 # what the engine tests run, llama-server and the libraries it loads, and compiles only the kernels (ggml) at full
 # optimization. The rest (the other tools, and -O3 on the server's own C++, chat templates and JSON included) is
 # most of a build's time on two cores and none of a test's.
-cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _agentx_server_only "${CMAKE_SOURCE_DIR}")
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _agentx_test_build "${CMAKE_SOURCE_DIR}")
 
-function(_agentx_server_only directory)
+function(_agentx_test_build directory)
     get_property(targets DIRECTORY "${directory}" PROPERTY BUILDSYSTEM_TARGETS)
     foreach(target IN LISTS targets)
         if(NOT target STREQUAL "llama-server")
@@ -19,6 +19,6 @@ function(_agentx_server_only directory)
     endforeach()
     get_property(subdirectories DIRECTORY "${directory}" PROPERTY SUBDIRECTORIES)
     foreach(subdirectory IN LISTS subdirectories)
-        _agentx_server_only("${subdirectory}")
+        _agentx_test_build("${subdirectory}")
     endforeach()
 endfunction()
