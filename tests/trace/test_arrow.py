@@ -447,3 +447,34 @@ def test_loading_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tmp_
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_file_of_several_batches_keeps_each_rows_content_kinds(tmp_path: Path) -> None:
+    """The native file is written `BATCH_ROWS` rows a batch, each batch's strings numbered by its own dictionary: the
+    rows of a later batch read back their own kinds, not those of the first batch's numbers."""
+    kinds = [("text",), ("tool_result",), ("text", "tool_result")]
+    rows = arrow.BATCH_ROWS + 100
+    sessions = [
+        Session(
+            session_id=f"s{index}",
+            root=Agent(
+                requests=[
+                    Request(
+                        t=0.0,
+                        model="m",
+                        in_tokens=1,
+                        out_tokens=1,
+                        # The first batch holds only the first kind; the second begins with the others.
+                        input_types=kinds[0] if index < arrow.BATCH_ROWS else kinds[1 + index % 2],
+                        output_types=("tool_use",) if index >= arrow.BATCH_ROWS else (),
+                    )
+                ]
+            ),
+        )
+        for index in range(rows)
+    ]
+    trace = Trace(sessions=sessions, block_size=16)
+    save_trace(trace, tmp_path / "t.arrow")
+    with ipc.open_file(tmp_path / "t.arrow") as reader:
+        assert reader.num_record_batches == 2
+    assert load_trace(tmp_path / "t.arrow").sessions == sessions

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 import pyarrow as pa
@@ -103,8 +103,18 @@ _AGENT_FIELDS = [f.name for f in msgspec.structs.fields(_AgentHeader) if f.name 
 # writing
 
 
+BATCH_ROWS: Final = 1 << 16
+"""Rows of each record batch of the native file."""
+
+
 def to_table(trace: Trace) -> pa.Table:
     """The trace as an Arrow table with the schema and metadata of the native file."""
+    columns, schema = _columns(trace)
+    return pa.Table.from_arrays([pa.array(columns[field.name], type=field.type) for field in SCHEMA], schema=schema)
+
+
+def _columns(trace: Trace) -> tuple[dict[str, list[Any]], pa.Schema]:
+    """The table's columns as Python lists, and its schema with the native file's metadata."""
     columns: dict[str, list[Any]] = {field.name: [] for field in SCHEMA}
     headers: list[_SessionHeader] = []
     for session in trace.sessions:
@@ -149,8 +159,7 @@ def to_table(trace: Trace) -> pa.Table:
         META_PROVENANCE: msgspec.json.encode(trace.provenance),
         META_SESSIONS: msgspec.json.encode(headers),
     }
-    arrays = [pa.array(columns[field.name], type=field.type) for field in SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA.with_metadata(metadata))
+    return columns, SCHEMA.with_metadata(metadata)
 
 
 def _header(agent: Agent) -> _AgentHeader:
@@ -175,10 +184,26 @@ def arrow_bytes(trace: Trace) -> bytes:
 
 
 def _write_ipc(trace: Trace, sink: pa.NativeFile) -> None:
-    table = to_table(trace)
+    columns, schema = _columns(trace)
+    rows = len(columns["t"])
+    # Dictionary columns whole, so that every batch shares one dictionary (an IPC file holds one per field); the
+    # others a batch at a time, so that a corpus of tens of millions of hash ids is never an Arrow array whole
+    # beside the trace (TraceLab's release: bench/tracelab_read.py).
+    whole = {
+        field.name: pa.array(columns[field.name], type=field.type)
+        for field in SCHEMA
+        if pa.types.is_dictionary(field.type)
+    }
     options = ipc.IpcWriteOptions(compression="zstd")
-    with ipc.new_file(sink, table.schema, options=options) as writer:
-        writer.write_table(table, max_chunksize=1 << 16)
+    with ipc.new_file(sink, schema, options=options) as writer:
+        for start in range(0, rows, BATCH_ROWS):
+            arrays = [
+                whole[field.name].slice(start, BATCH_ROWS)
+                if field.name in whole
+                else pa.array(columns[field.name][start : start + BATCH_ROWS], type=field.type)
+                for field in SCHEMA
+            ]
+            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 
 def from_arrow_bytes(data: bytes, *, file: str) -> Trace:
@@ -436,9 +461,11 @@ def _shared_string_lists(table: pa.Table, name: str) -> list[Any]:
         return [None] * table.num_rows
     import pyarrow.compute as pc
 
-    shared: dict[tuple[int, ...], tuple[str, ...]] = {}
+    shared: dict[tuple[str, ...], tuple[str, ...]] = {}
     rows: list[Any] = []
     for chunk in table.column(name).chunks:
+        # Each chunk's words are numbered by its own dictionary: a row's numbers mean nothing in another chunk.
+        of_chunk: dict[tuple[int, ...], tuple[str, ...]] = {}
         if chunk.values.null_count:  # a null string in a list: rare enough for the plain conversion
             rows += [None if value is None else tuple(value) for value in chunk.to_pylist()]
             continue
@@ -452,9 +479,10 @@ def _shared_string_lists(table: pa.Table, name: str) -> list[Any]:
                 rows.append(None)
                 continue
             key = tuple(indices[offsets[row] : offsets[row + 1]])
-            found = shared.get(key)
+            found = of_chunk.get(key)
             if found is None:
-                found = shared[key] = tuple(words[index] for index in key)
+                value = tuple(words[index] for index in key)
+                found = of_chunk[key] = shared.setdefault(value, value)
             rows.append(found)
     return rows
 
