@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, Literal
@@ -14,13 +15,15 @@ import msgspec
 
 from agentx.errors import ConfigError, TraceError
 from agentx.trace.findings import Findings
-from agentx.trace.formats import bailian, mooncake, weka, weka_reader, weka_writer
+from agentx.trace.formats import bailian, mooncake, otlp, tracelab, weka, weka_reader, weka_writer
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.model import Trace
 from agentx.trace.validation import MAX_BLOCK_SIZE
 
-Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian"]
-FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian")
+_OTLP_OPENING: Final = re.compile(rb'\s*\{\s*"resourceSpans"\s*:')
+
+Format = Literal["arrow", "parquet", "weka", "mooncake", "bailian", "tracelab", "otlp"]
+FORMATS: tuple[Format, ...] = ("arrow", "parquet", "weka", "mooncake", "bailian", "tracelab", "otlp")
 OUTPUT_SUFFIXES: Final[dict[str, Format]] = {
     ".arrow": "arrow",
     ".ipc": "arrow",
@@ -43,6 +46,7 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
             head = probe.read(8)
         with open_bytes(path) as stream:
             first_line = stream.readline(1 << 16)
+            opening = first_line + stream.read(256)
     if head[:6] == b"ARROW1" or head[:4] == b"\xff\xff\xff\xff":
         return "arrow"
     if head[:4] == b"PAR1":
@@ -58,13 +62,22 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
                 return "weka"
             if "chat_id" in obj:
                 return "bailian"
+            if "prefix_tokens" in obj and "newly_append_tokens" in obj:
+                return "tracelab"
+            if "resourceSpans" in obj:
+                return "otlp"
             if "input_length" in obj or "hash_ids" in obj or "session_id" in obj:
                 return "mooncake"
+    if _OTLP_OPENING.match(opening):
+        return "otlp"  # an export written pretty-printed (or a first line too long to read whole)
     if text.startswith(b"{"):
         return "weka"  # a pretty-printed single trace: its first line is just "{"
     if not text:
         raise TraceError.at("the file is empty", file=str(path))
-    unrecognised = "unrecognised trace format (expected Arrow, Parquet, Weka JSON/JSONL, Mooncake or Bailian JSONL)"
+    unrecognised = (
+        "unrecognised trace format (expected Arrow, Parquet, Weka JSON/JSONL, Mooncake, Bailian or TraceLab JSONL, or "
+        "OTLP JSON spans)"
+    )
     raise TraceError.at(
         f"{unrecognised}; pass format= to force one",
         cli_message=f"{unrecognised}; pass --format to force one",
@@ -124,6 +137,10 @@ def _load(path: str | os.PathLike[str], fmt: str, block_size: int | None, findin
         return mooncake.read_mooncake(path, block_size=block_size, findings=findings)
     if fmt == "bailian":
         return bailian.read_bailian(path, block_size=block_size, findings=findings)
+    if fmt == "tracelab":
+        return tracelab.read_tracelab(path, block_size=block_size, findings=findings)
+    if fmt == "otlp":
+        return otlp.read_otlp(path, block_size=block_size, findings=findings)
     raise TraceError.at(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", file=str(path))
 
 
