@@ -35,8 +35,9 @@ def _model_map(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     "--format",
     "log_format",
     required=True,
-    type=click.Choice(("anthropic-proxy", "openai-proxy", "claude-code")),
-    help="Input kind: proxy-capture JSONL (Anthropic Messages or OpenAI chat) or Claude Code folders.",
+    type=click.Choice(("anthropic-proxy", "openai-proxy", "claude-code", "codex")),
+    help="Input kind: proxy-capture JSONL (Anthropic Messages or OpenAI chat), Claude Code folders, or Codex CLI "
+    "rollouts (files or ~/.codex/sessions folders; ids from the cached-token counts, global scope, no tokenizer).",
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Trace to write (.arrow, .parquet, ...).")
 @click.option("--tokenizer", type=click.Path(path_type=Path), help="tokenizer.json (default: built-in approximation).")

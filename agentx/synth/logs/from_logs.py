@@ -24,7 +24,9 @@ from agentx.synth.logs.tokenize import Tokenizer, load_tokenizer
 from agentx.synth.logs.tree import Call, Chain, ChainBuilder, Extends, build_trees
 from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace, delta_encode
 
-LogFormat = Literal["anthropic-proxy", "openai-proxy", "claude-code"]
+LogFormat = Literal["anthropic-proxy", "openai-proxy", "claude-code", "codex"]
+"""Codex rollouts hold token counts, not prompts: their ids come from the cached counts (agentx.synth.logs.codex),
+with no tokenizer and no salt, in a global scope."""
 
 SUBAGENT_TYPES = frozenset({"Explore", "Plan", "general-purpose", "statusline-setup", "output-style-setup"})
 """Claude Code's built-in subagent types, kept verbatim; custom ones (named by users) become "other"."""
@@ -88,6 +90,8 @@ def read_exchanges(paths: Iterable[str | os.PathLike[str]], fmt: LogFormat) -> l
     for path in map(Path, paths):
         if not path.exists():
             raise TraceError.at("no such file or directory", file=str(path))
+        if fmt == "codex":
+            raise TraceError.at("Codex rollouts record no prompts to make exchanges of: use from_logs", file=str(path))
         if fmt == "claude-code":
             from agentx.synth.logs.claude_code import read_claude_code
 
@@ -104,7 +108,11 @@ def read_exchanges(paths: Iterable[str | os.PathLike[str]], fmt: LogFormat) -> l
 
 
 def from_logs(paths: Sequence[str | os.PathLike[str]], options: FromLogsOptions, *, salt: bytes | None = None) -> Trace:
-    """Read log files (or claude-code folders) and build the anonymized trace; see `synthesize`."""
+    """Read log files (or claude-code and codex folders) and build the anonymized trace; see `synthesize`."""
+    if options.format == "codex":
+        from agentx.synth.logs.codex import read_codex
+
+        return read_codex(paths, options)
     return synthesize(read_exchanges(paths, options.format), options, salt=salt, source_count=len(paths))
 
 
