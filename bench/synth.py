@@ -24,8 +24,9 @@ from pathlib import Path
 import msgspec
 
 from agentx.synth.generation import generate
-from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.from_logs import from_logs
 from agentx.synth.logs.mock_logs import mock_logs
+from agentx.synth.logs.options import FromLogsOptions
 from agentx.synth.logs.tokenize import ApproxTokenizer
 from agentx.synth.presets import preset
 

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from agentx.synth.fidelity import compare as compare
     from agentx.synth.fitting import fit as fit
     from agentx.synth.generation import generate as generate
-    from agentx.synth.logs.from_logs import FromLogsOptions as FromLogsOptions
     from agentx.synth.logs.from_logs import from_logs as from_logs
+    from agentx.synth.logs.options import FromLogsOptions as FromLogsOptions
     from agentx.synth.presets import preset as preset
     from agentx.synth.session_model import AgentShape as AgentShape
     from agentx.synth.session_model import ApiTime as ApiTime
@@ -25,7 +25,8 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.synth.fidelity": ("Fidelity", "compare"),
     "agentx.synth.fitting": ("fit",),
     "agentx.synth.generation": ("generate",),
-    "agentx.synth.logs.from_logs": ("FromLogsOptions", "from_logs"),
+    "agentx.synth.logs.from_logs": ("from_logs",),
+    "agentx.synth.logs.options": ("FromLogsOptions",),
     "agentx.synth.dist": ("Dist",),
     "agentx.synth.session_model": ("AgentShape", "ApiTime", "Profile", "SessionModel"),
     "agentx.synth.presets": ("preset",),

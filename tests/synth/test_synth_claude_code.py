@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentx.cli import main
-from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.from_logs import from_logs
+from agentx.synth.logs.options import FromLogsOptions
 from agentx.trace.io import load_trace
 from agentx.trace.validation import validate
 

@@ -23,7 +23,8 @@ from strategies import examples
 from agentx.cli import main
 from agentx.errors import TraceError
 from agentx.synth.logs import codex
-from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.from_logs import from_logs
+from agentx.synth.logs.options import FromLogsOptions
 from agentx.trace.formats.cached_prefix import shared_blocks
 from agentx.trace.io import load_trace
 from agentx.trace.model import Agent, Trace

@@ -19,9 +19,10 @@ from strategies import examples
 
 from agentx.cli import main
 from agentx.errors import TraceError
-from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+from agentx.synth.logs.from_logs import from_logs
 from agentx.synth.logs.hashing import ChainHasher
 from agentx.synth.logs.mock_logs import MockFormat, mock_logs
+from agentx.synth.logs.options import FromLogsOptions
 from agentx.synth.logs.render import render_anthropic
 from agentx.synth.logs.tokenize import ApproxTokenizer
 from agentx.trace.io import load_trace, save_trace

@@ -63,8 +63,9 @@ def synth_from_logs(
 ) -> None:
     """Turn logs (INPUTS: files or folders) into an anonymized trace: lengths, times, block ids, agent tree."""
     from agentx.records.run_folder import refuse_existing_file
-    from agentx.synth.logs.from_logs import FromLogsOptions, from_logs
+    from agentx.synth.logs.from_logs import from_logs
     from agentx.synth.logs.hashing import read_salt
+    from agentx.synth.logs.options import FromLogsOptions
     from agentx.trace.validation import validate as validate_trace
 
     refuse_existing_file(out, overwrite, named_by="--out")  # before reading the logs

@@ -33,7 +33,7 @@ import msgspec
 
 from agentx.errors import TraceError
 from agentx.synth.logs.exchange import parse_time
-from agentx.synth.logs.from_logs import FromLogsOptions, _Models
+from agentx.synth.logs.options import FromLogsOptions, ModelNames
 from agentx.synth.logs.tree import TIME_SLACK_S
 from agentx.trace.formats.cached_prefix import CachedPrefixIds
 from agentx.trace.formats.textfile import open_bytes, read_errors
@@ -470,7 +470,7 @@ def _walk(thread: _Thread) -> Iterator[_Thread]:
 
 
 def _trace(roots: list[_Thread], options: FromLogsOptions, source_count: int, dropped: int) -> Trace:
-    models = _Models(options)
+    models = ModelNames(options)
     ids = CachedPrefixIds(options.block_size)
     trees = [list(_walk(root)) for root in roots]
     starts = [min(thread.start_s for thread in threads) for threads in trees]
@@ -518,7 +518,7 @@ def _agent(
     think: dict[int, float | None],
     start: float,
     ids: CachedPrefixIds,
-    models: _Models,
+    models: ModelNames,
 ) -> Agent:
     """`thread`'s agent and its subagents: ids from the cached counts, times on the session's clock (`start`)."""
     requests: list[Request] = []

@@ -13,39 +13,22 @@ import os
 from collections.abc import Iterable, Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import Literal
 
 import msgspec
 
 from agentx.errors import TraceError
 from agentx.synth.logs.exchange import Exchange
 from agentx.synth.logs.hashing import ChainHasher, IdRemap, random_salt
+from agentx.synth.logs.options import FromLogsOptions, LogFormat, ModelNames
 from agentx.synth.logs.tokenize import Tokenizer, load_tokenizer
 from agentx.synth.logs.tree import Call, Chain, ChainBuilder, Extends, build_trees
-from agentx.trace.model import Agent, HashScope, Provenance, Request, Session, Trace, delta_encode
-
-LogFormat = Literal["anthropic-proxy", "openai-proxy", "claude-code", "codex"]
-"""Codex rollouts hold token counts, not prompts: their ids come from the cached counts (agentx.synth.logs.codex),
-with no tokenizer and no salt, in a global scope."""
+from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
 
 SUBAGENT_TYPES = frozenset({"Explore", "Plan", "general-purpose", "statusline-setup", "output-style-setup"})
 """Claude Code's built-in subagent types, kept verbatim; custom ones (named by users) become "other"."""
 
 _CACHE_LIMIT = 1 << 20
 """Distinct segments whose tokens are kept; beyond it the cache starts over (memory stays bounded)."""
-
-
-class FromLogsOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How to turn logs into a trace. The salt is passed separately: it must never be stored."""
-
-    format: LogFormat
-    block_size: int = 64
-    scope: HashScope = "session"
-    tokenizer_path: str | None = None
-    relabel_models: bool = False
-    """Replace model names by model-1, model-2, ... in first-seen order."""
-    model_map: tuple[tuple[str, str], ...] = ()
-    """Explicit renames (applied before relabelling, whose numbering skips mapped names)."""
 
 
 class _Tokens:
@@ -68,20 +51,6 @@ class _Tokens:
 
     def count(self, segments: Sequence[str]) -> int:
         return len(self.of(segments))
-
-
-class _Models:
-    def __init__(self, options: FromLogsOptions) -> None:
-        self.mapping = dict(options.model_map)
-        self.relabel = options.relabel_models
-        self.seen: dict[str, str] = {}
-
-    def __call__(self, model: str) -> str:
-        if model in self.mapping:
-            return self.mapping[model]
-        if not self.relabel:
-            return model
-        return self.seen.setdefault(model, f"model-{len(self.seen) + 1}")
 
 
 def read_exchanges(paths: Iterable[str | os.PathLike[str]], fmt: LogFormat) -> list[Exchange]:
@@ -125,7 +94,7 @@ def synthesize(
     # With an approximate tokenizer, blocks are cut at the length that holds `block_size` real tokens.
     piece_block = max(1, round(options.block_size / scale))
     hasher = ChainHasher(salt if salt is not None else random_salt(), piece_block)
-    models = _Models(options)
+    models = ModelNames(options)
     pools = _pools(exchanges)
     origin = min(e.start_s for e in exchanges)
     sessions: list[Session] = []
@@ -211,7 +180,7 @@ def _request(
     remap: IdRemap,
     scale: float,
     block_size: int,
-    models: _Models,
+    models: ModelNames,
 ) -> tuple[Request, list[int]]:
     response = exchange.response
     in_tokens = response.in_tokens if response.in_tokens is not None else round(len(prompt_tokens) * scale)
