@@ -58,11 +58,12 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
 from agentx.trace.findings import Findings
+from agentx.trace.formats import genai_attributes as genai
 from agentx.trace.formats.cached_prefix import CachedPrefixIds
 from agentx.trace.formats.textfile import open_bytes, read_errors
 from agentx.trace.links import ABSENT, IN_CYCLE, NO_PARENT, follow
@@ -71,69 +72,14 @@ from agentx.trace.validation import MAX_TOKENS_PER_REQUEST, check_session, check
 
 DEFAULT_BLOCK_SIZE: Final = 64
 
-OPERATION: Final = "gen_ai.operation.name"
-OPENINFERENCE_KIND: Final = "openinference.span.kind"
-LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
-OTHER_OPERATIONS: Final = frozenset({"create_agent", "invoke_workflow", "embeddings", "retrieval"})
-"""Operations that are no LLM call even where the span carries token counts (an agent's or a workflow's sums)."""
-
-INPUT: Final = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
-OUTPUT: Final = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
-CACHE_READ: Final = (
-    "gen_ai.usage.cache_read.input_tokens",  # semantic conventions 1.40+
-    "gen_ai.usage.cache_read_input_tokens",  # OpenLLMetry, Strands
-    "gen_ai.usage.input_tokens.cached",  # Sentry
-    "gen_ai.usage.details.cache_read_tokens",  # Pydantic AI (OpenAI-style usage)
-    "gen_ai.usage.details.cache_read_input_tokens",  # Pydantic AI (Anthropic-style usage)
-    "llm.token_count.prompt_details.cache_read",  # OpenInference
-    "ai.usage.cachedInputTokens",  # Vercel AI SDK
-)
-CACHE_WRITE: Final = (
-    "gen_ai.usage.cache_creation.input_tokens",  # semantic conventions 1.40+
-    "gen_ai.usage.cache_creation_input_tokens",  # OpenLLMetry
-    "gen_ai.usage.cache_write_input_tokens",  # Strands
-    "gen_ai.usage.input_tokens.cache_write",  # Sentry
-    "gen_ai.usage.details.cache_write_tokens",  # Pydantic AI
-    "gen_ai.usage.details.cache_creation_input_tokens",  # Pydantic AI
-    "llm.token_count.prompt_details.cache_write",  # OpenInference
-)
-TOTAL: Final = ("gen_ai.usage.total_tokens", "llm.usage.total_tokens", "llm.token_count.total")
-MODEL: Final = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-AGENT_NAME: Final = ("gen_ai.agent.name", "agent.name")
-AGENT_ID: Final = "gen_ai.agent.id"
-CONVERSATION: Final = ("gen_ai.conversation.id", "session.id")
-STREAM: Final = ("gen_ai.request.stream", "llm.is_streaming")
-TTFT: Final = "gen_ai.response.time_to_first_chunk"
-FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
-
-_WANTED: Final = frozenset(
-    {OPERATION, OPENINFERENCE_KIND, AGENT_ID, TTFT, FINISH_REASONS}.union(
-        INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, TOTAL, MODEL, AGENT_NAME, CONVERSATION, STREAM
-    )
-)
 _NANOS: Final = 1_000_000_000
 _WHOLE: Final = re.compile(r"\s*-?\d+\s*")
 _SPAN_ID_KEY: Final = re.compile(rb'"spanId"\s*:\s*"([^"\\]*)"')
 _AT_BYTE: Final = re.compile(r"\(byte (\d+)\)")
 
-Role = Literal["llm", "agent", "tool", "other"]
-_OPENINFERENCE_ROLES: Final[dict[str, Role]] = {"LLM": "llm", "AGENT": "agent", "TOOL": "tool"}
-
 
 # ---------------------------------------------------------------------------------------------
 # the wire: only what is read
-
-
-class _ArrayValue(msgspec.Struct):
-    values: list[_AnyValue] = []
-
-
-class _AnyValue(msgspec.Struct, rename="camel"):
-    string_value: str | None = None
-    int_value: int | float | str | None = None  # a string in OTLP JSON; some exporters write a number
-    double_value: float | int | str | None = None  # "NaN", "Infinity" as strings
-    bool_value: bool | None = None
-    array_value: _ArrayValue | None = None
 
 
 class _KeyValue(msgspec.Struct):
@@ -175,37 +121,11 @@ class _Export(msgspec.Struct, rename="camel"):
 
 _EXPORT: Final = msgspec.json.Decoder(_Export)
 _SPAN: Final = msgspec.json.Decoder(_Span)
-_VALUE: Final = msgspec.json.Decoder(_AnyValue | None)
+_VALUE: Final = msgspec.json.Decoder(genai.AnyValue | None)
 
 
 # ---------------------------------------------------------------------------------------------
 # what a span gives
-
-
-class _Call(msgspec.Struct, kw_only=True):
-    """An LLM span's request, its input as the span reports it (before the rule on the cached part)."""
-
-    model: str
-    input: int
-    output: int
-    cache_read: int | None
-    cache_write: int
-    total: int | None
-    ttft: float | None
-    streamed: bool
-    stop: str
-
-    def proof(self) -> bool | None:
-        """True where the span shows its input excludes the cached part, False where it shows it includes it, None
-        where it shows neither."""
-        cached = (self.cache_read or 0) + self.cache_write
-        if not cached:
-            return None
-        if cached > self.input:
-            return True
-        if self.total is not None and self.total != self.input + self.output:
-            return self.total == self.input + cached + self.output or None
-        return False if self.total is not None else None
 
 
 class _Node(msgspec.Struct, kw_only=True):
@@ -215,14 +135,14 @@ class _Node(msgspec.Struct, kw_only=True):
     span_id: str
     parent_id: str
     line: int | None
-    role: Role
+    role: genai.Role
     scope: str
     conversation: str | None
     start: int | None
     end: int | None
     name: str = ""
     agent_id: str = ""
-    call: _Call | None = None
+    call: genai.Call | None = None
     usable: bool = True
     """False for an LLM or agent span with an error (reported) or, for an LLM span, without an input count."""
 
@@ -320,10 +240,10 @@ class _Reader:
             named = f"span {_shown(span_id)}" if span_id else "a span"
             self.sink.error(f"{named}: {_described(exc)}", line=self.line_of_span(span_id, line))
             return
-        values: dict[str, _AnyValue] = {}
+        values: dict[str, genai.AnyValue] = {}
         bad_values: dict[str, str] = {}
         for attribute in span.attributes:
-            if attribute.key in _WANTED and attribute.key not in values:
+            if attribute.key in genai.READ and attribute.key not in values:
                 try:
                     value = _VALUE.decode(attribute.value)
                 except (msgspec.DecodeError, RecursionError) as exc:
@@ -331,7 +251,7 @@ class _Reader:
                     continue
                 if value is not None:
                     values[attribute.key] = value
-        role = _role(values)
+        role = genai.role(values)
         node = _Node(
             trace_id=span.trace_id,
             span_id=span.span_id,
@@ -339,7 +259,7 @@ class _Reader:
             line=line,
             role=role,
             scope=scope,
-            conversation=_first_text(values, CONVERSATION),
+            conversation=genai.first_text(values, genai.CONVERSATION),
             start=_nanos(span.start_time_unix_nano),
             end=_nanos(span.end_time_unix_nano),
         )
@@ -348,12 +268,12 @@ class _Reader:
             problems = [f"attribute {key}: {problem}" for key, problem in bad_values.items()]
             problems += self._check_span(span, node)
             if role == "llm":
-                call = _call(values, problems)
+                call = genai.call(values, problems)
                 node.call = call
                 node.usable = call is not None
             else:
-                node.name = _agent_name(values, span.name)
-                node.agent_id = _first_text(values, (AGENT_ID,)) or ""
+                node.name = genai.agent_name(values, span.name)
+                node.agent_id = genai.first_text(values, (genai.AGENT_ID,)) or ""
             if problems:
                 node.usable = False
                 where = self.line_of_span(span.span_id, line)
@@ -504,7 +424,7 @@ class _Reader:
         if uncached:
             sink.warning(
                 f"{len(uncached)} of {len(calls)} LLM span(s) carry no cached-input attribute (such as "
-                f"{CACHE_READ[0]}): taken as 0 cached tokens, no prefix reuse claimed for them "
+                f"{genai.CACHE_READ[0]}): taken as 0 cached tokens, no prefix reuse claimed for them "
                 f"(first: span {_shown(self.nodes[uncached[0]].span_id)})",
                 line=self.line(uncached[0]),
             )
@@ -684,72 +604,6 @@ def _unique(agent_id: str, taken: set[str]) -> str:
 # attribute values
 
 
-def _role(values: dict[str, _AnyValue]) -> Role:
-    operation = _text(values.get(OPERATION))
-    counted = any(name in values for name in (*INPUT, *OUTPUT))
-    if operation is not None:
-        if operation in LLM_OPERATIONS:
-            return "llm"
-        if operation == "invoke_agent":
-            return "agent"
-        if operation == "execute_tool":
-            return "tool"
-        return "llm" if counted and operation not in OTHER_OPERATIONS else "other"
-    kind = _text(values.get(OPENINFERENCE_KIND))
-    if kind is not None:
-        return _OPENINFERENCE_ROLES.get(kind.upper(), "other")
-    return "llm" if counted else "other"
-
-
-def _call(values: dict[str, _AnyValue], problems: list[str]) -> _Call | None:
-    """The request an LLM span describes; None without an input count or with problems (added to `problems`)."""
-    counts: dict[str, int | None] = {}
-    for label, names in (
-        ("input", INPUT),
-        ("output", OUTPUT),
-        ("cache_read", CACHE_READ),
-        ("cache_write", CACHE_WRITE),
-        ("total", TOTAL),
-    ):
-        counts[label] = None
-        for name in names:
-            if name in values:
-                count = _whole(values[name])
-                if count is None:
-                    problems.append(f"{name} is not a whole number of tokens")
-                elif count < 0:
-                    problems.append(f"{name}={count} is negative")
-                elif count > MAX_TOKENS_PER_REQUEST and label != "total":
-                    problems.append(f"{name}={count} is absurdly large (limit {MAX_TOKENS_PER_REQUEST:,})")
-                counts[label] = count
-                break
-    ttft = _number(values.get(TTFT))
-    if TTFT in values and (ttft is None or not math.isfinite(ttft) or ttft < 0):
-        problems.append(f"{TTFT} is not a time in seconds >= 0")
-    if problems or counts["input"] is None:
-        return None
-    finish = _texts(values.get(FINISH_REASONS))
-    return _Call(
-        model=_first_text(values, MODEL) or "",
-        input=counts["input"],
-        output=counts["output"] or 0,
-        cache_read=counts["cache_read"],
-        cache_write=counts["cache_write"] or 0,
-        total=counts["total"],
-        ttft=ttft,
-        streamed=any(_flag(values.get(name)) for name in STREAM),
-        stop=finish[0] if finish else "",
-    )
-
-
-def _agent_name(values: dict[str, _AnyValue], span_name: str) -> str:
-    named = _first_text(values, AGENT_NAME)
-    if named:
-        return named
-    # The conventions name the span "invoke_agent {gen_ai.agent.name}".
-    return span_name.removeprefix("invoke_agent").strip()
-
-
 def _nanos(raw: _Nanos) -> int | None:
     """A time in nanoseconds since the epoch (a string in OTLP JSON), or None where it is missing or no time."""
     if isinstance(raw, str):
@@ -757,64 +611,6 @@ def _nanos(raw: _Nanos) -> int | None:
     if isinstance(raw, float):
         return int(raw) if math.isfinite(raw) and raw > 0 else None
     return raw if raw is not None and raw > 0 else None
-
-
-def _whole(value: _AnyValue) -> int | None:
-    """An integer attribute (`intValue` is a string in OTLP JSON), or None where the value is not one."""
-    for raw in (value.int_value, value.double_value, value.string_value):
-        if isinstance(raw, bool) or raw is None:
-            continue
-        if isinstance(raw, int):
-            return raw
-        if isinstance(raw, float):
-            return int(raw) if math.isfinite(raw) and raw.is_integer() else None
-        return int(raw) if _WHOLE.fullmatch(raw) else None
-    return None
-
-
-def _number(value: _AnyValue | None) -> float | None:
-    if value is None:
-        return None
-    for raw in (value.double_value, value.int_value):
-        if isinstance(raw, int | float) and not isinstance(raw, bool):
-            return float(raw)
-        if isinstance(raw, str):
-            try:
-                return float(raw)
-            except ValueError:
-                return None
-    return None
-
-
-def _text(value: _AnyValue | None) -> str | None:
-    if value is None:
-        return None
-    if value.string_value is not None:
-        return value.string_value
-    if value.int_value is not None:
-        return str(value.int_value)
-    return None
-
-
-def _first_text(values: dict[str, _AnyValue], names: tuple[str, ...]) -> str | None:
-    for name in names:
-        text = _text(values.get(name))
-        if text:
-            return text
-    return None
-
-
-def _texts(value: _AnyValue | None) -> list[str]:
-    if value is None:
-        return []
-    if value.array_value is not None:
-        return [text for item in value.array_value.values if (text := _text(item))]
-    text = _text(value)
-    return [text] if text else []
-
-
-def _flag(value: _AnyValue | None) -> bool:
-    return value is not None and (value.bool_value is True or value.string_value in ("true", "True"))
 
 
 def _label(span: _Span) -> str:
