@@ -13,6 +13,8 @@ builds anything from them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from collections.abc import Callable
 from typing import Annotated, Any, Final
@@ -423,23 +425,16 @@ class _Rows:
         # Few distinct values: one shared set each, not one per row.
         shared = {keys: frozenset(keys.split(",")) if keys else frozenset() for keys in set(explicit)}
         self.explicit_defaults = [shared[keys] for keys in explicit]
-        added = table.column("hash_ids_added").combine_chunks()
-        if isinstance(added, pa.ChunkedArray):  # an empty table
-            added = pa.array([], type=pa.list_(pa.int64()))
-        self.added_offsets = added.offsets.to_numpy().tolist()
-        self.added_values = _shared_ints(added.flatten().to_numpy(zero_copy_only=False))
-        self.added_base = self.added_offsets[0] if self.added_offsets else 0
+        self._added = _AddedIds(table.column("hash_ids_added"))
 
     def request(self, row: int) -> Request:
-        start = self.added_offsets[row] - self.added_base
-        stop = self.added_offsets[row + 1] - self.added_base
         return Request(
             t=self.t[row],
             model=self.model[row],
             in_tokens=self.in_tokens[row],
             out_tokens=self.out_tokens[row],
             hash_ids_kept=self.kept[row],
-            hash_ids_added=tuple(self.added_values[start:stop]),
+            hash_ids_added=self._added.of(row),
             think_time=self.think_time[row],
             api_time=self.api_time[row],
             ttft=self.ttft[row],
@@ -488,26 +483,62 @@ def _shared_string_lists(table: pa.Table, name: str) -> list[Any]:
 
 
 _GATHER_CHUNK = 1 << 20
+_WINDOW_ROWS = 1 << 14
+"""Rows whose added ids are made Python ints at a time."""
 
 
-def _shared_ints(values: Any) -> list[int]:
-    """`values.tolist()` (a numpy integer array) with one int object per distinct value, shared by every place that
-    holds it. The ids of a session-scoped trace repeat from session to session (the AgentX-size corpus: 4.4M ids
-    added, 57k distinct), and an int object of its own for each (32 bytes, beside the tuple's 8-byte slot) was over half
-    of the loaded trace's size. Values spread wider than there are values are converted as they are."""
-    import numpy as np
+class _AddedIds:
+    """The `hash_ids_added` column as one tuple of ints per row, made a window of rows at a time (rows are read in
+    order), with one int object per distinct id, shared by every tuple that holds it.
 
-    if not len(values):
-        return []
-    low, high = int(values.min()), int(values.max())
-    if high - low >= len(values):
-        return values.tolist()  # type: ignore[no-any-return]
-    shared = np.empty(high - low + 1, dtype=object)
-    shared[:] = range(low, high + 1)
-    out: list[int] = []
-    for start in range(0, len(values), _GATHER_CHUNK):  # in pieces: the temporary arrays stay a few MB
-        out += shared[values[start : start + _GATHER_CHUNK] - low].tolist()
-    return out
+    The ids of a session-scoped trace repeat from session to session (the AgentX-size corpus: 4.4M ids added, 57k
+    distinct), and an int object of its own for each (32 bytes, beside the tuple's 8-byte slot) was over half of the
+    loaded trace's size; ids spread wider than there are ids are converted as they are. The column is read where it
+    lies, a record batch's chunk at a time: one contiguous copy of it, and a list of every id beside the requests' own
+    tuples, were half the load's peak memory for TraceLab's release size (bench/tracelab_read.py)."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        self._chunks = [chunk for chunk in column.chunks if len(chunk)]
+        self._first_rows = list(itertools.accumulate((len(chunk) for chunk in self._chunks), initial=0))
+        bounds = [pc.min_max(chunk.flatten()).as_py() for chunk in self._chunks]
+        lows = [bound["min"] for bound in bounds if bound["min"] is not None]
+        highs = [bound["max"] for bound in bounds if bound["max"] is not None]
+        count = sum(len(chunk.flatten()) for chunk in self._chunks)
+        self._low = min(lows, default=0)
+        self._shared: Any = None
+        if lows and max(highs) - self._low < count:
+            self._shared = np.empty(max(highs) - self._low + 1, dtype=object)
+            self._shared[:] = range(self._low, max(highs) + 1)
+        self._rows = (0, 0)
+        """The rows of the window."""
+        self._offsets: list[int] = []
+        self._ids: list[int] = []
+
+    def of(self, row: int) -> tuple[int, ...]:
+        """Row `row`'s ids."""
+        first, stop = self._rows
+        if not first <= row < stop:
+            self._load(row)
+            first = row
+        return tuple(self._ids[self._offsets[row - first] : self._offsets[row - first + 1]])
+
+    def _load(self, row: int) -> None:
+        index = bisect.bisect_right(self._first_rows, row) - 1
+        chunk, local = self._chunks[index], row - self._first_rows[index]
+        piece = chunk.slice(local, _WINDOW_ROWS)
+        offsets = piece.offsets.to_numpy()
+        self._offsets = (offsets - offsets[0]).tolist()
+        values = piece.flatten().to_numpy(zero_copy_only=False)
+        if self._shared is None:
+            self._ids = values.tolist()
+        else:
+            self._ids = []
+            for begin in range(0, len(values), _GATHER_CHUNK):  # in pieces: the temporary arrays stay a few MB
+                self._ids += self._shared[values[begin : begin + _GATHER_CHUNK] - self._low].tolist()
+        self._rows = (row, row + len(piece))
 
 
 def _build_agent(header: _AgentHeader, rows: _Rows, cursor: int) -> tuple[Agent, int]:
