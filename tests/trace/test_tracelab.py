@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import SHARED_DATA
+from strategies import examples
 
 from agentx.errors import TraceError
 from agentx.trace.findings import Findings
@@ -20,6 +21,7 @@ from agentx.trace.formats.cached_prefix import CachedPrefixIds, shared_blocks
 from agentx.trace.io import detect_format, load_trace, save_trace
 from agentx.trace.model import Agent, Trace
 from agentx.trace.stats import prefix_cache_hits
+from agentx.trace.validation import validate
 
 EXAMPLES = SHARED_DATA / "tracelab"
 SHAPES = ("sanitized", "derived")
@@ -324,3 +326,52 @@ def test_the_traces_own_hit_count_is_each_rounds_shared_prefix(tmp_path: Path) -
     for session in trace.sessions:
         expected += _reuse_blocks(session.root)
     assert hits.tolist() == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# fuzzing: a mutated file either reads into a valid trace or raises TraceError, in one line
+
+
+_WEIRD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 70), 1 << 70),
+    st.sampled_from([0, -1, 10**9, 1 << 63]),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["2026-06-01T05:40:20.151Z", "2026-06-01T05:40:20", "2026-13-01T00:00:00Z", "user_message"]),
+    st.lists(st.integers(-2, 2), max_size=2),
+    st.builds(dict),
+)
+
+
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_mutated_file_reads_into_a_valid_trace_or_one_line_of_error(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    rows = _thread("s", 0, 4) + _thread("s", 12, 2, base=5_000) + _thread("t", 50, 2)
+    for _ in range(data.draw(st.integers(1, 4))):
+        target = data.draw(st.sampled_from(rows))
+        listed = target.get("timing_events")
+        events = [event for event in listed if isinstance(event, dict) and event] if isinstance(listed, list) else []
+        if events and data.draw(st.booleans()):
+            target = data.draw(st.sampled_from(events))
+        if not target:
+            continue
+        key = data.draw(st.sampled_from(sorted(target)))
+        if data.draw(st.booleans()):
+            del target[key]
+        else:
+            target[key] = data.draw(_WEIRD)
+    text = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    if data.draw(st.integers(0, 4)) == 0:
+        text = text[: data.draw(st.integers(0, len(text)))]
+    path = tmp_path_factory.mktemp("fuzz") / "rows.jsonl"
+    path.write_bytes(text)
+    try:
+        trace = load_trace(path, format="tracelab")
+    except TraceError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert [f for f in validate(trace) if f.severity == "error"] == []

@@ -46,7 +46,7 @@ from agentx.trace.formats.cached_prefix import CachedPrefixIds
 from agentx.trace.formats.mooncake import bad_length
 from agentx.trace.formats.textfile import jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace
-from agentx.trace.validation import check_session, check_trace_header
+from agentx.trace.validation import MAX_TOKENS_PER_REQUEST, check_session, check_trace_header
 
 DEFAULT_BLOCK_SIZE: Final = 64
 
@@ -166,6 +166,9 @@ def _round(row: _Row, line: int, order: int, sink: Findings) -> _Round | None:
         bad_length("output_tokens", row.output_tokens),
         bad_length("prefix_tokens", row.prefix_tokens),
     ]
+    for name, count in (("input_tokens_total", row.input_tokens_total), ("output_tokens", row.output_tokens)):
+        if count > MAX_TOKENS_PER_REQUEST:  # before any id is made for it: ids take memory by the token
+            problems.append(f"{name}={count} is absurdly large (limit {MAX_TOKENS_PER_REQUEST:,})")
     if row.prefix_tokens > row.input_tokens_total >= 0:
         problems.append(f"prefix_tokens={row.prefix_tokens} exceeds input_tokens_total={row.input_tokens_total}")
     inputs: list[float] = []
