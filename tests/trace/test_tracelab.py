@@ -352,10 +352,11 @@ def test_a_mutated_file_reads_into_a_valid_trace_or_one_line_of_error(
 ) -> None:
     rows = _thread("s", 0, 4) + _thread("s", 12, 2, base=5_000) + _thread("t", 50, 2)
     for _ in range(data.draw(st.integers(1, 4))):
-        target = data.draw(st.sampled_from(rows))
+        target: dict[str, Any] = data.draw(st.sampled_from(rows))
         listed = target.get("timing_events")
         events = [event for event in listed if isinstance(event, dict) and event] if isinstance(listed, list) else []
-        if events and data.draw(st.booleans()):
+        in_an_event: bool = data.draw(st.booleans())
+        if events and in_an_event:
             target = data.draw(st.sampled_from(events))
         if not target:
             continue

@@ -429,7 +429,7 @@ def test_absurdly_nested_subagents_are_refused(tmp_path: Path, weka_trace: dict[
         path = tmp_path / "deep.json"
         path.write_text(head.replace('"id"', extra + '"id"') + f"[{entry}]}}")
         message = _error(path)
-        assert "recursion" in message or f"deeper than {MAX_AGENT_DEPTH}" in message
+        assert "nested too deeply" in message or f"deeper than {MAX_AGENT_DEPTH}" in message
 
 
 def test_legacy_rule_is_per_value_like_the_reference(

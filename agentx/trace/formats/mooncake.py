@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from agentx.trace.findings import Findings
-from agentx.trace.formats.textfile import jsonl_lines
+from agentx.trace.formats.textfile import json_error, jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
 from agentx.trace.validation import check_session, check_trace_header
 
@@ -95,14 +95,14 @@ def decode_row(
         return decoder.decode(text)
     except msgspec.ValidationError as exc:
         if "unknown field" not in str(exc):
-            return _describe(exc)
+            return json_error(exc)
     except msgspec.DecodeError as exc:
-        return _describe(exc)
+        return json_error(exc)
     # Slow path, only for rows with keys the wire struct forbids: strip them and convert the rest.
     try:
         generic = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError) as exc:
-        return _describe(exc)
+        return json_error(exc)
     if not isinstance(generic, dict):
         return "a row must be a JSON object"
     for key in [k for k in generic if k not in known]:
@@ -111,16 +111,7 @@ def decode_row(
     try:
         return msgspec.convert(generic, decoder.type)  # type: ignore[no-any-return]
     except msgspec.ValidationError as exc:
-        return _describe(exc)
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        return "the JSON is nested too deeply"
-    message = str(exc)
-    if "truncated" in message:
-        return f"the JSON ends early (truncated line?): {message}"
-    return message.replace(" - at `$", " at `$")
+        return json_error(exc)
 
 
 def bad_number(name: str, value: float | None, unit: str) -> str | None:

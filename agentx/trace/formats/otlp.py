@@ -65,7 +65,7 @@ import msgspec
 from agentx.trace.findings import Findings
 from agentx.trace.formats import genai_attributes as genai
 from agentx.trace.formats.cached_prefix import CachedPrefixIds
-from agentx.trace.formats.textfile import open_bytes, read_errors
+from agentx.trace.formats.textfile import json_error, open_bytes, read_errors
 from agentx.trace.links import ABSENT, IN_CYCLE, NO_PARENT, follow
 from agentx.trace.model import Agent, Provenance, Request, RequestType, Session, Trace
 from agentx.trace.validation import MAX_TOKENS_PER_REQUEST, check_session, check_trace_header
@@ -198,24 +198,15 @@ def _exports(data: bytes, sink: Findings) -> Iterator[tuple[int | None, _Export]
                 try:
                     yield number, _EXPORT.decode(text)
                 except (msgspec.DecodeError, RecursionError) as exc:
-                    sink.error(_described(exc), line=number)
+                    sink.error(json_error(exc, "file"), line=number)
         return
     try:
         export = _EXPORT.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
         at = _AT_BYTE.search(str(exc))
-        sink.error(_described(exc), line=data.count(b"\n", 0, int(at.group(1))) + 1 if at else None)
+        sink.error(json_error(exc, "file"), line=data.count(b"\n", 0, int(at.group(1))) + 1 if at else None)
         return
     yield None, export
-
-
-def _described(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
-        return "the JSON is nested too deeply"
-    message = str(exc).replace(" - at `$", " at `$")
-    if "truncated" in message:
-        return f"the JSON ends early (truncated file?): {message}"
-    return message
 
 
 class _Reader:
@@ -238,7 +229,7 @@ class _Reader:
         except (msgspec.DecodeError, RecursionError) as exc:
             span_id = _loose_span_id(raw)
             named = f"span {_shown(span_id)}" if span_id else "a span"
-            self.sink.error(f"{named}: {_described(exc)}", line=self.line_of_span(span_id, line))
+            self.sink.error(f"{named}: {json_error(exc, 'file')}", line=self.line_of_span(span_id, line))
             return
         values: dict[str, genai.AnyValue] = {}
         bad_values: dict[str, str] = {}
@@ -247,7 +238,7 @@ class _Reader:
                 try:
                     value = _VALUE.decode(attribute.value)
                 except (msgspec.DecodeError, RecursionError) as exc:
-                    bad_values[attribute.key] = _described(exc)
+                    bad_values[attribute.key] = json_error(exc, "file")
                     continue
                 if value is not None:
                     values[attribute.key] = value

@@ -44,3 +44,13 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         for number, line in enumerate(stream, start=1):
             if line.strip():
                 yield number, line
+
+
+def json_error(exc: Exception, unit: str = "line") -> str:
+    """Why a JSON `unit` (a line, a file) does not decode, in one line."""
+    if isinstance(exc, RecursionError):
+        return "the JSON is nested too deeply"
+    message = str(exc).replace(" - at `$", " at `$")
+    if "truncated" in message:
+        return f"the JSON ends early (truncated {unit}?): {message}"
+    return message

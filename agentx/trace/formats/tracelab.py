@@ -44,7 +44,7 @@ import msgspec
 from agentx.trace.findings import Findings
 from agentx.trace.formats.cached_prefix import CachedPrefixIds
 from agentx.trace.formats.mooncake import bad_length
-from agentx.trace.formats.textfile import jsonl_lines
+from agentx.trace.formats.textfile import json_error, jsonl_lines
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace
 from agentx.trace.validation import MAX_TOKENS_PER_REQUEST, check_session, check_trace_header
 
@@ -113,7 +113,7 @@ def read_tracelab(
         try:
             row = _DECODER.decode(text)
         except msgspec.DecodeError as exc:
-            sink.error(_described(exc), line=line)
+            sink.error(json_error(exc), line=line)
             continue
         made = _round(row, line, order, sink)
         order += 1
@@ -149,13 +149,6 @@ def read_tracelab(
     check_trace_header(trace, sink)
     sink.raise_if_errors()
     return trace
-
-
-def _described(exc: msgspec.DecodeError) -> str:
-    message = str(exc).replace(" - at `$", " at `$")
-    if "truncated" in message:
-        return f"the JSON ends early (truncated line?): {message}"
-    return message
 
 
 def _round(row: _Row, line: int, order: int, sink: Findings) -> _Round | None:

@@ -19,7 +19,7 @@ import msgspec
 
 from agentx.errors import TraceError
 from agentx.trace.findings import Findings
-from agentx.trace.formats.textfile import open_bytes, read_errors
+from agentx.trace.formats.textfile import json_error, open_bytes, read_errors
 from agentx.trace.formats.weka import WekaCall, WekaRequest, WekaStreamedRequest, WekaSubagent, WekaTrace
 from agentx.trace.model import Agent, Provenance, Request, Session, Trace, delta_encode
 from agentx.trace.validation import MAX_BLOCK_SIZE, check_session
@@ -142,16 +142,16 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
         return _DECODER.decode(text)
     except msgspec.ValidationError as exc:
         if "unknown field" not in str(exc):
-            sink.error(_describe(exc), line=line, session=_guess_id(text))
+            sink.error(json_error(exc, "file"), line=line, session=_guess_id(text))
             return None
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: absurdly nested subagents
-        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        sink.error(json_error(exc, "file"), line=line, session=_guess_id(text))
         return None
     # Slow path, only for files with keys the reference would reject: drop them with a warning.
     try:
         generic = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError) as exc:  # a syntax error past an unknown key; absurd nesting
-        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        sink.error(json_error(exc, "file"), line=line, session=_guess_id(text))
         return None
     unknown: dict[str, int] = {}
     _strip_unknown(generic, "trace", unknown)
@@ -160,7 +160,7 @@ def _decode(text: bytes, line: int, sink: Findings) -> WekaTrace | None:
     try:
         return _DECODER.decode(_ENCODER.encode(generic))
     except msgspec.ValidationError as exc:
-        sink.error(_describe(exc), line=line, session=_guess_id(text))
+        sink.error(json_error(exc, "file"), line=line, session=_guess_id(text))
         return None
 
 
@@ -175,13 +175,6 @@ def _strip_unknown(obj: Any, level: str, unknown: dict[str, int]) -> None:
     for entry in obj.get("requests", []) if isinstance(obj.get("requests"), list) else []:
         if isinstance(entry, dict):
             _strip_unknown(entry, "subagent" if entry.get("type") == "subagent" else "request", unknown)
-
-
-def _describe(exc: Exception) -> str:
-    message = str(exc)
-    if "truncated" in message:
-        return f"the JSON ends early (truncated file?): {message}"
-    return message.replace(" - at `$", " at `$")
 
 
 def _guess_id(text: bytes) -> str | None:
