@@ -141,6 +141,18 @@ FLAGS: Final[dict[str, Flag]] = {
         metavar="S|off",
         none="off",
     ),
+    "Runtime.gpu_metrics_url": Flag(
+        "Scrape the GPUs' power from this Prometheus endpoint (a DCGM exporter's http://HOST:9400/metrics) every "
+        "--metrics-interval into gpu_metrics.arrow, for energy per token and per task (docs/results.md: Energy).",
+        flag="--gpu-metrics",
+        metavar="URL",
+    ),
+    "Runtime.gpu_power_metric": Flag("The GPU power gauge's name (watts, one series per GPU).", metavar="NAME"),
+    "Runtime.gpu_energy_metric": Flag(
+        'The GPU energy counter\'s name (millijoules; joules when it ends in _joules or _joules_total); "": none, '
+        "the power is integrated.",
+        metavar="NAME",
+    ),
     "Runtime.workers": Flag(
         "Shard the run over this many processes, or Ray actors with --ray (when one core or host falls short)."
     ),

@@ -15,11 +15,13 @@ from agentx.exports import lazy_exports
 if TYPE_CHECKING:
     from agentx.sim.engine.config import EngineConfig as EngineConfig
     from agentx.sim.faults import FaultConfig as FaultConfig
+    from agentx.sim.power import PowerModel as PowerModel
     from agentx.sim.process import SimServer as SimServer
 
 EXPORTS: dict[str, tuple[str, ...]] = {
     "agentx.sim.engine.config": ("EngineConfig",),
     "agentx.sim.faults": ("FaultConfig",),
+    "agentx.sim.power": ("PowerModel",),
     "agentx.sim.process": ("SimServer",),
 }
 """Every public name, by the module it lives in: `__all__` and the lazy imports are made from it."""

@@ -24,6 +24,7 @@ from agentx.sim.faults import NO_FAULTS, FaultConfig, FaultInjector, FaultPlan, 
 from agentx.sim.http_log import OutcomeResponse, ended, log_cancelled, one_line, parse_error
 from agentx.sim.metrics import CONTENT_TYPE, ServerCounters, metrics_registry, render
 from agentx.sim.options import SimOptions
+from agentx.sim.power import PowerMeter
 from agentx.sim.protocol import DONE, ClientError, error_body
 from agentx.sim.streaming import Collector, Stream, next_fault
 from agentx.sim.tokenizer import get_tokenizer
@@ -65,6 +66,7 @@ class SimApp:
             lambda: engine.counters, self.counters, model_name=self.config.model_name, spec_k=self.config.spec_k
         )
         self.started = int(time.time())
+        self.power = PowerMeter(options.power, self._processed_tokens)
 
     def app(self) -> web.Application:
         middlewares = [self._refuse_middleware]
@@ -77,6 +79,7 @@ class SimApp:
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/dcgm/metrics", self.dcgm_metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
         app.router.add_get("/sim/faults", self.get_faults)
@@ -282,6 +285,14 @@ class SimApp:
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=render(self.registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.power.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    def _processed_tokens(self) -> int:
+        """Tokens the engine computed: prompt tokens not served from the prefix cache, and generated ones."""
+        c = self.engine.counters
+        return c.prompt_tokens - c.prefix_cache_hits + c.generation_tokens + self.counters.early_tokens
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:

@@ -17,6 +17,7 @@ from agentx.errors import ConfigError
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.engine.speculative import acceptance_schedule, validate_acceptance_rates
 from agentx.sim.faults import FaultConfig
+from agentx.sim.power import PowerModel
 from agentx.sim.tokenizer import MIN_VOCAB_SIZE
 
 
@@ -26,6 +27,8 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
     """0 picks a free port."""
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     faults: FaultConfig = msgspec.field(default_factory=FaultConfig)
+    power: PowerModel = msgspec.field(default_factory=PowerModel)
+    """The GPUs' power served at `/dcgm/metrics` (agentx.sim.power)."""
     access_log: bool = False
     tls_cert: str | None = None
     """Serve https with this PEM certificate (chain); with `tls_key`."""
@@ -47,7 +50,7 @@ class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Flag(NamedTuple):
     name: str
-    section: Literal["engine", "faults"]
+    section: Literal["engine", "faults", "power"]
     field: str
     type: click.ParamType[Any, Any]
     """`click.BOOL` makes an on/off flag that takes no value (its field defaults to off)."""
@@ -76,6 +79,9 @@ _FLAGS = (
     _Flag("--vocab-size", "engine", "vocab_size", click.IntRange(min=MIN_VOCAB_SIZE), "Tokenizer vocabulary size."),
     _Flag("--seed", "engine", "seed", click.INT, "Seed of the engine and of the fault draws."),
     _Flag("--time-scale", "engine", "time_scale", _SECONDS, "Wall s per simulated s (0: no clock)."),
+    _Flag("--gpus", "power", "gpus", click.IntRange(min=1), "GPUs whose power /dcgm/metrics serves."),
+    _Flag("--power-idle-w", "power", "idle_w", _SECONDS, "Watts each GPU draws, idle or not."),
+    _Flag("--power-per-token-j", "power", "per_token_j", _SECONDS, "Joules per token processed, all GPUs together."),
     _Flag("--fault-500-rate", "faults", "error_500_rate", _RATE, "Fraction of requests answered 500."),
     _Flag("--fault-429-rate", "faults", "error_429_rate", _RATE, "Fraction of requests answered 429."),
     _Flag("--fault-retry-after-s", "faults", "retry_after_s", _COUNT, "Retry-After of the injected 429s."),
@@ -129,16 +135,20 @@ def _param(flag: str) -> str:
     return flag.removeprefix("--").replace("-", "_")
 
 
+def _defaults() -> dict[str, msgspec.Struct]:
+    return {"engine": EngineConfig(), "faults": FaultConfig(), "power": PowerModel()}
+
+
 def click_options(command: F) -> F:
     """Decorate a click command with every engine and fault flag (defaults from the config classes)."""
-    engine, faults = EngineConfig(), FaultConfig()
+    defaults = _defaults()
     decorators = [
         click.option(flag.name, is_flag=True, help=flag.help)
         if flag.type is click.BOOL
         else click.option(
             flag.name,
             type=flag.type,
-            default=getattr(engine if flag.section == "engine" else faults, flag.field),
+            default=getattr(defaults[flag.section], flag.field),
             show_default=True,
             help=flag.help,
         )
@@ -175,10 +185,10 @@ def options_from_flags(
     api_key: str | None = None,
 ) -> SimOptions:
     """SimOptions from `click_options`' parsed values; ValueError (with the flag's name) when they conflict."""
-    engine_fields: dict[str, Any] = {}
-    fault_fields: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {"engine": {}, "faults": {}, "power": {}}
     for flag in _FLAGS:
-        (engine_fields if flag.section == "engine" else fault_fields)[flag.field] = values[_param(flag.name)]
+        sections[flag.section][flag.field] = values[_param(flag.name)]
+    engine_fields, fault_fields = sections["engine"], sections["faults"]
     spec_k: int = engine_fields["spec_k"]
     length: float | None = values.get(_param(_ACCEPTANCE_LENGTH))
     rates_text: str | None = values.get(_param(_ACCEPTANCE_RATES))
@@ -203,6 +213,7 @@ def options_from_flags(
         port=port,
         engine=EngineConfig(**engine_fields),
         faults=faults,
+        power=PowerModel(**sections["power"]),
         access_log=access_log,
         tls_cert=tls_cert,
         tls_key=tls_key,
@@ -221,9 +232,9 @@ def cli_args(options: SimOptions, *, acceptance_length: float | None = None) -> 
     """The `agentx sim` flags that reproduce `options` (only those that differ from the defaults), but for the API
     key: a command line is no place for a secret (`SimServer` hands it over in the environment)."""
     args = ["--host", options.host, "--port", str(options.port)]
-    defaults = {"engine": EngineConfig(), "faults": FaultConfig()}
+    defaults = _defaults()
     for flag in _FLAGS:
-        section = options.engine if flag.section == "engine" else options.faults
+        section = getattr(options, flag.section)
         value = getattr(section, flag.field)
         if value == getattr(defaults[flag.section], flag.field):
             continue

@@ -29,6 +29,7 @@ from agentx.errors import SimServerError
 from agentx.sim.engine.loop import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.options import SimOptions, cli_args
+from agentx.sim.power import PowerModel
 
 
 class _Ready(msgspec.Struct):
@@ -45,6 +46,7 @@ class SimServer:
         engine: EngineConfig | None = None,
         *,
         faults: FaultConfig | None = None,
+        power: PowerModel | None = None,
         acceptance_length: float | None = None,
         host: str = "127.0.0.1",
         startup_timeout_s: float = 30.0,
@@ -55,13 +57,15 @@ class SimServer:
         api_key: str | None = None,
         **engine_fields: Any,
     ) -> None:
-        """`tls_cert` and `tls_key`: serve https; `api_key`: require `Authorization: Bearer <api_key>`."""
+        """`tls_cert` and `tls_key`: serve https; `api_key`: require `Authorization: Bearer <api_key>`; `power`: the
+        GPUs' power served at `/dcgm/metrics` (agentx.sim.power)."""
         config = msgspec.structs.replace(engine or EngineConfig(), **engine_fields)
         self.options = SimOptions(
             host=host,
             port=0,
             engine=config,
             faults=faults or FaultConfig(),
+            power=power or PowerModel(),
             tls_cert=tls_cert,
             tls_key=tls_key,
             api_key=api_key,

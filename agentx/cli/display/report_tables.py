@@ -142,6 +142,9 @@ def report_sections(report: Report) -> list[Section]:
         )
     )
 
+    if any(t.tokens_per_joule is not None for s in report.series for t in s.targets):
+        sections.append(_energy_section(report))
+
     header = (
         ["tier", "$/GPU/hr"]
         + [f"{s.label}: $/M total" for s in report.series]
@@ -264,6 +267,22 @@ def report_sections(report: Report) -> list[Section]:
                 )
             )
     return sections
+
+
+def _energy_section(report: Report) -> Section:
+    """Tokens per joule and tasks per MWh of GPU energy at each interactivity target (series measured with
+    `--gpu-metrics`), read along the front as the throughput is."""
+    header = ["tok/s/user"]
+    for s in report.series:
+        header += [f"{_name(s)}: tokens/J", "tasks/MWh"]
+    rows = []
+    for i, target in enumerate(report.series[0].targets):
+        row = [_n(target.target_tps, 0)]
+        for s in report.series:
+            t = s.targets[i]
+            row += [_marked(_n(t.tokens_per_joule, 2), t.rejected_by), _marked(_n(t.tasks_per_mwh, 0), t.rejected_by)]
+        rows.append(row)
+    return Section(title="GPU energy at every interactivity target (GPU board power only)", header=header, rows=rows)
 
 
 def _critical_path_section(s: SeriesReport) -> Section | None:

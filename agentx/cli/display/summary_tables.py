@@ -9,6 +9,7 @@ from agentx.cli.display.layout import Column, FittedTable, text_column
 from agentx.results.summary.checks.acceptance import Acceptance
 from agentx.results.summary.checks.audit import Audit, Figure
 from agentx.results.summary.checks.validity import DISPATCH_LAG_MAX_P99_S, Validity
+from agentx.results.summary.energy import Energy
 from agentx.results.summary.explain.cache_misses import CacheMisses
 from agentx.results.summary.explain.critical_path import CriticalPath
 from agentx.results.summary.goodput import slo_text
@@ -67,6 +68,8 @@ def summary_table(summary: Summary, title: str = "") -> list[FittedTable]:
         tables.append(critical_path_table(summary.critical_path))
     if summary.server_telemetry is not None:
         tables.append(telemetry_table(summary.server_telemetry))
+    if summary.energy is not None:
+        tables.append(energy_table(summary.energy))
     return tables
 
 
@@ -332,6 +335,28 @@ def telemetry_table(telemetry: ServerTelemetry) -> FittedTable:
         [text_column("series"), Column("mean"), Column("peak")],
         rows,
     )
+
+
+def energy_table(energy: Energy) -> FittedTable:
+    """The GPUs' energy over the throughput window (`--gpu-metrics`): per token and per task, watts per GPU."""
+
+    def number(value: float | None, digits: int) -> str:
+        return "–" if value is None else f"{value:,.{digits}f}"
+
+    peaks = [gpu.peak_w for gpu in energy.gpus if gpu.peak_w is not None]
+    per_gpu = energy.mean_w / len(energy.gpus) if energy.gpus else None
+    peak = max(peaks) if peaks else None
+    rows = [
+        ("energy (J) · window (s)", f"{energy.energy_j:,.0f} · {energy.window_s:,.1f}"),
+        ("J per output token · per token", f"{number(energy.joules_per_output_token, 3)} · "
+                                            f"{number(energy.joules_per_token, 4)}"),
+        ("J per completed task · tasks per MWh", f"{number(energy.joules_per_task, 0)} · "
+                                                  f"{number(energy.tasks_per_mwh, 0)}"),
+        ("tokens per J · output tokens per J", f"{number(energy.tokens_per_joule, 1)} · "
+                                                f"{number(energy.output_tokens_per_joule, 3)}"),
+        (f"W per GPU ({len(energy.gpus)}): mean · peak", f"{number(per_gpu, 0)} · {number(peak, 0)}"),
+    ]  # fmt: skip
+    return _key_values(f"GPU energy ({energy.source}, every {energy.interval_s:g} s; GPU board power only)", rows)
 
 
 def audit_table(audit: Audit) -> FittedTable:

@@ -183,6 +183,16 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
     """After the deadline, in-flight requests may finish within this; then they are cancelled."""
     metrics_interval_s: Annotated[float, Meta(ge=0.1)] | None = 1.0
     """Server telemetry over the run (agentx.replayer.telemetry.scrape); None: not scraped."""
+    gpu_metrics_url: str | None = None
+    """A Prometheus endpoint of the GPUs' power, a DCGM exporter's `http://host:9400/metrics` (no path:
+    `/metrics`), scraped every `metrics_interval_s` (none when that is None: a `--ray` shard's, whose driver
+    scrapes) into gpu_metrics.arrow (agentx.replayer.telemetry.gpu); a `user:password@` in it is sent as basic auth
+    and never kept. None: not scraped."""
+    gpu_power_metric: str = "DCGM_FI_DEV_POWER_USAGE"
+    """The gauge of a GPU's board power, in watts, one series per GPU."""
+    gpu_energy_metric: str = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    """The counter of a GPU's energy since boot, in millijoules (DCGM's unit; joules when the name ends in
+    `_joules` or `_joules_total`); "": none, the power is integrated instead."""
     workers: Annotated[int, Meta(ge=1)] = 1
     """Shards of the run, each with its own event loop: processes on this host (agentx.replayer.workers), or with
     `ray` actors on a Ray cluster (agentx.replayer.cluster); the union of the shards is the one-process plan."""
@@ -227,6 +237,10 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
         index, count = self.shard
         if not 0 <= index < count:
             raise ConfigError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+        if self.gpu_metrics_url is not None:
+            from agentx.replayer.options.gpu_url import gpu_endpoint  # urllib: not for `agentx --help`
+
+            gpu_endpoint(self.gpu_metrics_url)
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):

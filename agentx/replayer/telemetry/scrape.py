@@ -15,6 +15,9 @@ What the server says decides what happens, each said once (a warning, and a noti
 - 401 or 403: the credentials are refused; scraping stops.
 - Any other failure (a timeout, a 5xx, a dropped connection): that scrape leaves no row; the next one is tried.
 
+With `--gpu-metrics`, the GPUs' power is scraped beside it, on the same interval, into `gpu_metrics.arrow`
+(agentx.replayer.telemetry.gpu).
+
 A `--workers` run scrapes from the parent process, on a thread of its own (`TelemetryThread`), on its own clock;
 closing the file moves its times onto the merged records' clock.
 """
@@ -37,10 +40,13 @@ from agentx.replayer.http.calls import METRICS_TIMEOUT_S
 from agentx.replayer.http.client import Client
 from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import MESSAGE_MAX_CHARS, error_message
+from agentx.replayer.options.gpu_url import bare_url, gpu_endpoint
 from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.options.server_client import server_client
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS
 from agentx.replayer.telemetry.arrow_file import ServerMetricsInfo, TelemetryWriter
+from agentx.replayer.telemetry.gpu import GpuTelemetry, gpu_scrubber
+from agentx.replayer.telemetry.gpu_file import GPU_METRICS_FILE, GpuMetricsInfo
 from agentx.replayer.telemetry.series import (
     detect_engine,
     engine_names,
@@ -208,27 +214,37 @@ class Telemetry:
 
 
 class TelemetryTask:
-    """`Telemetry` running as a task on the current event loop with a client of its own; `stop` ends it."""
+    """`Telemetry` running as a task on the current event loop with a client of its own, and the GPUs' power
+    (agentx.replayer.telemetry.gpu) beside it when asked for, each scraping on its own; `stop` ends both."""
 
-    def __init__(self, telemetry: Telemetry) -> None:
+    def __init__(self, telemetry: Telemetry, gpu: GpuTelemetry | None = None) -> None:
         self.telemetry = telemetry
+        self.gpu = gpu
         self.task = asyncio.ensure_future(telemetry.run())
+        self.gpu_task = asyncio.ensure_future(gpu.run()) if gpu is not None else None
 
     @property
     def notices(self) -> list[str]:
-        return self.telemetry.notices
+        return self.telemetry.notices + (self.gpu.notices if self.gpu is not None else [])
 
     @property
     def not_served(self) -> bool:
         return self.telemetry.not_served
 
     async def stop(self, *, epoch_ns: int | None = None) -> Path | None:
-        """Stop scraping, close the file (see `Telemetry.close`) and the client; returns the file's path or None."""
-        self.task.cancel()  # every write happens in one step of the task: none is half done now
+        """Stop scraping, close the files (see `Telemetry.close`) and the clients; returns server_metrics.arrow's
+        path or None."""
+        tasks = [task for task in (self.task, self.gpu_task) if task is not None]
+        for task in tasks:
+            task.cancel()  # every write happens in one step of the task: none is half done now
         path = self.telemetry.close(epoch_ns=epoch_ns)
+        if self.gpu is not None:
+            self.gpu.close(epoch_ns=epoch_ns)
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([self.task])
+            await asyncio.wait(tasks)
         await self.telemetry.client.close()
+        if self.gpu is not None:
+            await self.gpu.client.close()
         return path
 
 
@@ -246,6 +262,7 @@ def start_telemetry(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
+        (path.parent / GPU_METRICS_FILE).unlink(missing_ok=True)
     except OSError as exc:  # the run must not fail for its telemetry
         _log.warning("server telemetry: not started (%s)", exc)
         return None
@@ -264,7 +281,45 @@ def start_telemetry(
         clock=clock,
         scrub=_scrubber(options),
     )
-    return TelemetryTask(telemetry)
+    gpu = _gpu_telemetry(options, run_id, wall_epoch_ns, start_ns, clock)
+    return TelemetryTask(telemetry, gpu)
+
+
+def _gpu_telemetry(
+    options: ReplayOptions, run_id: str, wall_epoch_ns: int, start_ns: int, clock: QuietWaiter | None
+) -> GpuTelemetry | None:
+    """The GPUs' scraper (`Runtime.gpu_metrics_url`), through a client of its own; None when not asked for."""
+    runtime = options.runtime
+    if runtime.gpu_metrics_url is None or runtime.metrics_interval_s is None:
+        return None
+    origin, request_path = gpu_endpoint(runtime.gpu_metrics_url)
+    connection = options.connection
+    client = Client(
+        origin,
+        tls=connection.tls,
+        limit=1,
+        connect_timeout_s=connection.connect_timeout_s,
+        idle_timeout_s=connection.idle_timeout_s,
+        proxy=connection.proxy,
+    )
+    client.open()
+    info = GpuMetricsInfo(
+        run_id=run_id,
+        wall_epoch_ns=wall_epoch_ns,
+        url=bare_url(runtime.gpu_metrics_url),
+        power_metric=runtime.gpu_power_metric,
+        energy_metric=runtime.gpu_energy_metric or None,
+        interval_s=runtime.metrics_interval_s,
+    )
+    return GpuTelemetry(
+        client,
+        Path(options.out_dir) / GPU_METRICS_FILE,
+        info,
+        request_path=request_path,
+        start_ns=start_ns,
+        clock=clock,
+        scrub=gpu_scrubber(runtime.gpu_metrics_url),
+    )
 
 
 def _scrubber(options: ReplayOptions) -> Callable[[str], str]:

@@ -46,7 +46,7 @@ from agentx.results.compare.fairness import (
     differences,
     paired,
 )
-from agentx.results.compare.metrics import MetricSpec, metrics
+from agentx.results.compare.metrics import MetricSpec, energy_metrics, metrics
 from agentx.results.compare.options import CompareOptions, floored, row_level
 from agentx.results.compare.sample import RunSample
 from agentx.results.compare.sides import (
@@ -135,7 +135,15 @@ def compare(paths: Sequence[Path], options: CompareOptions | None = None) -> Com
     withheld = [d for d in found if not d.allowed]
     prices = load_price_table()
     rng = np.random.default_rng(options.seed)
-    rows = len(metrics(True)) if loaded[0].kind == "run" else len(options.frontier.targets_tps)
+    repeats = [side_repeats(item) for item in loaded] if loaded[0].kind == "run" else []
+    samples = [RunSample(runs) for runs in repeats]
+    if loaded[0].kind == "run":
+        # The energy rows count only where every side measured its GPUs' energy: the others leave them out, and a
+        # row that is never shown must not narrow the ones that are.
+        unmeasured = any(sample.energy_j is None for sample in samples)
+        rows = len(metrics(True)) - (len(energy_metrics()) if unmeasured else 0)
+    else:
+        rows = len(options.frontier.targets_tps)
     comparison = Comparison(
         level=options.level,
         row_level=row_level(options.level, rows),
@@ -144,8 +152,6 @@ def compare(paths: Sequence[Path], options: CompareOptions | None = None) -> Com
         differences=found,
     )
     if loaded[0].kind == "run":
-        repeats = [side_repeats(item) for item in loaded]
-        samples = [RunSample(runs) for runs in repeats]
         per_gpu = all(item.identity.gpus is not None for item in loaded)
         specs = metrics(per_gpu)
         figures = [_per_repeat([RunSample([run]) for run in runs], specs) for runs in repeats]

@@ -4,7 +4,9 @@ Latencies are percentiles over requests (ITL over chunk gaps), interactivity 1/T
 run's tokens over its GPU-seconds (duration × GPUs, summed over repeats) resampled as a ratio of tokens to the lane
 time their plays held, goodput the requests meeting every SLO per second (the same way), session makespan over the
 plays the run did not cut, GPU-seconds per task a task's mean tokens over the replicate's tokens per GPU-second
-(agentx.results.summary.tasks).
+(agentx.results.summary.tasks). The energy figures (runs measured with `--gpu-metrics`: agentx.results.summary.energy)
+take the run's GPU energy over its GPU-seconds as its mean power, over the replicate's tokens per GPU-second: J per
+token and per output token, tokens per joule, J per task (a task's mean tokens × J per token) and tasks per MWh.
 """
 
 from __future__ import annotations
@@ -95,6 +97,54 @@ def _gpu_s_per_task(sample: RunSample, weights: IntArray) -> FloatArray:
     return result
 
 
+J_PER_MWH = 3.6e9
+
+
+def _joules_per(name: str) -> Estimator:
+    """J per token of `name`: the run's energy per GPU-second (its mean power per GPU) over the replicate's tokens
+    per GPU-second; NaN for a run without measured energy."""
+
+    def estimate(sample: RunSample, weights: IntArray) -> FloatArray:
+        if sample.energy_j is None or sample.gpu_seconds <= 0:
+            return np.full(weights.shape[0], np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            result: FloatArray = (sample.energy_j / sample.gpu_seconds) / _per_gpu_second(name)(sample, weights)
+        return result
+
+    return estimate
+
+
+def _tokens_per_joule(sample: RunSample, weights: IntArray) -> FloatArray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result: FloatArray = 1.0 / _joules_per("total_tokens")(sample, weights)
+    return result
+
+
+def _joules_per_task(sample: RunSample, weights: IntArray) -> FloatArray:
+    if "task_tokens" not in sample.values or sample.values["task_tokens"].size == 0:
+        return np.full(weights.shape[0], np.nan)
+    tokens_per_task = weighted_means(sample.values["task_tokens"], sample.cluster["task_tokens"], weights)
+    result: FloatArray = tokens_per_task * _joules_per("total_tokens")(sample, weights)
+    return result
+
+
+def _tasks_per_mwh(sample: RunSample, weights: IntArray) -> FloatArray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result: FloatArray = J_PER_MWH / _joules_per_task(sample, weights)
+    return result
+
+
+def energy_metrics() -> list[tuple[MetricSpec, Estimator]]:
+    """The energy figures, NaN (left out) for runs without measured GPU energy."""
+    return [
+        (MetricSpec(name="joules per token", unit="J/token", better="lower"), _joules_per("total_tokens")),
+        (MetricSpec(name="joules per output token", unit="J/token", better="lower"), _joules_per("output_tokens")),
+        (MetricSpec(name="tokens per joule", unit="token/J", better="higher"), _tokens_per_joule),
+        (MetricSpec(name="joules per task", unit="J", better="lower"), _joules_per_task),
+        (MetricSpec(name="tasks per MWh", unit="task/MWh", better="higher"), _tasks_per_mwh),
+    ]
+
+
 def _goodput(sample: RunSample, weights: IntArray) -> FloatArray:
     met = sample.values.get("slo_met")
     if met is None or not np.isfinite(met).any():
@@ -137,4 +187,5 @@ def metrics(per_gpu: bool) -> list[tuple[MetricSpec, Estimator]]:
         (MetricSpec(name="session makespan p50", unit="s", better="lower"), _percentile("makespan_s", 50)),
         (MetricSpec(name="session makespan mean", unit="s", better="lower"), _mean("makespan_s")),
         (MetricSpec(name="GPU time per task", unit="GPU-s", better="lower", figure="throughput"), _gpu_s_per_task),
+        *energy_metrics(),
     ]

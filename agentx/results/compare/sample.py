@@ -25,6 +25,8 @@ class Repeat(NamedTuple):
     duration_s: float
     num_gpus: int | None
     trees_cut: bool = True
+    energy_j: float | None = None
+    """The GPUs' measured energy over its throughput window (agentx.results.summary.energy); None unmeasured."""
 
 
 class RunSample:
@@ -51,6 +53,9 @@ class RunSample:
         """Σ over repeats of duration × GPUs (× 1 without a GPU count): what per-GPU rates divide by."""
         self.num_gpus = repeats[0].num_gpus if repeats else None
         self.repeats = len(repeats)
+        energies = [repeat.energy_j for repeat in repeats]
+        self.energy_j = sum(e for e in energies if e is not None) if energies and None not in energies else None
+        """Σ over repeats of the GPUs' measured energy over `gpu_seconds`' durations; None when one is unmeasured."""
         for number, repeat in enumerate(repeats):
             prefix = f"r{number}:" if len(repeats) > 1 else ""
             records = repeat.records
@@ -104,6 +109,7 @@ class RunSample:
         other = RunSample([])
         other.clusters = clusters
         other.gpu_seconds, other.num_gpus, other.repeats = self.gpu_seconds, self.num_gpus, self.repeats
+        other.energy_j = self.energy_j
         other.values, other.cluster, other.request_keys = {}, {}, self.request_keys
         for name, values in self.values.items():
             mapped = mapping[self.cluster[name]] if self.cluster[name].size else self.cluster[name]

@@ -121,7 +121,10 @@ def level_repeat(level: Level, num_gpus: int | None) -> Repeat | None:
     started, finished = run.get("trees_started"), run.get("trees_finished")
     cut = not (isinstance(started, int) and isinstance(finished, int) and finished >= started)
     gpus = num_gpus if num_gpus is not None else summary.throughput.num_gpus
-    return Repeat(records=records, duration_s=summary.throughput.duration_s, num_gpus=gpus, trees_cut=cut)
+    energy_j = summary.energy.energy_j if summary.energy is not None else None
+    return Repeat(
+        records=records, duration_s=summary.throughput.duration_s, num_gpus=gpus, trees_cut=cut, energy_j=energy_j
+    )
 
 
 def side_repeats(item: Loaded) -> list[Repeat]:

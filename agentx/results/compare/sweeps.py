@@ -1,5 +1,7 @@
 """Sweeps compared: throughput per GPU at each interactivity target, each level resampled over its sessions and the
-front rebuilt and interpolated per replicate (agentx.results.report.frontier)."""
+front rebuilt and interpolated per replicate (agentx.results.report.frontier); and, when every level's GPU energy was
+measured (`--gpu-metrics`), tokens per joule at each target along the same front (a level's replicate tokens over its
+measured energy)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ class SweepVersus(msgspec.Struct, kw_only=True):
     basis: str
     statistic: str
     targets: list[TargetRow]
+    tokens_per_joule: list[TargetRow] = []
+    """Measured total tokens per joule at each target (`targets`' layout); empty unless every level was measured."""
 
 
 def _levels(item: Loaded) -> list[RunSample]:
@@ -61,12 +65,14 @@ def _levels(item: Loaded) -> list[RunSample]:
 
 def _front_at(
     levels: list[RunSample], weights: list[IntArray], options: FrontierOptions, replicates: int
-) -> FloatArray:
-    """Throughput per GPU at each target, per replicate (replicates × targets); NaN outside the front."""
+) -> tuple[FloatArray, FloatArray]:
+    """Throughput per GPU, and tokens per joule, at each target per replicate (each replicates × targets), both
+    along the throughput's front; NaN outside it, and tokens per joule all NaN unless every level was measured."""
     statistic = None if options.statistic == "mean" else float(options.statistic[1:])
     basis_name = {"total": "total_tokens", "output": "output_tokens", "input": "total_tokens"}[options.basis]
     xs = np.full((replicates, len(levels)), np.nan)
     ys = np.full((replicates, len(levels)), np.nan)
+    per_joule = np.full((replicates, len(levels)), np.nan)
     for column, (sample, w) in enumerate(zip(levels, weights, strict=True)):
         tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
         clusters = sample.cluster["tpot_s"]
@@ -77,17 +83,25 @@ def _front_at(
         if options.basis == "input":
             tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], w)
         ys[:, column] = tokens / sample.gpu_seconds
+        if sample.energy_j is not None and sample.energy_j > 0:
+            total = weighted_sums(sample.values["total_tokens"], sample.cluster["total_tokens"], w)
+            per_joule[:, column] = total / sample.energy_j
     result = np.full((replicates, len(options.targets_tps)), np.nan)
+    energy = np.full((replicates, len(options.targets_tps)), np.nan)
+    targets = list(options.targets_tps)
     for r in range(replicates):
         ok = np.isfinite(xs[r]) & np.isfinite(ys[r]) & (xs[r] > 0)
         if not ok.any():
             continue
-        x, y = xs[r][ok], ys[r][ok]
+        x, y, e = xs[r][ok], ys[r][ok], per_joule[r][ok]
         front = pareto_front(x.tolist(), y.tolist())
         order = sorted(front, key=lambda i: x[i])
-        values = pchip([float(x[i]) for i in order], [float(y[i]) for i in order], list(options.targets_tps))
-        result[r] = [math.nan if v is None else v for v in values]
-    return result
+        knots = [float(x[i]) for i in order]
+        result[r] = [math.nan if v is None else v for v in pchip(knots, [float(y[i]) for i in order], targets)]
+        if np.isfinite(per_joule[r]).all():
+            values = pchip(knots, [float(e[i]) for i in order], targets)
+            energy[r] = [math.nan if v is None else v for v in values]
+    return result, energy
 
 
 def sweep_versus(
@@ -101,10 +115,33 @@ def sweep_versus(
         levels = _levels(item)
         if not levels:
             raise ReportError(f"{item.path}: no level of the sweep has kept requests to compare")
-        point = _front_at(levels, [np.ones((1, len(s.clusters)), dtype=np.int64) for s in levels], frontier, 1)[0]
+        ones = [np.ones((1, len(s.clusters)), dtype=np.int64) for s in levels]
+        point, point_energy = _front_at(levels, ones, frontier, 1)
         weights = [draw_weights(rng, len(s.clusters), options.replicates) for s in levels]
-        sides.append((point, _front_at(levels, weights, frontier, options.replicates)))
-    (base_point, base_reps), (point, reps) = sides
+        reps, reps_energy = _front_at(levels, weights, frontier, options.replicates)
+        sides.append(((point[0], reps), (point_energy[0], reps_energy)))
+    (base_tput, base_energy), (tput, energy) = sides
+    measured = np.isfinite(base_energy[0]).any() and np.isfinite(energy[0]).any()
+    return SweepVersus(
+        baseline=base.label,
+        other=other.label,
+        basis=frontier.basis,
+        statistic=frontier.statistic,
+        targets=_target_rows(base_tput, tput, options, withheld),
+        tokens_per_joule=_target_rows(base_energy, energy, options, withheld) if measured else [],
+    )
+
+
+def _target_rows(
+    base: tuple[FloatArray, FloatArray],
+    other: tuple[FloatArray, FloatArray],
+    options: CompareOptions,
+    withheld: list[Difference],
+) -> list[TargetRow]:
+    """One row per target: `other`'s figure against `base`'s (each the point and its replicates), with the relative
+    difference's interval and verdict."""
+    (base_point, base_reps), (point, reps) = base, other
+    frontier = options.frontier
     each_level = row_level(options.level, len(frontier.targets_tps))
     rows: list[TargetRow] = []
     for t, target in enumerate(frontier.targets_tps):
@@ -133,6 +170,4 @@ def sweep_versus(
         else:
             row.verdict = "no resolved difference"
         rows.append(row)
-    return SweepVersus(
-        baseline=base.label, other=other.label, basis=frontier.basis, statistic=frontier.statistic, targets=rows
-    )
+    return rows

@@ -117,6 +117,10 @@ class LevelRow(msgspec.Struct, kw_only=True):
     total_tps_per_gpu: float | None = None
     output_tps_per_gpu: float | None = None
     input_tps_per_gpu: float | None = None
+    tokens_per_joule: float | None = None
+    """Measured GPU energy (`--gpu-metrics`): total tokens per joule; None unmeasured."""
+    tasks_per_mwh: float | None = None
+    """Measured GPU energy: completed tasks per MWh; None unmeasured."""
     ttft_p50_s: float | None = None
     ttft_p90_s: float | None = None
     tpot_p50_s: float | None = None
@@ -168,6 +172,10 @@ class TargetRow(msgspec.Struct, kw_only=True):
     """At the report's tier; None without a price for the series' SKU and tier."""
     rejected_by: list[str] = []
     """The codes of the audit findings that reject the interactivity or throughput of a level it lies between."""
+    tokens_per_joule: float | None = None
+    """Measured (`--gpu-metrics`): total tokens per joule of GPU energy along the front; None unmeasured."""
+    tasks_per_mwh: float | None = None
+    """Measured (`--gpu-metrics`): completed tasks per MWh of GPU energy along the front; None unmeasured."""
 
 
 class Best(msgspec.Struct, kw_only=True):
@@ -490,6 +498,7 @@ def _level_row(level: Level, found: Point | None, on_front: bool, num_gpus: int 
         row.total_tps_per_gpu = found.total_tps_per_gpu
         row.output_tps_per_gpu = found.output_tps_per_gpu
         row.input_tps_per_gpu = found.input_tps_per_gpu
+        row.tokens_per_joule, row.tasks_per_mwh = found.tokens_per_joule, found.tasks_per_mwh
         rejected = {figure: row.rejected[figure] for figure in POINT_FIGURES if figure in row.rejected}
         if rejected:
             row.note = rejected_point(rejected)
@@ -664,6 +673,8 @@ def series_report(series: Series, options: ReportOptions, prices: PriceTable) ->
             if chosen is None
             else cost(chosen, tier, at.total_tps_per_gpu, at.output_tps_per_gpu, at.input_tps_per_gpu),
             rejected_by=_between_rejected(at.between, rows),
+            tokens_per_joule=at.tokens_per_joule,
+            tasks_per_mwh=at.tasks_per_mwh,
         )
         for at in front.at_targets
     ]

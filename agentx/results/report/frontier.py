@@ -52,6 +52,10 @@ class Point(msgspec.Struct, frozen=True, kw_only=True):
     input_tps_per_gpu: float
     num_gpus: int
     gpus_known: bool
+    tokens_per_joule: float | None = None
+    """Total tokens per joule of the GPUs' measured energy (agentx.results.summary.energy); None unmeasured."""
+    tasks_per_mwh: float | None = None
+    """Completed tasks per MWh of the GPUs' measured energy; None unmeasured."""
 
     def throughput(self, basis: Basis) -> float:
         """Tokens/s per GPU of `basis`."""
@@ -71,6 +75,10 @@ class AtTarget(msgspec.Struct, frozen=True, kw_only=True):
     input_tps_per_gpu: float | None
     between: tuple[str, str] | None
     """The labels of the front points around the target (equal when the target is a knot)."""
+    tokens_per_joule: float | None = None
+    """Measured total tokens per joule along the front (`energy_at`); None where a front point was not measured."""
+    tasks_per_mwh: float | None = None
+    """Measured completed tasks per MWh along the front (`energy_at`)."""
 
 
 class Frontier(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,6 +119,8 @@ def point(
         input_tps_per_gpu=throughput.input_tps / divisor,
         num_gpus=divisor,
         gpus_known=gpus is not None,
+        tokens_per_joule=summary.energy.tokens_per_joule if summary.energy is not None else None,
+        tasks_per_mwh=summary.energy.tasks_per_mwh if summary.energy is not None else None,
     )
 
 
@@ -221,6 +231,8 @@ def frontier(points: Sequence[Point], options: FrontierOptions | None = None) ->
     knots = [p.interactivity_tps for p in front]
     targets = list(options.targets_tps)
     values = {basis: pchip(knots, [p.throughput(basis) for p in front], targets) for basis in BASES}
+    per_joule = energy_at(knots, [p.tokens_per_joule for p in front], targets)
+    per_mwh = energy_at(knots, [p.tasks_per_mwh for p in front], targets)
     at_targets = []
     for i, target in enumerate(targets):
         between = _between(front, target)
@@ -231,9 +243,19 @@ def frontier(points: Sequence[Point], options: FrontierOptions | None = None) ->
                 output_tps_per_gpu=values["output"][i],
                 input_tps_per_gpu=values["input"][i],
                 between=between,
+                tokens_per_joule=per_joule[i],
+                tasks_per_mwh=per_mwh[i],
             )
         )
     return Frontier(options=options, points=list(points), front=front, at_targets=at_targets)
+
+
+def energy_at(knots: Sequence[float], values: Sequence[float | None], at: Sequence[float]) -> list[float | None]:
+    """A measured energy figure along the front at each target, read as the throughput is (`pchip`): the run at
+    each interactivity the front reaches; all None unless every front point was measured."""
+    if not values or any(v is None for v in values):
+        return [None for _ in at]
+    return pchip(knots, [float(v) for v in values if v is not None], at)
 
 
 def _between(front: Sequence[Point], target: float) -> tuple[str, str] | None:

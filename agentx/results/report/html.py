@@ -82,6 +82,30 @@ def _table(section: TableSection) -> str:
     return f"<h3>{_e(section.title)}</h3>\n<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+class _Rows:
+    """A table of this module's own, shaped as `TableSection`."""
+
+    def __init__(self, title: str, header: list[str], rows: list[list[str]]) -> None:
+        self.title, self.header, self.rows = title, header, rows
+
+
+def _measured_energy(shown: SeriesReport) -> str:
+    """Tokens per joule and tasks per MWh measured from the GPUs' power at each target; "" when unmeasured."""
+    rows = [
+        [
+            f"{t.target_tps:g}",
+            f"{t.tokens_per_joule:,.3g}",
+            "—" if t.tasks_per_mwh is None else f"{t.tasks_per_mwh:,.4g}",
+        ]
+        for t in shown.targets
+        if t.tokens_per_joule is not None
+    ]
+    if not rows:
+        return ""
+    title = f"measured GPU energy of {shown.label} at each target (GPU board power only, --gpu-metrics)"
+    return _table(_Rows(title, ["tok/s/user", "tokens per J", "tasks per MWh"], rows))
+
+
 def _identity(series: Series, shown: SeriesReport) -> str:
     """Per level: the run's identity and its validity, in words."""
     rows = []
@@ -187,6 +211,7 @@ def html_report(
         *(_identity(s, shown) for s, shown in zip(series, report.series, strict=True)),
         "<h2>Tables</h2>",
         *(_table(section) for section in sections),
+        *(_measured_energy(shown) for shown in report.series),
         _audit(report),
     ]
     if notes:

@@ -13,6 +13,7 @@ import numpy as np
 from agentx.results.summary.checks.acceptance import Acceptance
 from agentx.results.summary.checks.audit import Audit
 from agentx.results.summary.checks.validity import Validity
+from agentx.results.summary.energy import Energy
 from agentx.results.summary.explain.cache_misses import CacheMisses
 from agentx.results.summary.explain.critical_path import CriticalPath
 from agentx.results.summary.goodput import Goodput
@@ -248,6 +249,9 @@ class Summary(msgspec.Struct, kw_only=True):
     audit: Audit | None = None
     """The plausibility audit (agentx.results.summary.checks.audit): what in the run cannot be true; None before it
     ran."""
+    energy: Energy | None = None
+    """The GPUs' energy over the run and per token and task (agentx.results.summary.energy), when `--gpu-metrics`
+    scraped them."""
     tasks: TaskCosts | None = None
     """What one agent task (a root session's play, subagents included) costs (agentx.results.summary.tasks)."""
     critical_path: CriticalPath | None = None

@@ -143,6 +143,7 @@ class RunRecords:
         batches: Callable[[], Iterator[pa.RecordBatch]],
         file_rows: int,
         source: str = "the records table",
+        path: str | None = None,
     ) -> None:
         self.table = table
         self.scan = scan
@@ -151,6 +152,8 @@ class RunRecords:
         """Rows read from the records file (`read`; `more`'s not counted)."""
         self.source = source
         """The records file, for messages."""
+        self.path = path
+        """The records file read (`read`); None for a table in memory. The run's other files sit beside it."""
 
     @classmethod
     def read(cls, path: str | os.PathLike[str], *, more: pa.Table | None = None, partial: bool = False) -> RunRecords:
@@ -173,7 +176,8 @@ class RunRecords:
             if reader.short and not partial:
                 raise RecordsDamaged(reader.path, reader.rows_read, reader.rows_expected)
             file_rows = reader.rows_read
-        return cls(table, scan, lambda: _reread(Path(path), more, schema, file_rows), file_rows, os.fspath(path))
+        name = os.fspath(path)
+        return cls(table, scan, lambda: _reread(Path(path), more, schema, file_rows), file_rows, name, name)
 
     @classmethod
     def of(cls, records: pa.Table | RunRecords) -> RunRecords:

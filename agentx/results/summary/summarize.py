@@ -39,6 +39,7 @@ from agentx.replayer.telemetry.metrics import (
 )
 from agentx.results.summary.checks.audit import audit
 from agentx.results.summary.columns import equals, floats, has, ints_or, strings
+from agentx.results.summary.energy import load_energy_table, summarize_energy, throughput_window_ns
 from agentx.results.summary.explain.cache_misses import cache_misses
 from agentx.results.summary.explain.critical_path import critical_path
 from agentx.results.summary.goodput import goodput
@@ -90,6 +91,7 @@ def summarize(
     telemetry: pa.Table | None = None,
     percentiles: Sequence[float] = SHOWN_PERCENTILES,
     trees_cut: bool = True,
+    gpu_metrics: pa.Table | None = None,
 ) -> Summary:
     """The summary of a run from its records: a records file (read a batch at a time) or its table
     (`read_records`); `summarize_run` says the rest."""
@@ -102,6 +104,7 @@ def summarize(
         telemetry=telemetry,
         percentiles=percentiles,
         trees_cut=trees_cut,
+        gpu_metrics=gpu_metrics,
     )
 
 
@@ -114,6 +117,7 @@ def summarize_run(
     telemetry: pa.Table | None = None,
     percentiles: Sequence[float] = SHOWN_PERCENTILES,
     trees_cut: bool = True,
+    gpu_metrics: pa.Table | None = None,
 ) -> Summary:
     """The summary of a run from its records as `RunRecords` (a file read a batch at a time, or a table); an empty
     table gives zero counts.
@@ -124,6 +128,7 @@ def summarize_run(
     `loop_lag_s`: the run's event-loop lag samples (`RunResult.loop_lag_s`), summarized next to dispatch lag.
     `telemetry`: its server_metrics.arrow (`load_server_metrics`), summarized over the profiling phase.
     `percentiles`: the ones the summary shows (`--percentiles`), computed for every latency.
+    `gpu_metrics`: its gpu_metrics.arrow (default: the one beside a records file read), for `energy`.
     """
     if num_gpus is not None and num_gpus < 1:
         raise ValueError(f"num_gpus must be ≥ 1, got {num_gpus}")
@@ -177,6 +182,16 @@ def summarize_run(
     )
     total_tps_per_gpu = throughput.total_tps_per_gpu if throughput is not None else None
     summary.tasks = task_costs(records, total_tps_per_gpu, trees_cut=trees_cut)
+    if gpu_metrics is None and run.path is not None:
+        gpu_metrics = load_energy_table(run.path)
+    summary.energy = summarize_energy(
+        gpu_metrics,
+        records,
+        throughput_window_ns(table),
+        input_tokens=throughput.input_tokens if throughput is not None else 0,
+        output_tokens=throughput.output_tokens if throughput is not None else 0,
+        tasks=summary.tasks.completed if summary.tasks is not None else None,
+    )
     summary.critical_path = critical_path(records)
     summary.cache_misses = cache_misses(table, records)
     summary.audit = audit(records, summary)
