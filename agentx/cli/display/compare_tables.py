@@ -5,13 +5,27 @@ from __future__ import annotations
 
 from agentx.cli.display.layout import Column, FittedTable, markdown_table, text_column
 from agentx.results.compare.build import Comparison, Row, Versus
+from agentx.results.compare.gate import GateResult
 from agentx.results.compare.sides import Side
 from agentx.results.compare.sweeps import SweepVersus
 from agentx.results.report.html import TableSection
 
 MISSING = "—"
 TEXT_HEADERS = frozenset(
-    {"metric", "verdict", "run", "sweep", "audit", "differs in", "target", "$ per task", "finding"}
+    {
+        "metric",
+        "verdict",
+        "run",
+        "sweep",
+        "audit",
+        "differs in",
+        "target",
+        "$ per task",
+        "finding",
+        "bound",
+        "gate",
+        "why",
+    }
 )
 
 
@@ -124,23 +138,23 @@ def _versus(versus: Versus, level: float) -> Section:
     return Section(f"{versus.other} against {versus.baseline}", header, rows, note)
 
 
-def _sweep(versus: SweepVersus, level: float) -> Section:
+def _sweep(versus: SweepVersus, level: float, *, energy: bool = False) -> Section:
+    """Throughput per GPU at each interactivity target; with `energy`, tokens per joule of GPU energy there."""
     header = ["target", versus.baseline, versus.other, "Δ", f"{level:.1%} interval", "resolvable", "verdict"]
     rows = [
         [
             f"{row.target_tps:g} tok/s/user",
-            _n(row.baseline, 1),
-            _n(row.value, 1),
+            _n(row.baseline, 1 if not energy else 3),
+            _n(row.value, 1 if not energy else 3),
             _pct(row.relative),
             _interval(row),
             MISSING if row.resolvable is None else f"±{row.resolvable * 100:.1f}%",
             _verdict(row.verdict),
         ]
-        for row in versus.targets
+        for row in (versus.tokens_per_joule if energy else versus.targets)
     ]
-    title = (
-        f"{versus.other} against {versus.baseline}: {versus.basis} tok/s per GPU at interactivity ({versus.statistic})"
-    )
+    figure = "tokens per joule of GPU energy" if energy else f"{versus.basis} tok/s per GPU"
+    title = f"{versus.other} against {versus.baseline}: {figure} at interactivity ({versus.statistic})"
     return Section(title, header, rows, "each level resampled over its sessions, the front rebuilt per replicate")
 
 
@@ -164,6 +178,7 @@ def compare_sections(comparison: Comparison) -> list[Section]:
         sections.append(differs)
     sections += [_versus(versus, comparison.row_level) for versus in comparison.versus]
     sections += [_sweep(versus, comparison.row_level) for versus in comparison.sweeps]
+    sections += [_sweep(v, comparison.row_level, energy=True) for v in comparison.sweeps if v.tokens_per_joule]
     if (findings := _findings(comparison.sides)) is not None:
         sections.append(findings)
     return sections
@@ -195,3 +210,34 @@ def html_sections(comparison: Comparison) -> list[TableSection]:
 class _HtmlSection:
     def __init__(self, title: str, header: list[str], rows: list[list[str]]) -> None:
         self.title, self.header, self.rows = title, header, rows
+
+
+def gate_section(result: GateResult) -> Section:
+    """The gate's outcome: one row per bound per compared side (`--fail-on`)."""
+    rows = [
+        [
+            check.other_label,
+            check.bound,
+            _n(check.baseline),
+            _n(check.value),
+            _pct(check.relative),
+            _interval(check),
+            "[green]pass[/]" if check.passed else "[red]FAIL[/]",
+            check.reason,
+        ]
+        for check in result.checks
+    ]
+    header = ["run", "bound", "baseline", "value", "Δ", "interval", "gate", "why"]
+    failed = len(result.failed)
+    title = f"gate --fail-on {result.spec}: " + ("passed" if result.passed else f"FAILED ({failed} of {len(rows)})")
+    note = "a bound fails when its interval lies wholly beyond it, its verdict is withheld, or a side lacks the figure"
+    return Section(title, header, rows, note)
+
+
+def gate_markdown(result: GateResult) -> str:
+    """The gate's table as Markdown, for a pull request's comment."""
+    section = gate_section(result)
+    lines = markdown_table(section.title, section.header, [[_plain(cell) for cell in row] for row in section.rows])
+    if section.note:
+        lines += [f"> {section.note}", ""]
+    return "\n".join(lines)
