@@ -25,6 +25,7 @@ COMMANDS = {
     "export": "agentx.cli.commands.export:export",
     "import": "agentx.cli.commands.imports:import_group",
     "sweep": "agentx.cli.commands.sweep:sweep_command",
+    "frontier": "agentx.cli.commands.frontier:frontier_command",
     "report": "agentx.cli.commands.report:report_command",
     "compare": "agentx.cli.commands.compare:compare_command",
     "spec": "agentx.cli.commands.spec:spec",

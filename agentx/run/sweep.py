@@ -83,6 +83,9 @@ class SweepOptions(msgspec.Struct, frozen=True, kw_only=True):
     value becomes an empty string); a non-zero exit fails the level."""
     before_level_timeout_s: float | None = None
     level_settings: dict[int, LevelSettings] = {}
+    extend: bool = False
+    """Add these levels to the sweep already in `out_dir`: its index keeps the levels not named here, and a named
+    level is run afresh (none is kept, unlike `resume`). A search that runs its levels one sweep at a time."""
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -262,7 +265,7 @@ async def sweep(
     if not isinstance(base.load, LaneLoad):
         raise SweepError(f"a concurrency sweep needs lanes (mode agentx or closed), not mode {base.load.mode!r}")
     out_dir = options.out_dir
-    if not (options.resume or options.overwrite) and (held := existing_sweep(out_dir)) is not None:
+    if not (options.resume or options.overwrite or options.extend) and (held := existing_sweep(out_dir)) is not None:
         raise SweepError(f"{out_dir} already holds a sweep ({held}); resume it, overwrite it, or choose another folder")
     levels = {
         concurrency: _level_options(
@@ -273,7 +276,7 @@ async def sweep(
         )
         for concurrency in options.concurrency
     }
-    earlier = read_index(out_dir) if options.resume else None
+    earlier = read_index(out_dir) if options.resume or options.extend else None
     # Levels differ in concurrency, forced acceptance and extra body only: one preparation serves them all.
     prepared = trace if isinstance(trace, PreparedTrace) else prepare_trace(trace, base)
     if options.resume and not options.resume_anyway:
