@@ -11,8 +11,12 @@ batch tells what it lost. A stream cut short is a killed run's, which holds what
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Final, Self
 
 import pyarrow as pa
@@ -183,3 +187,22 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
+
+
+def replace_with_ipc_file(target: Path, table: pa.Table, schema: pa.Schema, compression: str) -> None:
+    """Rewrite `target` as an IPC file of `table` (one batch) under `schema`: written beside it, synced and renamed
+    over it with its mode, the rename synced too, so that a crash leaves one whole file or the other."""
+    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    try:
+        options = ipc.IpcWriteOptions(compression=compression)
+        with pa.OSFile(temp, "wb") as sink, ipc.new_file(sink, schema, options=options) as writer:
+            writer.write_table(table.cast(schema).combine_chunks())  # one batch: a row per batch costs ~1 kB
+        fsync_path(temp)
+        os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_path(target.parent)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -26,7 +24,7 @@ import pyarrow.ipc as ipc
 from agentx.engines import Engine
 from agentx.errors import ServerMetricsError, os_condition
 from agentx.format_version import version_refusal
-from agentx.records.ipc_files import IpcReader, fsync_path
+from agentx.records.ipc_files import IpcReader, replace_with_ipc_file
 from agentx.records.run_folder import SERVER_METRICS_FILE
 from agentx.replayer.telemetry.series import TELEMETRY, TELEMETRY_NAMES
 
@@ -172,20 +170,7 @@ def finalize(
         table = table.set_column(0, SCHEMA.field("time_ns"), moved)
         info.wall_epoch_ns = epoch_ns
     schema = SCHEMA.with_metadata(_metadata(info))
-    handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
-        options = ipc.IpcWriteOptions(compression=FILE_COMPRESSION)
-        with pa.OSFile(temp, "wb") as sink, ipc.new_file(sink, schema, options=options) as writer:
-            writer.write_table(table.cast(schema).combine_chunks())  # one batch: a row per batch costs ~1 kB
-        fsync_path(temp)
-        os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_path(target.parent)
+    replace_with_ipc_file(target, table, schema, FILE_COMPRESSION)
     return True
 
 

@@ -13,13 +13,12 @@ URL's `user:password@` is sent as basic auth and hidden from every message and f
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from agentx.errors import ServerUnreachable
 from agentx.replayer.http.calls import METRICS_TIMEOUT_S
@@ -28,10 +27,9 @@ from agentx.replayer.http.credentials import Credentials, without_userinfo
 from agentx.replayer.http.exchange import MESSAGE_MAX_CHARS, error_message
 from agentx.replayer.schedule.collector import QUIET_SPAN_NS
 from agentx.replayer.telemetry.gpu_file import GpuMetricsInfo, GpuMetricsWriter, GpuSample
+from agentx.replayer.telemetry.ticks import READ_PATIENCE_S, SEND_PATIENCE_S, QuietWaiter, scrape_every
 from agentx.secrets import scrub
 
-SEND_PATIENCE_S: Final = 0.1
-READ_PATIENCE_S: Final = 0.5
 _KEY_LABELS: Final = ("Hostname", "gpu")
 """The labels that name one GPU of a DCGM exporter (several hosts' exporters may sit behind one endpoint)."""
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -100,12 +98,6 @@ def _sample(line: str, name: str) -> tuple[str, float] | None:
     return gpu_key(labels), value
 
 
-class QuietWaiter(Protocol):
-    """The part of the run's dispatch clock the scraper uses (agentx.replayer.telemetry.scrape.QuietWaiter)."""
-
-    async def until_quiet(self, span_ns: int, patience_s: float) -> None: ...
-
-
 class GpuTelemetry:
     """Scrapes the GPU endpoint through `client` every `interval_s` into `path`; `run` until cancelled, then `close`.
     Times are `perf_counter_ns() − start_ns` (the records' clock). `notices` holds what was said."""
@@ -137,15 +129,8 @@ class GpuTelemetry:
     async def run(self) -> None:
         """Scrape every `interval_s` (ticks a slow scrape covered are skipped) until cancelled or told to stop; an
         unexpected error ends the scraping, never the run."""
-        interval_ns = max(1, int(self.info.interval_s * 1e9))
-        due_ns = time.perf_counter_ns()
         try:
-            while await self.scrape():
-                due_ns += interval_ns
-                now_ns = time.perf_counter_ns()
-                if due_ns < now_ns:
-                    due_ns += -(-(now_ns - due_ns) // interval_ns) * interval_ns
-                await asyncio.sleep((due_ns - now_ns) / 1e9)
+            await scrape_every(self.info.interval_s, self.scrape)
         except Exception as exc:  # a bug or a full disk here must not cost the run: say it, keep the rows so far
             self._say(f"GPU metrics stopped: {type(exc).__name__}: {self.scrub(str(exc))}")
 

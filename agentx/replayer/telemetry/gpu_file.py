@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -23,7 +21,8 @@ import pyarrow.ipc as ipc
 
 from agentx.errors import ServerMetricsError, os_condition
 from agentx.format_version import version_refusal
-from agentx.records.ipc_files import IpcReader, fsync_path
+from agentx.records.ipc_files import IpcReader, replace_with_ipc_file
+from agentx.replayer.telemetry.arrow_file import FILE_COMPRESSION
 
 GPU_METRICS_FILE: Final = "gpu_metrics.arrow"
 FORMAT_NAME: Final = "agentx-gpu-metrics"
@@ -135,20 +134,7 @@ def _finalize(path: Path, epoch_ns: int | None) -> None:
         table = table.set_column(0, SCHEMA.field("time_ns"), moved)
         info.wall_epoch_ns = epoch_ns
     schema = SCHEMA.with_metadata(_metadata(info))
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        options = ipc.IpcWriteOptions(compression="zstd")
-        with pa.OSFile(temp, "wb") as sink, ipc.new_file(sink, schema, options=options) as writer:
-            writer.write_table(table.cast(schema).combine_chunks())
-        fsync_path(temp)
-        os.chmod(temp, stat.S_IMODE(os.stat(path).st_mode))
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_path(path.parent)
+    replace_with_ipc_file(path, table, schema, FILE_COMPRESSION)
 
 
 def gpu_metrics_info(schema: pa.Schema) -> GpuMetricsInfo:

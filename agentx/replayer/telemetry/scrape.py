@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from agentx.engines import Engine
 from agentx.errors import ServerUnreachable
@@ -54,22 +54,12 @@ from agentx.replayer.telemetry.series import (
     telemetry_sources,
     telemetry_values,
 )
+from agentx.replayer.telemetry.ticks import READ_PATIENCE_S, SEND_PATIENCE_S, QuietWaiter, scrape_every
 from agentx.secrets import scrub
 
 ENDPOINTS: Final = ("/metrics", "/prometheus/metrics")
 """Where a server's Prometheus text is looked for, in order (the second: TensorRT-LLM's `trtllm-serve`)."""
-SEND_PATIENCE_S: Final = 0.1
-"""How long a scrape waits for a gap between due requests before it is sent anyway."""
-READ_PATIENCE_S: Final = 0.5
-"""How long an answer waits for such a gap before it is read anyway."""
 _log = logging.getLogger(__name__)
-
-
-class QuietWaiter(Protocol):
-    """What the scraper needs of the run's dispatch clock (agentx.replayer.schedule.clock.DispatchClock): to wait for a
-    gap between due requests."""
-
-    async def until_quiet(self, span_ns: int, patience_s: float) -> None: ...
 
 
 class Telemetry:
@@ -111,15 +101,8 @@ class Telemetry:
     async def run(self) -> None:
         """Scrape every `interval_s` (a scrape that overran skips the ticks it covered) until cancelled or told to
         stop; an unexpected error ends the scraping, never the run."""
-        interval_ns = max(1, int(self.interval_s * 1e9))
-        due_ns = time.perf_counter_ns()
         try:
-            while await self.scrape():
-                due_ns += interval_ns
-                now_ns = time.perf_counter_ns()
-                if due_ns < now_ns:
-                    due_ns += -(-(now_ns - due_ns) // interval_ns) * interval_ns
-                await asyncio.sleep((due_ns - now_ns) / 1e9)
+            await scrape_every(self.interval_s, self.scrape)
         except Exception as exc:  # a bug here must not cost the run: say it, keep the rows so far
             self._say(f"server telemetry stopped: {type(exc).__name__}: {exc}")
 

@@ -39,7 +39,7 @@ from agentx.replayer.telemetry.arrow_file import (
     read_server_metrics,
     server_metrics_info,
 )
-from agentx.replayer.telemetry.scrape import QuietWaiter, Telemetry
+from agentx.replayer.telemetry.scrape import Telemetry
 from agentx.replayer.telemetry.series import (
     TELEMETRY_NAMES,
     detect_engine,
@@ -48,6 +48,7 @@ from agentx.replayer.telemetry.series import (
     telemetry_sources,
     telemetry_values,
 )
+from agentx.replayer.telemetry.ticks import QuietWaiter
 from agentx.results.export.export_run import aiperf_summary
 from agentx.results.summary.server_telemetry import summarize_telemetry
 from agentx.results.summary.summarize import summarize
