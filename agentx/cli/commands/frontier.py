@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentx.cli.commands.sweep import _checked, _LevelSims, _Shown
+from agentx.cli.commands.sweep import Shown, checked_flags, level_server
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
     cluster_output,
@@ -21,7 +21,7 @@ from agentx.cli.common import (
     stdout,
 )
 from agentx.cli.flags import GroupedCommand
-from agentx.cli.parsed import ParsedFlags, only_model, parsed, replay_flags, say_route, simulator_line
+from agentx.cli.parsed import ParsedFlags, parsed, replay_flags
 from agentx.cli.shared_flags import (
     block_size_option,
     format_option,
@@ -112,7 +112,7 @@ def frontier_command(
     """
     import asyncio
 
-    from agentx.errors import SimServerError, SweepError
+    from agentx.errors import SweepError
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.run.frontier import MeasureOptions, SearchOptions, search_frontier
     from agentx.run.sweep import SweepOptions
@@ -126,7 +126,7 @@ def frontier_command(
         wanted = interactivity_targets(targets)
     except click.BadParameter as exc:
         fail(exc.format_message())
-    _, _, loaded, parts = _checked(trace, str(start), None, gpu_sku, input_format, block_size, flags)
+    _, _, loaded, parts = checked_flags(trace, str(start), None, gpu_sku, input_format, block_size, flags)
     search = SearchOptions(
         targets_tps=tuple(sorted(wanted)),
         start=start,
@@ -135,25 +135,9 @@ def frontier_command(
         max_gpu_hours=max_gpu_hours,
     )
     measure = MeasureOptions(statistic=statistic, basis=basis)  # type: ignore[arg-type]
-    url = flags.url
-    model = served_models[0] if served_models else None
     with contextlib.ExitStack() as stack:
-        if url is None:
-            sims = stack.enter_context(_LevelSims(sim_time_scale, loaded.block_size, parts.speculative))
-            try:
-                sim = sims.start(parts.speculative)
-            except SimServerError as exc:
-                fail(f"cannot start the simulator: {exc}")
-            url, model = sim.url, model or sim.model
-            stderr.print(simulator_line("searching", url), markup=False)
-        else:
-            say_route(url, flags)
-        if model is None:
-            model = only_model(url, flags)
-        try:
-            base = parts.options(flags.server(url, (model, *served_models[1:])), out_dir, overwrite=True)
-        except click.BadParameter as exc:
-            fail(exc.format_message())
+        _, base = level_server(stack, flags, parts, served_models, sim_time_scale, loaded.block_size, out_dir,
+                               doing="searching")  # fmt: skip
         sweep_options = SweepOptions(
             concurrency=(start,),
             out_dir=out_dir,
@@ -163,7 +147,7 @@ def frontier_command(
             resume=resume,
             overwrite=overwrite,
         )
-        shown = _Shown(loaded, base)
+        shown = Shown(loaded, base)
 
         started = [0]
 

@@ -125,7 +125,6 @@ def sweep_command(
     """
     import asyncio
 
-    from agentx.errors import SimServerError
     from agentx.records.run_folder import SWEEP_FILE
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.run.repeats import SweepRepeats, sweep_repeats
@@ -141,32 +140,13 @@ def sweep_command(
             f"{out_dir} already holds a sweep ({held}); pass --resume to keep its finished levels, "
             "--overwrite to replace it, or choose another --out"
         )
-    concurrency, settings, loaded, parts = _checked(
+    concurrency, settings, loaded, parts = checked_flags(
         trace, levels, level_settings, gpu_sku, input_format, block_size, flags
     )
-    forced = parts.speculative
-    url = flags.url
-    model = served_models[0] if served_models else None
-    level_server: Callable[[int, LevelSettings], str] | None = None
     with contextlib.ExitStack() as stack:
-        if url is None:
-            sims = stack.enter_context(_LevelSims(sim_time_scale, loaded.block_size, forced))
-            try:
-                sim = sims.start(forced)
-            except SimServerError as exc:
-                fail(f"cannot start the simulator: {exc}")
-            url, model = sim.url, model or sim.model
-            stderr.print(simulator_line("sweeping", url), markup=False)
-            if settings:
-                level_server = sims.url_for
-        else:
-            say_route(url, flags)
-        if model is None:
-            model = only_model(url, flags)
-        try:
-            base = parts.options(flags.server(url, (model, *served_models[1:])), out_dir, overwrite=True)
-        except click.BadParameter as exc:
-            fail(exc.format_message())
+        sims, base = level_server(stack, flags, parts, served_models, sim_time_scale, loaded.block_size, out_dir,
+                                  doing="sweeping")  # fmt: skip
+        url_for: Callable[[int, LevelSettings], str] | None = sims.url_for if sims is not None and settings else None
         options = SweepOptions(
             concurrency=concurrency,
             out_dir=out_dir,
@@ -180,7 +160,7 @@ def sweep_command(
             before_level_timeout_s=before_level_timeout,
             level_settings=settings,
         )
-        shown = _Shown(loaded, base)
+        shown = Shown(loaded, base)
 
         # One sweep, or a set of repeats of it (agentx.run.repeats).
         def runs(hooks: RunHooks) -> Coroutine[Any, Any, SweepResult | SweepRepeats]:
@@ -194,7 +174,7 @@ def sweep_command(
                     on_repeat_start=shown.start_repeat,
                     on_level_start=shown.start_level,
                     on_level_done=shown.level_done,
-                    level_server=level_server,
+                    level_server=url_for,
                 )
             return sweep(
                 loaded,
@@ -203,7 +183,7 @@ def sweep_command(
                 hooks,
                 on_level_start=shown.start_level,
                 on_level_done=shown.level_done,
-                level_server=level_server,
+                level_server=url_for,
             )
 
         try:
@@ -226,7 +206,7 @@ def sweep_command(
     _exit_for(result.interrupted, [("", result)])
 
 
-def _checked(
+def checked_flags(
     trace: Path,
     levels: str,
     level_settings: Path | None,
@@ -259,7 +239,7 @@ def _checked(
     return concurrency, settings, loaded, parts
 
 
-class _Shown:
+class Shown:
     """What a sweep shows on stderr: each repeat's header, each level's progress (live on a terminal, else a line
     every 10 s), then the level's headline numbers."""
 
@@ -404,7 +384,44 @@ def level_lines(result: LevelResult) -> list[str]:
     return [first, second] + ([f"    {entry.error}"] if entry.error else [])
 
 
-class _LevelSims:
+def level_server(
+    stack: contextlib.ExitStack,
+    flags: ParsedFlags,
+    parts: ReplayParts,
+    served_models: tuple[str, ...],
+    sim_time_scale: float,
+    block_size: int,
+    out_dir: Path,
+    *,
+    doing: str,
+) -> tuple[LevelSims | None, ReplayOptions]:
+    """The server the levels run against, `--url` or else the built-in simulator (started now, stopped with `stack`;
+    `doing` says what it serves in its line), and the replay options every level starts from."""
+    from agentx.errors import SimServerError
+
+    url = flags.url
+    model = served_models[0] if served_models else None
+    sims: LevelSims | None = None
+    if url is None:
+        sims = stack.enter_context(LevelSims(sim_time_scale, block_size, parts.speculative))
+        try:
+            sim = sims.start(parts.speculative)
+        except SimServerError as exc:
+            fail(f"cannot start the simulator: {exc}")
+        url, model = sim.url, model or sim.model
+        stderr.print(simulator_line(doing, url), markup=False)
+    else:
+        say_route(url, flags)
+    if model is None:
+        model = only_model(url, flags)
+    try:
+        base = parts.options(flags.server(url, (model, *served_models[1:])), out_dir, overwrite=True)
+    except click.BadParameter as exc:
+        fail(exc.format_message())
+    return sims, base
+
+
+class LevelSims:
     """The built-in simulator of a sweep without --url, restarted with a level's forced acceptance when it differs
     from the running one's (what --before-level does for a real server)."""
 
@@ -439,7 +456,7 @@ class _LevelSims:
             self.sim.stop()
             self.sim = None
 
-    def __enter__(self) -> _LevelSims:
+    def __enter__(self) -> LevelSims:
         return self
 
     def __exit__(self, *exc: object) -> None:
