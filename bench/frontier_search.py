@@ -5,12 +5,15 @@ Runs on the simulator (`SimServer`, a step model whose per-user speed falls from
 the prefix cache an earlier one left, one after the other:
 
 - the search (agentx.run.frontier.search_frontier): levels chosen one at a time until every target is known within
-  `--half-width` (the levels' bootstrap intervals over sessions, propagated to the interpolated value);
+  `--half-width` (the levels' bootstrap intervals over sessions and over stretches of time, propagated to the
+  interpolated value);
 - a dense sweep (agentx.run.sweep) of 1,2,3,4,6,8,12,16,24,32,48,64, read as `agentx report` reads it.
 
 Prints, per target, the search's throughput per GPU ± its half-width, the dense sweep's, and whether they agree
 within the half-width; and each one's levels and wall time. The target: the same figures within the half-width with
-at most half the dense sweep's levels. Prints figures; never fails on a number. See bench/README.md.
+at most half the dense sweep's levels. Beside them, the half-width the same levels give with their bootstrap over
+sessions only, and whether the dense sweep lies within it: what the time stretches add. Prints figures; never fails
+on a number. See bench/README.md.
 
 Usage: .venv/bin/python bench/frontier_search.py [--duration 10] [--half-width 0.05] [--out bench/out/frontier]
 """
@@ -25,8 +28,19 @@ import time
 from pathlib import Path
 
 from agentx.replayer.options.replay import ClosedLoad, ReplayOptions, Runtime, Scenario, Server
+from agentx.results.report.build import load_series
 from agentx.results.report.frontier import FrontierOptions, Point, frontier, point
-from agentx.run.frontier import Decision, MeasureOptions, SearchOptions, SearchResult, search_frontier
+from agentx.run.frontier import (
+    Decision,
+    Measured,
+    MeasureOptions,
+    SearchOptions,
+    SearchResult,
+    TargetReading,
+    measure_level,
+    read_targets,
+    search_frontier,
+)
 from agentx.run.sweep import LevelSettings, SweepOptions, SweepResult, sweep
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.process import SimServer
@@ -140,6 +154,18 @@ async def both(args: argparse.Namespace) -> tuple[SearchResult, float, SweepResu
     return searched, search_s, dense, dense_s
 
 
+def sessions_only(out: Path) -> list[TargetReading]:
+    """The targets as the search's own levels read with their bootstrap over sessions only (no stretches of time):
+    what the half-width was before it held the variation over time."""
+    levels = []
+    for level in load_series(out).levels:
+        if level.concurrency is None:
+            continue
+        x, y = measure_level(Path(level.run_dir), level.summary, GPUS, MeasureOptions(time_stretches=0))
+        levels.append(Measured(concurrency=level.concurrency, interactivity=x, throughput=y))
+    return read_targets(levels, SearchOptions(targets_tps=TARGETS), None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="Seconds per level (wall clock).")
@@ -152,9 +178,13 @@ def main() -> None:
     searched, search_s, dense, dense_s = asyncio.run(both(args))
     values = dense_values(dense)
     print()
-    print(f"{'target':>7}  {'search tok/s/GPU':>17}  {'±':>6}  {'between':>9}  {'dense tok/s/GPU':>16}  agree")
+    narrow = sessions_only(args.out / "search")
+    print(
+        f"{'target':>7}  {'search tok/s/GPU':>17}  {'±':>6}  {'between':>9}  {'dense tok/s/GPU':>16}  agree  "
+        "(± over sessions only: agree)"
+    )
     agreed = 0
-    for reading, value in zip(searched.final.targets, values, strict=True):
+    for reading, value, other_reading in zip(searched.final.targets, values, narrow, strict=True):
         estimate = reading.throughput
         found = f"{estimate.value:,.1f}" if estimate else "-"
         spread = f"{estimate.relative_half_width():.1%}" if estimate else "-"
@@ -163,7 +193,11 @@ def main() -> None:
         agree = estimate is not None and value is not None and estimate.low <= value <= estimate.high
         agreed += agree
         off = f" ({value / estimate.value - 1:+.1%})" if estimate is not None and value is not None else ""
-        print(f"{reading.target_tps:>7g}  {found:>17}  {spread:>6}  {between:>9}  {other:>16}  {agree}{off}")
+        alone = other_reading.throughput
+        held = alone is not None and value is not None and alone.low <= value <= alone.high
+        without = f"±{alone.relative_half_width():.1%}: {held}" if alone is not None else "-"
+        line = f"{reading.target_tps:>7g}  {found:>17}  {spread:>6}  {between:>9}  {other:>16}  {agree}{off}"
+        print(f"{line}  ({without})")
     ran = sorted(m.concurrency for m in searched.levels)
     print(f"search: {len(ran)} levels ({','.join(map(str, ran))}) in {search_s:.0f} s ({searched.final.reason})")
     print(f"dense:  {len(dense.levels)} levels in {dense_s:.0f} s")

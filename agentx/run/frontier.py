@@ -13,9 +13,9 @@ A target's value is the report's: the monotone interpolant along the Pareto fron
 (agentx.results.report.frontier). Its half-width (`_propagated`) is noise plus model, from the two levels a, b
 whose interactivities straddle the target, at weight w = (x_a − target) / (x_a − x_b) on b:
 - noise: √(((1 − w)·e_a)² + (w·e_b)²), e = h + |slope|·g for a level whose throughput interval has half-width h and
-  interactivity interval half-width g (its bootstrap intervals over sessions, agentx.results.compare.bootstrap),
-  slope the secant's throughput per unit interactivity (how far the crossing may move). Within a level the two share
-  sessions, so they add; the levels are separate runs, so theirs add in quadrature;
+  interactivity interval half-width g (its bootstrap intervals, over sessions and over stretches of its window:
+  `measure_level`), slope the secant's throughput per unit interactivity (how far the crossing may move). Within a
+  level the two share sessions, so they add; the levels are separate runs, so theirs add in quadrature;
 - model: |interpolant − secant| at the target, what the curve's bend within the bracket leaves uncertain; bisecting
   shrinks it.
 A target is resolved when the sum, over the value, is at most `half_width`. When the noise alone exceeds it, or
@@ -46,8 +46,9 @@ from agentx.replayer.options.replay import ReplayOptions
 from agentx.replayer.plan.play import PreparedTrace
 from agentx.replayer.plan.preparation import prepare_trace
 from agentx.replayer.schedule.hooks import RunHooks
-from agentx.results.compare.bootstrap import draw_weights, interval, weighted_means, weighted_percentiles, weighted_sums
-from agentx.results.compare.sample import Repeat, RunSample
+from agentx.results.compare.bootstrap import draw_weights, interval
+from agentx.results.compare.sample import Repeat, RunSample, over_time
+from agentx.results.compare.sweeps import level_replicates
 from agentx.results.folders.sweep_index import read_index
 from agentx.results.report.frontier import (
     DEFAULT_TARGETS_TPS,
@@ -349,13 +350,21 @@ class MeasureOptions(msgspec.Struct, frozen=True, kw_only=True):
     replicates: int = 1000
     level: float = 0.95
     seed: int = 0
+    time_stretches: int = 10
+    """The equal parts of a level's window that its time bootstrap draws (`measure_level`): enough for a percentile
+    interval, few enough that each holds many requests; 0: sessions only."""
 
 
 def measure_level(
     run_dir: Path, summary: Summary | None, num_gpus: int | None, options: MeasureOptions
 ) -> tuple[Interval | None, Interval | None]:
-    """A level's interactivity and throughput per GPU: the report's point (`point`) with the percentile bootstrap
-    interval over its sessions (None, None when the level has no point)."""
+    """A level's interactivity and throughput per GPU: the report's point (`point`) with a bootstrap interval that
+    holds both the one over its sessions and the one over `options.time_stretches` stretches of its window
+    (`over_time`); None, None when the level has no point.
+
+    Sessions drawn across the whole window see the run's sampling noise; stretches drawn see how far its figures
+    wander with time, as a loaded machine's do, which the sessions average out and a second run of the level would
+    show."""
     if summary is None or summary.throughput is None:
         return None, None
     found = point(summary, run_dir.name, num_gpus=num_gpus, statistic=options.statistic)
@@ -365,34 +374,24 @@ def measure_level(
     records = read_records(run_dir / RECORDS_FILE)
     sample = RunSample([Repeat(records=records, duration_s=summary.throughput.duration_s, num_gpus=gpus)])
     rng = np.random.default_rng(options.seed)
-    weights = draw_weights(rng, len(sample.clusters), options.replicates)
-    tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
-    clusters = sample.cluster["tpot_s"]
-    if options.statistic == "mean":
-        tpot_s = weighted_means(tpot, clusters, weights)
-    else:
-        tpot_s = weighted_percentiles(tpot, clusters, weights, float(options.statistic[1:]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = 1.0 / tpot_s
-    tokens = weighted_sums(
-        sample.values["output_tokens" if options.basis == "output" else "total_tokens"],
-        sample.cluster["total_tokens"],
-        weights,
-    )
-    if options.basis == "input":
-        tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], weights)
-    y = tokens / sample.gpu_seconds if sample.gpu_seconds > 0 else np.full(options.replicates, np.nan)
-    return _around(found.interactivity_tps, interval(x, options.level)), _around(
-        found.throughput(options.basis), interval(y, options.level)
+    bounds: list[tuple[tuple[float, float] | None, tuple[float, float] | None]] = []
+    views = [sample] if options.time_stretches < 1 else [sample, over_time(sample, options.time_stretches)]
+    for view in views:
+        weights = draw_weights(rng, len(view.clusters), options.replicates)
+        x, y = level_replicates(view, weights, options.statistic, options.basis)
+        bounds.append((interval(x, options.level), interval(y, options.level)))
+    return (
+        _around(found.interactivity_tps, [x for x, _ in bounds]),
+        _around(found.throughput(options.basis), [y for _, y in bounds]),
     )
 
 
-def _around(value: float, bounds: tuple[float, float] | None) -> Interval:
-    """`value` with `bounds` widened to hold it (the bootstrap's mean need not be the report's point); a degenerate
-    interval when the bootstrap had none."""
-    if bounds is None:
-        return Interval(value, value, value)
-    return Interval(value, min(bounds[0], value), max(bounds[1], value))
+def _around(value: float, bounds: Sequence[tuple[float, float] | None]) -> Interval:
+    """`value` with the widest of `bounds` around it (the bootstrap's mean need not be the report's point); a
+    degenerate interval when the bootstraps had none."""
+    lows = [low for low, _ in (b for b in bounds if b is not None)]
+    highs = [high for _, high in (b for b in bounds if b is not None)]
+    return Interval(value, min([*lows, value]), max([*highs, value]))
 
 
 class SearchResult(msgspec.Struct, kw_only=True):

@@ -2,13 +2,14 @@
 
 A cluster is a root session of the trace (every play of one session tree in the run, recycled plays included): the
 unit the bootstrap draws (agentx.results.compare.bootstrap). Repeats of one configuration pool into one sample whose
-clusters are (repeat, root session), so a session drawn stays within its repeat.
+clusters are (repeat, root session), so a session drawn stays within its repeat. `over_time` gives one run's sample
+with stretches of its window as the clusters instead (the frontier search draws both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -68,6 +69,9 @@ class RunSample:
             for name in ("ttft_s", "tpot_s", "e2el_s"):
                 parts.setdefault(name, []).append(floats(table, name))
                 cluster_parts.setdefault(name, []).append(request_cluster)
+            for name, column in (("sent_s", "sent_ns"), ("end_s", "end_ns")):
+                parts.setdefault(name, []).append(_ints(table, column).astype(np.float64) / 1e9)
+                cluster_parts.setdefault(name, []).append(request_cluster)
             output = ints_or(table, "osl_server_tokens", "osl_streamed_tokens").astype(np.float64)
             total = output + ints_or(table, "isl_server_tokens", "isl_sent_tokens").astype(np.float64)
             for name, values in (("output_tokens", output), ("total_tokens", total)):
@@ -116,6 +120,50 @@ class RunSample:
             inside = mapped >= 0
             other.values[name], other.cluster[name] = values[inside], mapped[inside]
         return other
+
+
+_AT_MIDPOINT: Final = ("ttft_s", "tpot_s", "e2el_s", "slo_met", "sent_s", "end_s")
+"""The per-request figures `over_time` counts in the stretch that holds the request's midpoint."""
+_SPREAD_OVER_TIME: Final = ("output_tokens", "total_tokens")
+"""The per-request figures `over_time` spreads over the stretches the request spans."""
+
+
+def over_time(sample: RunSample, stretches: int) -> RunSample:
+    """One run's sample with the `stretches` equal parts of its window (first sent to last end) as its clusters
+    instead of sessions: a request's latencies in the part holding its midpoint, its tokens spread over the parts it
+    spans in proportion to its time in each (so that a part's tokens are what the server did then). Drawn, the parts
+    show how much the run's figures move with time, which sessions drawn across the whole window average out: a
+    machine whose speed wanders between runs wanders within one too. Per-request figures only; an empty sample, or
+    one whose window has no length, is returned unchanged."""
+    if sample.repeats > 1:
+        raise ValueError("a sample over time is one run's: repeats have windows of their own")
+    sent, end = sample.values.get("sent_s"), sample.values.get("end_s")
+    if sent is None or end is None or sent.size == 0 or not float(end.max()) > float(sent.min()):
+        return sample
+    start, span = float(sent.min()), float(end.max()) - float(sent.min())
+    edges = start + span * np.arange(stretches + 1) / stretches
+    middle = np.clip(((sent + end) / 2 - start) / span * stretches, 0, stretches - 1).astype(np.int64)
+    overlap = np.minimum(end[:, None], edges[None, 1:]) - np.maximum(sent[:, None], edges[None, :-1])
+    length = end - sent
+    share = np.where(
+        (length > 0)[:, None],
+        np.clip(overlap, 0.0, None) / np.where(length > 0, length, 1.0)[:, None],
+        (np.arange(stretches)[None, :] == middle[:, None]).astype(np.float64),
+    )
+    other = RunSample([])
+    other.clusters = [f"t{k}" for k in range(stretches)]
+    other.gpu_seconds, other.num_gpus, other.repeats = sample.gpu_seconds, sample.num_gpus, sample.repeats
+    other.energy_j, other.request_keys = sample.energy_j, sample.request_keys
+    other.values, other.cluster = {}, {}
+    for name in _AT_MIDPOINT:
+        if name in sample.values:
+            other.values[name], other.cluster[name] = sample.values[name], middle
+    parts = np.tile(np.arange(stretches, dtype=np.int64), sent.size)
+    for name in _SPREAD_OVER_TIME:
+        if name in sample.values:
+            other.values[name] = (sample.values[name][:, None] * share).ravel()
+            other.cluster[name] = parts
+    return other
 
 
 def _ints(table: pa.Table, name: str) -> IntArray:

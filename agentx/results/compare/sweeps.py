@@ -26,7 +26,7 @@ from agentx.results.compare.fairness import (
 from agentx.results.compare.options import CompareOptions, floored, row_level
 from agentx.results.compare.sample import Repeat, RunSample
 from agentx.results.compare.sides import Loaded, level_repeat
-from agentx.results.report.frontier import BASES, FrontierOptions, pareto_front, pchip
+from agentx.results.report.frontier import BASES, Basis, FrontierOptions, Statistic, pareto_front, pchip
 
 
 class TargetRow(msgspec.Struct, kw_only=True):
@@ -63,26 +63,38 @@ def _levels(item: Loaded) -> list[RunSample]:
     return [RunSample(repeats) for repeats in by_label.values()]
 
 
+def level_replicates(
+    sample: RunSample, weights: IntArray, statistic: Statistic, basis: Basis
+) -> tuple[FloatArray, FloatArray]:
+    """A level's interactivity (1 / TPOT at `statistic`) and throughput per GPU of `basis` in each replicate of
+    `weights` (replicates × the sample's clusters), as the report reads a level's point."""
+    tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
+    clusters = sample.cluster["tpot_s"]
+    if statistic == "mean":
+        tpot_s = weighted_means(tpot, clusters, weights)
+    else:
+        tpot_s = weighted_percentiles(tpot, clusters, weights, float(statistic[1:]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        interactivity: FloatArray = 1.0 / tpot_s
+    name = "output_tokens" if basis == "output" else "total_tokens"
+    tokens = weighted_sums(sample.values[name], sample.cluster[name], weights)
+    if basis == "input":
+        tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], weights)
+    if sample.gpu_seconds <= 0:
+        return interactivity, np.full(weights.shape[0], np.nan)
+    return interactivity, tokens / sample.gpu_seconds
+
+
 def _front_at(
     levels: list[RunSample], weights: list[IntArray], options: FrontierOptions, replicates: int
 ) -> tuple[FloatArray, FloatArray]:
     """Throughput per GPU, and tokens per joule, at each target per replicate (each replicates × targets), both
     along the throughput's front; NaN outside it, and tokens per joule all NaN unless every level was measured."""
-    statistic = None if options.statistic == "mean" else float(options.statistic[1:])
-    basis_name = {"total": "total_tokens", "output": "output_tokens", "input": "total_tokens"}[options.basis]
     xs = np.full((replicates, len(levels)), np.nan)
     ys = np.full((replicates, len(levels)), np.nan)
     per_joule = np.full((replicates, len(levels)), np.nan)
     for column, (sample, w) in enumerate(zip(levels, weights, strict=True)):
-        tpot = np.where(sample.values["tpot_s"] > 0, sample.values["tpot_s"], np.nan)
-        clusters = sample.cluster["tpot_s"]
-        tpot_s = weighted_means(tpot, clusters, w) if statistic is None else weighted_percentiles(tpot, clusters, w,
-                                                                                                 statistic)  # fmt: skip
-        xs[:, column] = 1.0 / tpot_s
-        tokens = weighted_sums(sample.values[basis_name], sample.cluster[basis_name], w)
-        if options.basis == "input":
-            tokens = tokens - weighted_sums(sample.values["output_tokens"], sample.cluster["output_tokens"], w)
-        ys[:, column] = tokens / sample.gpu_seconds
+        xs[:, column], ys[:, column] = level_replicates(sample, w, options.statistic, options.basis)
         if sample.energy_j is not None and sample.energy_j > 0:
             total = weighted_sums(sample.values["total_tokens"], sample.cluster["total_tokens"], w)
             per_joule[:, column] = total / sample.energy_j
