@@ -143,7 +143,8 @@ FLAGS: Final[dict[str, Flag]] = {
     ),
     "Runtime.gpu_metrics_url": Flag(
         "Scrape the GPUs' power from this Prometheus endpoint (a DCGM exporter's http://HOST:9400/metrics) every "
-        "--metrics-interval into gpu_metrics.arrow, for energy per token and per task (docs/results.md: Energy).",
+        "--metrics-interval (not off) into gpu_metrics.arrow, for energy per token and per task "
+        "(docs/results.md: Energy).",
         flag="--gpu-metrics",
         metavar="URL",
     ),

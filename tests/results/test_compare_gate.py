@@ -319,9 +319,14 @@ def _cli_stdout(*args: str | Path) -> tuple[int, str]:
 
 def test_a_known_slowdown_fails_the_gate_and_a_run_against_itself_passes(runs: dict[str, Path], tmp_path: Path) -> None:
     gate = "tpot_p50:+5%,interactivity_p50:-5%,ttft_p90:+500%"
-    code, output = _cli(runs["fast"], runs["fast"], "--fail-on", gate)
+    page = tmp_path / "same.html"
+    code, output = _cli(runs["fast"], runs["fast"], "--fail-on", gate, "--html", page)
     assert code == 0, output
     assert "passed" in output
+    # The page holds the comparison's tables and, last, the gate's: one row per bound.
+    html = page.read_text()
+    assert f"gate --fail-on {gate}: passed" in html and html.count("<td>pass</td>") == 3
+    assert html.index("TPOT p50") < html.index("gate --fail-on")
     junit = tmp_path / "gate.xml"
     code, output = _cli(runs["fast"], runs["slow"], "--fail-on", gate, "--junit", junit)
     comparison = compare([runs["fast"], runs["slow"]], CompareOptions(replicates=400))
@@ -347,8 +352,10 @@ def test_a_known_slowdown_fails_the_gate_and_a_run_against_itself_passes(runs: d
 
 def test_a_run_without_completed_requests_fails_the_gate(runs: dict[str, Path], tmp_path: Path) -> None:
     junit = tmp_path / "dead.xml"
-    code, output = _cli(runs["fast"], runs["dead"], "--fail-on", "ttft_p90:+1000%", "--junit", junit)
+    page = tmp_path / "dead.html"
+    code, output = _cli(runs["fast"], runs["dead"], "--fail-on", "ttft_p90:+1000%", "--junit", junit, "--html", page)
     assert code == 1 and "dead has no completed request" in output
+    assert "FAILED" in page.read_text() and "dead has no completed request" in page.read_text()
     case = ElementTree.parse(junit).getroot().find("testsuite/testcase")
     assert case is not None and case.find("failure") is not None
     code, output = _cli_stdout(runs["dead"], runs["fast"], "--fail-on", "ttft_p90:+1000%", "--json")

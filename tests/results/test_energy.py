@@ -17,7 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from aiohttp import web
+from click.testing import CliRunner
+from paths import SAMPLE_TRACE
 
+from agentx.cli import main
 from agentx.cli.display.compare_tables import compare_sections
 from agentx.cli.display.report_tables import report_sections
 from agentx.cli.display.summary_tables import summary_table
@@ -90,6 +93,15 @@ def test_the_url_splits_into_origin_and_path_and_a_bad_one_hides_its_password() 
     assert PASSWORD not in str(caught.value)
     with pytest.raises(ConfigError):
         Runtime(gpu_metrics_url=f"http://u:{PASSWORD}@h:0")
+
+
+def test_gpu_metrics_with_the_metrics_interval_off_is_refused_not_left_unscraped(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--metrics-interval is off"):
+        Runtime(gpu_metrics_url="http://127.0.0.1:9400", metrics_interval_s=None)
+    args = ["replay", str(SAMPLE_TRACE), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, [*args, "--gpu-metrics", "http://127.0.0.1:9400", "--metrics-interval", "off"])
+    assert result.exit_code == 2 and "--metrics-interval is off" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
 
 
 # ---------------------------------------------------------------------------------------------

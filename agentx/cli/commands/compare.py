@@ -138,12 +138,14 @@ def compare_command(
             # compare refuses a side without a completed request; a gate reports it as failed instead.
             failed = failed_on_empty(gate, list(dirs), empty, fail_on or "")
             _print(None, failed, as_json, markdown)
+            if html_path is not None:
+                _write_html(html_path, None, failed)
             _finish_gate(failed, junit_path)
     comparison = compare(list(dirs), options)
     result = None if gate is None else _evaluate(gate, comparison, fail_on or "", targets_tps)
     _print(comparison, result, as_json, markdown)
     if html_path is not None:
-        _write_html(html_path, comparison)
+        _write_html(html_path, comparison, result)
     if result is not None and junit_path is not None:
         _write_junit(junit_path, result)
     if comparison.withheld:
@@ -222,8 +224,8 @@ def _write_junit(path: Path, result: GateResult) -> None:
     path.write_text(junit_xml(result))
 
 
-def _write_html(path: Path, comparison: Comparison) -> None:
+def _write_html(path: Path, comparison: Comparison | None, result: GateResult | None) -> None:
     from agentx.cli.display.compare_tables import html_sections
     from agentx.results.report.html import tables_page
 
-    write_page(path, tables_page("agentx compare", html_sections(comparison)))
+    write_page(path, tables_page("agentx compare", html_sections(comparison, result)))

@@ -199,11 +199,14 @@ def compare_markdown(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def html_sections(comparison: Comparison) -> list[TableSection]:
-    """The sections as the HTML page takes them (markup stripped)."""
+def html_sections(comparison: Comparison | None, gate: GateResult | None = None) -> list[TableSection]:
+    """The sections as the HTML page takes them (markup stripped): the comparison's (None: there is none, only the
+    gate's failure), then the gate's outcome when one was asked for."""
+    sections = [] if comparison is None else compare_sections(comparison)
+    sections += [] if gate is None else [gate_section(gate)]
     return [
-        _HtmlSection(section.title, section.header, [[_plain(cell) for cell in row] for row in section.rows])
-        for section in compare_sections(comparison)
+        _HtmlSection(_plain(section.title), section.header, [[_plain(cell) for cell in row] for row in section.rows])
+        for section in sections
     ]
 
 

@@ -207,7 +207,8 @@ class _Driver:
             run_id=self.run_id,
             shard=(index, self.options.runtime.workers),
             ray=None,
-            metrics_interval_s=None,  # the driver scrapes the server, once for the run
+            metrics_interval_s=None,  # the driver scrapes the server and the GPUs, once for the run
+            gpu_metrics_url=None,
         )
         return msgspec.structs.replace(self.options, runtime=runtime)
 

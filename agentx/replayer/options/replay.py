@@ -185,9 +185,9 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
     """Server telemetry over the run (agentx.replayer.telemetry.scrape); None: not scraped."""
     gpu_metrics_url: str | None = None
     """A Prometheus endpoint of the GPUs' power, a DCGM exporter's `http://host:9400/metrics` (no path:
-    `/metrics`), scraped every `metrics_interval_s` (none when that is None: a `--ray` shard's, whose driver
-    scrapes) into gpu_metrics.arrow (agentx.replayer.telemetry.gpu); a `user:password@` in it is sent as basic auth
-    and never kept. None: not scraped."""
+    `/metrics`), scraped every `metrics_interval_s` (which must be on) into gpu_metrics.arrow
+    (agentx.replayer.telemetry.gpu); a `user:password@` in it is sent as basic auth and never kept. None: not
+    scraped."""
     gpu_power_metric: str = "DCGM_FI_DEV_POWER_USAGE"
     """The gauge of a GPU's board power, in watts, one series per GPU."""
     gpu_energy_metric: str = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
@@ -238,6 +238,11 @@ class Runtime(msgspec.Struct, frozen=True, kw_only=True):
         if not 0 <= index < count:
             raise ConfigError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
         if self.gpu_metrics_url is not None:
+            if self.metrics_interval_s is None:
+                raise ConfigError(
+                    "the GPUs' power (--gpu-metrics) is scraped every metrics interval, and --metrics-interval is off: "
+                    "give it an interval, or leave --gpu-metrics out"
+                )
             from agentx.replayer.options.gpu_url import gpu_endpoint  # urllib: not for `agentx --help`
 
             gpu_endpoint(self.gpu_metrics_url)
