@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from compare_runs import BLOCK, compare_sweep, compare_trace
 from flat import replay_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,14 +31,10 @@ from agentx.results.compare.options import CompareOptions
 from agentx.results.folders.run_file import read_run_file
 from agentx.results.report.frontier import FrontierOptions
 from agentx.run.repeats import replay_repeats_sync
-from agentx.run.sweep import SweepOptions, sweep_sync
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts processes (tests/project/test_tiers.py)
-
-BLOCK = 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,24 +132,6 @@ def test_differences_name_every_unfair_key_and_allow_accepts_them() -> None:
 # end to end, on the simulator
 
 
-def _trace() -> Trace:
-    """Ten sessions of four turns, each its own: prompt growth, output length and think times drawn per session."""
-    rng = np.random.default_rng(3)
-    sessions = []
-    for s in range(10):
-        requests, kept, t = [], 0, 0.0
-        for _ in range(4):
-            blocks = kept + int(rng.integers(4, 24))
-            out = int(rng.integers(8, 48))
-            requests.append(
-                Request(t=t, model="m", in_tokens=blocks * BLOCK, out_tokens=out, api_time=0.2, hash_ids_kept=kept,
-                        hash_ids_added=tuple(range(1000 * s + kept, 1000 * s + blocks)))
-            )  # fmt: skip
-            kept, t = blocks, t + 0.2 + float(rng.exponential(0.4))
-        sessions.append(Session(session_id=f"s{s}", root=Agent(requests=requests)))
-    return Trace(sessions=sessions, block_size=BLOCK)
-
-
 def _run(out_dir: Path, step_s: float, gpus: int = 8) -> Path:
     """A closed-loop run on a simulator whose every step takes `step_s` (no per-token costs): TPOT = step_s."""
     engine = EngineConfig(block_size=BLOCK, step_overhead_s=step_s, prefill_s_per_token=0.0, decode_s_per_token=0.0,
@@ -160,7 +139,7 @@ def _run(out_dir: Path, step_s: float, gpus: int = 8) -> Path:
     with SimServer(engine) as server:
         options = replay_options(url=server.url, model=server.model, out_dir=out_dir, mode="closed", concurrency=3,
                                  sessions=10, delay_scale=0.2, grace_s=5.0)  # fmt: skip
-        replay_sync(_trace(), options, num_gpus=gpus)
+        replay_sync(compare_trace(), options, num_gpus=gpus)
     return out_dir
 
 
@@ -274,22 +253,15 @@ def runs_rules(run_dir: Path) -> str:
 # sweeps
 
 
-def _sweep(out_dir: Path, time_scale: float) -> Path:
-    """Levels 1, 2, 4, 8 on a simulator whose step takes 10 ms + 2 ms per sequence in it (× `time_scale`)."""
-    engine = EngineConfig(block_size=BLOCK, step_overhead_s=0.010, decode_s_per_token=0.002, prefill_s_per_token=0.0,
-                          attention_s_per_kv_token=0.0, time_scale=time_scale)  # fmt: skip
-    with SimServer(engine) as server:
-        base = replay_options(url=server.url, model=server.model, out_dir=out_dir, mode="closed", delay_scale=0.0,
-                              duration_s=2.0, grace_s=5.0)  # fmt: skip
-        sweep_sync(_trace(), base, SweepOptions(concurrency=(1, 2, 4, 8), out_dir=out_dir, num_gpus=1))
-    return out_dir
-
-
 def test_sweeps_compare_throughput_at_each_target(tmp_path: Path) -> None:
     # Steps 1.5 times as long: the slow sweep's throughput is ~57-65% lower at these targets, each inside both fronts
     # (interactivity 40-83 tok/s fast, 27-56 slow). With 1.25 times the gap was 36-57%, which a loaded machine's
     # timing once brought to 20% at one target.
-    fast, again, slow = _sweep(tmp_path / "fast", 1.0), _sweep(tmp_path / "again", 1.0), _sweep(tmp_path / "slow", 1.5)
+    fast, again, slow = (
+        compare_sweep(tmp_path / "fast", 1.0),
+        compare_sweep(tmp_path / "again", 1.0),
+        compare_sweep(tmp_path / "slow", 1.5),
+    )
     targets = FrontierOptions(statistic="p50", targets_tps=(43.0, 46.0, 49.0))
     slower = compare([fast, slow], CompareOptions(frontier=targets)).sweeps[0]
     # Few sessions per level: wide intervals, but every target lower, and the largest gap resolved.
@@ -324,7 +296,7 @@ def test_repeats_pool_into_one_side_with_their_spread(tmp_path: Path) -> None:
         with SimServer(engine) as server:
             options = replay_options(url=server.url, model=server.model, out_dir=out_dir, mode="closed",
                                      concurrency=3, sessions=10, delay_scale=0.2, grace_s=5.0)  # fmt: skip
-            replay_repeats_sync(_trace(), options, 2, num_gpus=8)
+            replay_repeats_sync(compare_trace(), options, 2, num_gpus=8)
         return out_dir
 
     fast, slow = repeated(tmp_path / "fast", 0.010), repeated(tmp_path / "slow", 0.015)

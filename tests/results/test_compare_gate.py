@@ -10,9 +10,9 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import msgspec
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from compare_runs import BLOCK, compare_sweep, compare_trace
 from flat import replay_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,15 +37,12 @@ from agentx.results.compare.options import CompareOptions
 from agentx.results.compare.sides import Side
 from agentx.results.compare.sweeps import SweepVersus, TargetRow
 from agentx.results.report.frontier import FrontierOptions
-from agentx.run.sweep import SweepOptions, sweep_sync
 from agentx.sim.engine.config import EngineConfig
 from agentx.sim.faults import FaultConfig
 from agentx.sim.process import SimServer
-from agentx.trace.model import Agent, Request, Session, Trace
 
 pytestmark = pytest.mark.slow  # starts the simulator (tests/project/test_tiers.py)
 
-BLOCK = 16
 TARGETS = (30.0, 50.0, 75.0)
 
 
@@ -265,23 +262,6 @@ def test_an_empty_gate_does_not_pass_silently() -> None:
 # on the simulator, through the command line
 
 
-def _trace() -> Trace:
-    """Ten sessions of four turns, each its own: prompt growth, output length and think times drawn per session."""
-    rng = np.random.default_rng(3)
-    sessions = []
-    for s in range(10):
-        requests, kept, t = [], 0, 0.0
-        for _ in range(4):
-            blocks = kept + int(rng.integers(4, 24))
-            requests.append(
-                Request(t=t, model="m", in_tokens=blocks * BLOCK, out_tokens=int(rng.integers(8, 48)), api_time=0.2,
-                        hash_ids_kept=kept, hash_ids_added=tuple(range(1000 * s + kept, 1000 * s + blocks)))
-            )  # fmt: skip
-            kept, t = blocks, t + 0.2 + float(rng.exponential(0.4))
-        sessions.append(Session(session_id=f"s{s}", root=Agent(requests=requests)))
-    return Trace(sessions=sessions, block_size=BLOCK)
-
-
 def _engine(step_s: float, **fields: float) -> EngineConfig:
     return EngineConfig(block_size=BLOCK, step_overhead_s=step_s, prefill_s_per_token=0.0, decode_s_per_token=0.0,
                         attention_s_per_kv_token=0.0, **fields)  # type: ignore[arg-type]  # fmt: skip
@@ -292,7 +272,7 @@ def _run(out_dir: Path, step_s: float, faults: FaultConfig | None = None) -> Pat
     with SimServer(_engine(step_s), faults=faults) as server:
         options = replay_options(url=server.url, model=server.model, out_dir=out_dir, mode="closed", concurrency=3,
                                  sessions=10, delay_scale=0.2, grace_s=5.0)  # fmt: skip
-        replay_sync(_trace(), options, num_gpus=8)
+        replay_sync(compare_trace(), options, num_gpus=8)
     return out_dir
 
 
@@ -406,19 +386,8 @@ def test_a_withheld_comparison_fails_the_gate_unless_allowed(runs: dict[str, Pat
 # sweeps
 
 
-def _sweep(out_dir: Path, time_scale: float) -> Path:
-    """Levels 1, 2, 4, 8 on a simulator whose step takes 10 ms + 2 ms per sequence in it (× `time_scale`)."""
-    engine = EngineConfig(block_size=BLOCK, step_overhead_s=0.010, decode_s_per_token=0.002, prefill_s_per_token=0.0,
-                          attention_s_per_kv_token=0.0, time_scale=time_scale)  # fmt: skip
-    with SimServer(engine) as server:
-        base = replay_options(url=server.url, model=server.model, out_dir=out_dir, mode="closed", delay_scale=0.0,
-                              duration_s=2.0, grace_s=5.0)  # fmt: skip
-        sweep_sync(_trace(), base, SweepOptions(concurrency=(1, 2, 4, 8), out_dir=out_dir, num_gpus=1))
-    return out_dir
-
-
 def test_a_slower_sweep_fails_at_a_target_and_an_unreached_target_fails(tmp_path: Path) -> None:
-    fast, slow = _sweep(tmp_path / "fast", 1.0), _sweep(tmp_path / "slow", 1.5)
+    fast, slow = compare_sweep(tmp_path / "fast", 1.0), compare_sweep(tmp_path / "slow", 1.5)
     targets = FrontierOptions(statistic="p50", targets_tps=(46.0, 1000.0))
     comparison = compare([fast, slow], CompareOptions(frontier=targets, replicates=400))
     row = comparison.sweeps[0].targets[0]

@@ -187,14 +187,20 @@ class _Reader(IpcReader):
             raise ServerMetricsError(f"{path}: {exc}") from None
 
 
+def check_format(metadata: Mapping[bytes, bytes], format_name: str, reads: str, what: str) -> None:
+    """ServerMetricsError unless a telemetry file's schema `metadata` names the format `format_name` in a version a
+    reader of version `reads` reads (`what`: "server-metrics", "gpu-metrics")."""
+    if metadata.get(META_FORMAT) != format_name.encode():
+        raise ServerMetricsError(f"not an agentx {what} file")
+    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
+    if (refusal := version_refusal(version, reads, what)) is not None:
+        raise ServerMetricsError(refusal)
+
+
 def server_metrics_info(schema: pa.Schema) -> ServerMetricsInfo:
     """The scrapes' description from a server_metrics schema; ServerMetricsError if it is not one agentx reads."""
     metadata = schema.metadata or {}
-    if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
-        raise ServerMetricsError("not an agentx server-metrics file")
-    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
-    if (refusal := version_refusal(version, FORMAT_VERSION, "server-metrics")) is not None:
-        raise ServerMetricsError(refusal)
+    check_format(metadata, FORMAT_NAME, FORMAT_VERSION, "server-metrics")
     try:
         return ServerMetricsInfo(
             run_id=metadata[META_RUN_ID].decode(),

@@ -20,15 +20,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from agentx.errors import ServerMetricsError, os_condition
-from agentx.format_version import version_refusal
 from agentx.records.ipc_files import IpcReader, replace_with_ipc_file
-from agentx.replayer.telemetry.arrow_file import FILE_COMPRESSION
+from agentx.replayer.telemetry.arrow_file import FILE_COMPRESSION, META_FORMAT, META_VERSION, check_format
 
 GPU_METRICS_FILE: Final = "gpu_metrics.arrow"
 FORMAT_NAME: Final = "agentx-gpu-metrics"
 FORMAT_VERSION: Final = "1.0"
-META_FORMAT: Final = b"agentx.format"
-META_VERSION: Final = b"agentx.version"
 META_INFO: Final = b"agentx.gpu_metrics"
 """JSON of `GpuMetricsInfo`."""
 
@@ -140,11 +137,7 @@ def _finalize(path: Path, epoch_ns: int | None) -> None:
 def gpu_metrics_info(schema: pa.Schema) -> GpuMetricsInfo:
     """The scrapes' description from a gpu_metrics schema; ServerMetricsError if it is not one agentx reads."""
     metadata = schema.metadata or {}
-    if metadata.get(META_FORMAT) != FORMAT_NAME.encode():
-        raise ServerMetricsError("not an agentx gpu-metrics file")
-    version = metadata.get(META_VERSION, b"").decode("utf-8", "replace")
-    if (refusal := version_refusal(version, FORMAT_VERSION, "gpu-metrics")) is not None:
-        raise ServerMetricsError(refusal)
+    check_format(metadata, FORMAT_NAME, FORMAT_VERSION, "gpu-metrics")
     try:
         return msgspec.json.decode(metadata[META_INFO], type=GpuMetricsInfo)
     except (KeyError, msgspec.DecodeError) as exc:
