@@ -13,10 +13,8 @@ import click
 from agentx.cli.commands.sweep import Shown, checked_flags, level_server
 from agentx.cli.common import (
     EXIT_INTERRUPTED,
-    cluster_output,
     fail,
     interactivity_targets,
-    run_interruptibly,
     stderr,
     stdout,
 )
@@ -107,11 +105,10 @@ def frontier_command(
     From --start it doubles the concurrency until interactivity falls below the lowest target, a level fails or
     throughput stops growing; halves it while the highest target is out of reach; then bisects the levels around
     each target until throughput per GPU there is known within --half-width (the levels' bootstrap intervals over
-    sessions, propagated to the interpolated value) or a budget is spent. Each decision is printed as it is made,
-    then a table of the targets. OUT is an ordinary sweep folder (`agentx report OUT`, `agentx compare`).
+    sessions and over stretches of each run, propagated to the interpolated value) or a budget is spent. Each
+    decision is printed as it is made, then a table of the targets. OUT is an ordinary sweep folder (`agentx report
+    OUT`, `agentx compare`).
     """
-    import asyncio
-
     from agentx.errors import SweepError
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.run.frontier import MeasureOptions, SearchOptions, search_frontier
@@ -169,16 +166,9 @@ def frontier_command(
             )
 
         try:
-            result = run_interruptibly(runs, shown.hooks(), cluster_output(base))
+            result = shown.run(runs, out_dir)
         except SweepError as exc:
             fail(str(exc))
-        except OSError as exc:
-            fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            stderr.print("interrupted", markup=False)
-            sys.exit(EXIT_INTERRUPTED)
-        finally:
-            shown.close()
     for line in table_lines(result.final.targets, search.half_width):
         stdout.print(line, markup=False)
     kept = len(result.levels) - len(result.ran)

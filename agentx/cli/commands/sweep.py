@@ -6,7 +6,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import msgspec
@@ -123,8 +123,6 @@ def sweep_command(
     sweep (exit 130); `--resume` picks it up. With --repeat N, OUT/rK is the K-th sweep (its levels in OUT/rK/c{N});
     Ctrl-C ends the set, and OUT/repeats.json indexes the sweeps that ran to their end.
     """
-    import asyncio
-
     from agentx.records.run_folder import SWEEP_FILE
     from agentx.results.folders.sweep_index import existing_sweep
     from agentx.run.repeats import SweepRepeats, sweep_repeats
@@ -186,15 +184,7 @@ def sweep_command(
                 level_server=url_for,
             )
 
-        try:
-            result = run_interruptibly(runs, shown.hooks(), cluster_output(base))
-        except OSError as exc:
-            fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            stderr.print("interrupted", markup=False)
-            sys.exit(EXIT_INTERRUPTED)
-        finally:
-            shown.close()
+        result = shown.run(runs, out_dir)
     if isinstance(result, SweepRepeats):
         _end_repeats(result, as_json)
         return
@@ -239,6 +229,9 @@ def checked_flags(
     return concurrency, settings, loaded, parts
 
 
+Ran = TypeVar("Ran")
+
+
 class Shown:
     """What a sweep shows on stderr: each repeat's header, each level's progress (live on a terminal, else a line
     every 10 s), then the level's headline numbers."""
@@ -251,6 +244,21 @@ class Shown:
         self.progress = ReplayProgress(console=None)
         self.seed = base.scenario.seed
         """The current repeat's: it draws the session order, so the count of planned requests."""
+
+    def run(self, runs: Callable[[RunHooks], Coroutine[Any, Any, Ran]], out_dir: Path) -> Ran:
+        """`runs` with this progress, to its end: a sweep folder it cannot write is a usage error naming the file, and
+        an interrupted one exits 130 (the levels it finished are on disk)."""
+        import asyncio
+
+        try:
+            return run_interruptibly(runs, self.hooks(), cluster_output(self.base))
+        except OSError as exc:
+            fail(f"{exc.filename or out_dir}: cannot write the sweep ({exc.strerror or exc})")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            stderr.print("interrupted", markup=False)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            self.close()
 
     def hooks(self) -> RunHooks:
         """The hooks that feed the current level's progress."""
