@@ -1,4 +1,5 @@
-"""The trace and the simulated sweep that the compare and gate tests measure (tests/results/test_compare*.py)."""
+"""The trace and the simulated sweep that the compare and gate tests measure (tests/results/test_compare.py and
+tests/results/test_compare_gate.py)."""
 
 from __future__ import annotations
 
