@@ -712,6 +712,8 @@ class Comparison:
     left: View
     right: View
     checks: list[Check]
+    quota_swaps: list[Key] = field(default_factory=list)
+    """Keys of plays whose streams took a lane's last cache-pressure slot in the other order (`_quota_swaps`)."""
 
     @property
     def ok(self) -> bool:
@@ -809,7 +811,10 @@ def _quota_swaps(common: Sequence[Key], lk: Mapping[Key, Sent], rk: Mapping[Key,
     """Keys whose phase differs only because two streams of one play raced for its lane's last cache-pressure slot
     (agentx-harness 1.0.12: 10 requests per lane): one key warmup in the reference and profiling (or not sent) in
     agentx, another of the same play the other way round. Which of two requests in flight at once returns first
-    decides which stream's next turn takes the slot, a race of milliseconds on the stand-in, not a rule."""
+    decides which stream's next turn takes the slot: on the stand-in, which ends both in one step, the one sent
+    first. At a return that spawns a subagent and sends the parent's next turn, the harness's workers most times put
+    the parent's turn on the server first, as agentx does (docs/agentx.md §4d), but now and then the subagent's: a
+    race of milliseconds, not a rule."""
     ahead: dict[tuple[str, int], list[Key]] = defaultdict(list)
     behind: dict[tuple[str, int], list[Key]] = defaultdict(list)
     for key in common:
@@ -1111,7 +1116,7 @@ def compare(case: str, left: View, right: View) -> Comparison:
             join_rows,
         )
     )
-    return Comparison(case, left, right, checks)
+    return Comparison(case, left, right, checks, sorted(swapped))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -371,13 +371,21 @@ def _case(spec: Spec) -> Any:
     return pytest.param(spec, id=spec.name, marks=marks)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # a case may run twice
 @pytest.mark.parametrize("spec", [_case(spec) for spec in SPECS])
 @pytest.mark.parametrize("reference", REFERENCE_NAMES)
 def test_agentx_matches_reference(suite: Suite, reference: str, spec: Spec) -> None:
     ref = suite.reference(reference)
     run = _run(suite, ref, spec)
     report = suite.record(ref, run)
+    if not run.comparison.ok and run.comparison.quota_swaps:
+        # The reference's race for a lane's last cache-pressure slot (`harness._quota_swaps`) went the other way: the
+        # two runs then hand different turns over to profiling, whose start moves with them, and what follows is
+        # not comparable turn by turn. The case runs once more; a rule that differs fails both times.
+        swaps = ", ".join(map(harness.format_key, run.comparison.quota_swaps))
+        print(f"{spec.name}: the reference took a lane's last cache-pressure slot the other way ({swaps}); once more")
+        run = _run(suite, ref, spec)
+        report += "\n" + suite.record(ref, run)
     if not run.comparison.ok:
         pytest.fail(f"agentx differs from {ref.label} (all cases: {suite.summary}):\n{report}", pytrace=False)
 

@@ -297,6 +297,7 @@ class Play:
         "play",
         "prebuilt",
         "prepared",
+        "reached_gate",
         "request_ids",
         "root_agent_id",
         "sent",
@@ -325,6 +326,9 @@ class Play:
         """Set when a step is over, sent or not."""
         self.sent = StepFlags(n)
         """Set when a step's request goes out (or the step is settled without one)."""
+        self.reached_gate = StepFlags(n)
+        """Set when a step has come to a per-lane cache-pressure gate, sent through it or held for profiling (or when
+        it is settled)."""
         self.completed_ns = array("q", bytes(8 * n))
         self.sent_ns = array("q", bytes(8 * n))
         """When each step's request went out (0: not sent)."""
@@ -372,6 +376,7 @@ class Play:
         if not self.completed_ns[index]:
             self.completed_ns[index] = time.perf_counter_ns()
         self.sent.set(index)
+        self.reached_gate.set(index)
         self.done.set(index)
 
     def end_agent(self, agent_id: str) -> None:

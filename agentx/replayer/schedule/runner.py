@@ -747,12 +747,13 @@ class Runner:
                 # orchestrator starts them before its strategy sends that turn (their steps wake right after).
                 await asyncio.sleep(0)
             if not self.gate.started.is_set():
-                if self.gate.take(tree.lane):
+                taken = self.gate.take(tree.lane)
+                tree.reached_gate.set(step.index)
+                if taken:
                     # A cache-pressure request: sent at once (idle delays removed), recorded as warmup (§4d).
                     if phase != "warmup":
                         sent_tokens, body = self.bodies.build(tree, step, "warmup")
-                    now_ns = time.perf_counter_ns()
-                    await self.gate.press(self._send_pressure(tree, step, now_ns, sent_tokens, body))
+                    await self.gate.press(self._send_pressure(tree, step, sent_tokens, body))
                     return
                 await self.gate.wait(self.stopped)
             if self.stopped.is_set():
@@ -792,11 +793,33 @@ class Runner:
         finally:
             tree.settle(step.index)
 
-    async def _send_pressure(self, tree: Play, step: Step, now_ns: int, sent_tokens: int, body: Body) -> RequestRecord:
-        """Send a cache-pressure request; a root one that fails ends the run at once, before profiling can start, as
-        the references abort on any failed root request of their warmup (`aiperf/credit/callback_handler.py`,
-        `_handle_warmup_failure`; docs/agentx.md §5)."""
-        record = await self.sender.send(tree, step, now_ns, sent_tokens, body, phase="warmup")
+    async def _after_parent_turn(self, tree: Play, step: Step) -> None:
+        """A subagent's first turn, spawned at a return of its parent's, waits until the parent's next turn, if it
+        goes at that same return, has come to the cache-pressure gate: the subagent takes the lane's quota first (see
+        `_step`) but goes out second. The harness's orchestrator issues the subagent's credit first, yet its workers
+        put the parent's turn on the server first in most runs; on a server that ends both in one step, the first
+        sent returns first, and the order decides which stream takes the lane's last cache-pressure slot
+        (docs/agentx.md §4d)."""
+        anchor = step.anchor
+        if step.depth == 0 or step.turn > 0 or anchor is None or step.from_anchor_send:
+            return
+        plan = tree.prepared.plan
+        spawning = plan.steps[anchor]
+        for index in plan.dependents[anchor]:
+            parent_next = plan.steps[index]
+            if parent_next.agent_id == spawning.agent_id and parent_next.anchor == anchor:
+                # A turn that also waits on something else (a join, a barrier) does not go at this return.
+                if all(tree.done.is_set(other) for other in parent_next.depends_on if other != anchor):
+                    await tree.reached_gate.wait(index)
+                return
+
+    async def _send_pressure(self, tree: Play, step: Step, sent_tokens: int, body: Body) -> RequestRecord:
+        """Send a cache-pressure request (after its parent's turn, `_after_parent_turn`); a root one that fails ends
+        the run at once, before profiling can start, as the references abort on any failed root request of their
+        warmup (`aiperf/credit/callback_handler.py`, `_handle_warmup_failure`; docs/agentx.md §5)."""
+        if self.gate.per_lane:
+            await self._after_parent_turn(tree, step)
+        record = await self.sender.send(tree, step, time.perf_counter_ns(), sent_tokens, body, phase="warmup")
         others = (index for index in range(len(tree.done)) if index != step.index)
         if self.gate.per_lane and all(tree.done.is_set(index) or tree.completed_ns[index] for index in others):
             self.gate.hold(tree.lane)  # the tree ends here: its lane's next one is handed over too

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from builders import growing_chain, make_session, make_trace
+from builders import growing_chain, make_agent, make_session, make_trace
 from flat import replay_options
 from paths import SAMPLE_TRACE
 
@@ -328,6 +328,29 @@ def test_burst_also_starts_each_lanes_earliest_live_turn_at_the_profiling_start(
         assert 0.45 <= gap_s <= 0.6
     else:
         assert gap_s < 0.05
+
+
+@pytest.mark.parametrize("quota", [4, 6])
+def test_a_subagent_spawned_in_the_pressure_stage_takes_the_quota_first_but_goes_out_after_its_parents_turn(
+    sim: SimServer, tmp_path: Path, quota: int
+) -> None:
+    """agentx-harness 1.0.12 (§4d): root turns 0–2 go out as cache-pressure requests; the return of turn 2 spawns a
+    subagent and releases the root's turn 3. The subagent takes the lane's quota first (with one slot left it goes
+    in warmup and turn 3 waits for profiling), but when both go, turn 3 reaches the server first."""
+    root = growing_chain(8, block_size=BLOCK)
+    sub = make_agent("sub", growing_chain(2, start=2.5, base=500, block_size=BLOCK), spawn_after=3, t=2.5)
+    trace = make_trace(make_session("spawning", root, subagents=[sub]), block_size=BLOCK)
+    options = _options(sim, tmp_path, sessions=1, tstar_window=(0.0, 0.0), warmup_requests_per_lane=quota)
+    _, records = _run(trace, options)
+    by_key = {(r.agent_id, r.turn): r for r in records}
+    parent_next, sub_first = by_key[("", 3)], by_key[("sub", 0)]
+    assert [by_key[("", turn)].phase for turn in range(3)] == ["warmup"] * 3
+    assert sub_first.phase == "warmup"
+    if quota == 4:
+        assert parent_next.phase == "profiling"
+    else:
+        assert parent_next.phase == "warmup"
+        assert parent_next.sent_ns < sub_first.sent_ns
 
 
 def test_the_harness_presses_each_lane_to_its_quota_and_hands_the_rest_over_at_their_recorded_offsets(
