@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -378,12 +379,13 @@ def test_agentx_matches_reference(suite: Suite, reference: str, spec: Spec) -> N
     ref = suite.reference(reference)
     run = _run(suite, ref, spec)
     report = suite.record(ref, run)
-    if not run.comparison.ok and run.comparison.quota_swaps:
-        # The reference's race for a lane's last cache-pressure slot (`harness._quota_swaps`) went the other way: the
-        # two runs then hand different turns over to profiling, whose start moves with them, and what follows is
-        # not comparable turn by turn. The case runs once more; a rule that differs fails both times.
-        swaps = ", ".join(map(harness.format_key, run.comparison.quota_swaps))
-        print(f"{spec.name}: the reference took a lane's last cache-pressure slot the other way ({swaps}); once more")
+    if not run.comparison.ok and run.comparison.raced:
+        # One of the reference's races went the way agentx does not (`Comparison.raced`): a lane's last cache-pressure
+        # slot taken by the other stream hands other turns over to profiling and moves its start; the idle cap's tie
+        # releases a turn early that keeps the system busy from then on. What follows is not comparable turn by
+        # turn, so the case runs once more; a rule that differs fails both times.
+        raced = ", ".join(map(harness.format_key, run.comparison.raced))
+        print(f"{spec.name}: the reference raced ({raced}); the case runs once more")
         run = _run(suite, ref, spec)
         report += "\n" + suite.record(ref, run)
     if not run.comparison.ok:
@@ -495,6 +497,50 @@ def test_the_tolerances_for_the_reference_s_races() -> None:
     )
     agentx_keys = {released.key: released}
     assert harness._cap_cascade(view, agentx_keys) == {together.key, later.key}
+
+
+def test_a_cache_pressure_turn_is_measured_from_its_previous_turn_and_a_primer_from_the_profiling_start() -> None:
+    """A warmup turn whose agent's previous turn went in warmup too is measured from that turn's end (the stage sends
+    it as that one returns); the primer, whose previous turn was never sent, from the profiling start."""
+    primer = _sent(("t", 0, "", 4), "warmup", 1.0, 1.2)
+    pressed = _sent(("t", 0, "", 5), "warmup", 1.25, 1.4)
+    first = _sent(("t", 0, "", 6), "profiling", 3.0, 3.5)
+    harness._fill_gaps([primer, pressed, first], profiling_start_s=1.4)
+    assert primer.gap_from == "profiling start" and primer.gap_s == pytest.approx(-0.4)
+    assert pressed.gap_from == "previous turn" and pressed.gap_s == pytest.approx(0.05)
+    assert first.gap_from == "previous turn" and first.gap_s == pytest.approx(1.6)
+
+
+def test_the_gap_check_holds_in_each_phase_and_a_failed_race_is_named() -> None:
+    """Thirty warmup turns that agree cannot hide two profiling turns 5 s off: pooled, their median and p90 pass;
+    per phase, profiling's fail. A comparison names the keys a race of the reference explains (`raced`)."""
+
+    def views(profiling_shift_s: float) -> tuple[harness.View, harness.View]:
+        sides = []
+        tools: tuple[tuple[harness.Tool, float], ...] = (("reference", 0.0), ("agentx", profiling_shift_s))
+        for tool, shift in tools:
+            sent = [_sent(("t", 0, "", turn), "warmup", turn * 0.1, turn * 0.1 + 0.05) for turn in range(30)]
+            sent += [
+                _sent(("t", 0, "", 30 + i), "profiling", 10.0 * (i + 1) + shift, 10.0 * (i + 1) + shift + 1)
+                for i in range(2)
+            ]
+            for row in sent:
+                row.tool = tool
+                row.gap_s = 0.05 if row.phase == "warmup" else 9.0 + shift
+            sides.append(harness.View(tool, sent, 0, [], "x", 2.0, 60.0))
+        return sides[0], sides[1]
+
+    gaps = {
+        shift: next(c for c in harness.compare("case", *views(shift)).checks if c.name.startswith("gaps"))
+        for shift in (0.0, 5.0)
+    }
+    assert gaps[0.0].ok and not gaps[5.0].ok
+    assert "profiling 2, median |diff| 5.000 s" in gaps[5.0].summary
+    pooled = [0.0] * 30 + [5.0] * 2
+    assert statistics.median(pooled) <= harness.GAP_MEDIAN_S and harness._percentile(pooled, 0.9) <= harness.GAP_P90_S
+    swapped_left, swapped_right = views(0.0)
+    swapped_right.sent[29].phase, swapped_right.sent[30].phase = "profiling", "warmup"
+    assert harness.compare("case", swapped_left, swapped_right).raced == [("t", 0, "", 29), ("t", 0, "", 30)]
 
 
 def test_the_tolerance_for_a_join_deadline_the_cap_pulled() -> None:
