@@ -327,8 +327,8 @@ class Play:
         self.sent = StepFlags(n)
         """Set when a step's request goes out (or the step is settled without one)."""
         self.reached_gate = StepFlags(n)
-        """Set when a step has come to a per-lane cache-pressure gate, sent through it or held for profiling (or when
-        it is settled)."""
+        """Set when a step has come to the cache-pressure gate, sent through it or held for profiling (or when it is
+        settled); a subagent's first turn waits on its parent's under the per-lane stage."""
         self.completed_ns = array("q", bytes(8 * n))
         self.sent_ns = array("q", bytes(8 * n))
         """When each step's request went out (0: not sent)."""
