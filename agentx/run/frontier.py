@@ -148,12 +148,14 @@ def _points(levels: Sequence[Measured]) -> list[Point]:
 
 
 def _bracket(ok: Sequence[Measured], target: float) -> tuple[Measured, Measured] | None:
-    """The first two consecutive levels (by concurrency) whose interactivities straddle `target`."""
+    """The first two consecutive levels (by concurrency) whose interactivities straddle `target`, or a level alone
+    that sits on it (the only one measured, say, when every level above it failed)."""
     for low, high in itertools.pairwise(ok):
         assert low.interactivity is not None and high.interactivity is not None
         if low.interactivity.value >= target >= high.interactivity.value:
             return low, high
-    return None
+    on_it = next((m for m in ok if m.interactivity is not None and m.interactivity.value == target), None)
+    return None if on_it is None else (on_it, on_it)
 
 
 def _propagated(a: Measured, b: Measured, target: float, value: float) -> tuple[float, float]:

@@ -118,6 +118,17 @@ def test_every_reachable_target_is_bracketed_and_the_others_said(curve: Curve, s
             assert "interactivity falls only to" in reading.note
 
 
+def test_a_lone_level_exactly_on_a_target_reads_it() -> None:
+    """Only c1 measured (every level above fails), its interactivity exactly 75: the target 75 is read at c1 alone,
+    not called below reach (hypothesis found it)."""
+    levels, decision = searched(synthetic(150.0, 1.0, 100.0, 0.0, fail_above=1), SearchOptions(targets_tps=TARGETS))
+    assert [m.concurrency for m in levels if m.ok] == [1]
+    by_target = {r.target_tps: r for r in decision.targets}
+    assert by_target[75.0].status == "resolved" and by_target[75.0].between == (1, 1)
+    assert by_target[75.0].throughput is not None and by_target[75.0].throughput.value == 75.0
+    assert [by_target[t].status for t in (30.0, 50.0, 100.0)] == ["below reach", "below reach", "above reach"]
+
+
 def test_a_target_reachable_before_saturation_is_bracketed() -> None:
     """Interactivity 600/(1 + c/3), throughput up to 4,000: every target crossed below c64, all six bracketed."""
     levels, decision = searched(synthetic(600.0, 3.0, 4000.0, 0.01), SearchOptions(targets_tps=TARGETS))
